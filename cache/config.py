@@ -1,4 +1,4 @@
-"""Settings of the cache package, nested in the gateway settings as `settings.cache` (LLMGW_CACHE__<FIELD>)."""
+"""Process-wide settings of this package, nested in the gateway settings (LLMGW_CACHE__<FIELD>)."""
 
 from pydantic import BaseModel
 

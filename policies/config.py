@@ -1,4 +1,4 @@
-"""Settings of the policies package, nested in the gateway settings as `settings.policies` (LLMGW_POLICIES__<FIELD>)."""
+"""Process-wide settings of this package, nested in the gateway settings (LLMGW_POLICIES__<FIELD>)."""
 
 from pydantic import BaseModel
 

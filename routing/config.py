@@ -1,4 +1,4 @@
-"""Settings of the routing package, nested in the gateway settings as `settings.routing` (LLMGW_ROUTING__<FIELD>)."""
+"""Process-wide settings of this package, nested in the gateway settings (LLMGW_ROUTING__<FIELD>)."""
 
 from pydantic import BaseModel
 

@@ -1,4 +1,4 @@
-"""Engine settings: one typed object, read from LLMGW_ENGINE_* variables (or nested in the gateway settings)."""
+"""Engine settings: one typed object, nested in the gateway settings (LLMGW_ENGINE__<FIELD>)."""
 
 from pathlib import Path
 from typing import Literal
