@@ -49,3 +49,16 @@ class Sequence:
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)
+
+
+@dataclass
+class ScheduledSeq:
+    """One sequence's share of a step: compute `num_new_tokens` tokens from `num_computed_tokens` on.
+
+    The runner returns logits for the last `num_logits` positions when the chunk reaches the end of the
+    sequence's tokens (num_logits > 1 when verifying speculative proposals).
+    """
+
+    seq: Sequence
+    num_new_tokens: int
+    num_logits: int = 1
