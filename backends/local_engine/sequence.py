@@ -27,6 +27,7 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     output_logprobs: list[dict] = field(default_factory=list)
     finish_reason: str | None = None
+    num_draft_tokens: int = 0  # speculative proposals at the end of token_ids, not yet verified
 
     def __post_init__(self) -> None:
         if not self.num_prompt_tokens:
@@ -49,6 +50,13 @@ class Sequence:
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)
+
+    def trim_drafts(self, keep: int = 0) -> None:
+        """Drop all but the first `keep` unverified speculative tokens."""
+        drop = self.num_draft_tokens - min(keep, self.num_draft_tokens)
+        if drop:
+            del self.token_ids[-drop:]
+        self.num_draft_tokens -= drop
 
 
 @dataclass
