@@ -42,7 +42,7 @@ class RequestContext:
 
     request_id: str
     endpoint: str  # "chat" | "completions" | "embeddings"
-    body: dict[str, Any]  # the validated OpenAI request body
+    body: dict[str, Any]  # the validated body as sent upstream (extensions removed, usage requested)
     headers: dict[str, str]  # incoming headers, lower-case names
     model: str  # the public model alias asked for
     stream: bool = False
@@ -55,6 +55,7 @@ class RequestContext:
     cascade: str | None = None  # small | escalated
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
+    options: dict[str, Any] = field(default_factory=dict)  # gateway extensions from the body, e.g. "cache"
     extra: dict[str, Any] = field(default_factory=dict)  # stage-private notes, keyed by stage name
 
 

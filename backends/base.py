@@ -1,0 +1,34 @@
+"""The Backend protocol: what the router needs from anything that serves a model."""
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from gateway.errors import OpenAIError
+from gateway.settings import DeploymentConfig
+
+PATHS = {"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings"}
+
+
+class UpstreamError(OpenAIError):
+    """An error from a deployment. `retryable` errors may be retried elsewhere before the first byte."""
+
+    def __init__(self, status: int, message: str, *, retryable: bool, code: str | None = None) -> None:
+        super().__init__(status, message, code=code)
+        self.retryable = retryable
+
+
+class Backend(Protocol):
+    name: str
+    config: DeploymentConfig
+
+    async def start(self) -> None: ...
+
+    async def complete(self, endpoint: str, body: dict[str, Any], request_id: str) -> dict[str, Any]: ...
+
+    def stream(self, endpoint: str, body: dict[str, Any], request_id: str) -> AsyncIterator[dict[str, Any]]:
+        """Yield OpenAI chunk dicts. Raises UpstreamError before the first chunk or mid-stream."""
+        ...
+
+    async def health(self) -> bool: ...
+
+    async def aclose(self) -> None: ...

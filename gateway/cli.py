@@ -1,0 +1,60 @@
+"""`llmgw`: the command line. Subcommands delegate to the package that owns them."""
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from gateway.settings import load_settings
+
+
+def _serve(args: argparse.Namespace, rest: list[str]) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+    settings = load_settings(**overrides)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        log_level=settings.log_level,
+        access_log=False,
+    )
+    return 0
+
+
+def _engine(args: argparse.Namespace, rest: list[str]) -> int:
+    from backends.local_engine.cli import main as engine_main
+
+    return engine_main(rest)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmgw",
+        description="LLM gateway with routing, caching and cascades. Settings come from LLMGW_* variables "
+        "and the YAML file named by LLMGW_CONFIG_FILE.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="start the gateway (OpenAI-compatible API)")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1, LLMGW_HOST)")
+    serve.add_argument("--port", type=int, help="port (default 8000, LLMGW_PORT)")
+    serve.set_defaults(run=_serve)
+    engine = commands.add_parser(
+        "engine", help="the local engine: `engine generate PROMPT`, `engine serve`", add_help=False
+    )
+    engine.set_defaults(run=_engine)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, rest = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    run: Callable[[argparse.Namespace, list[str]], int] = args.run
+    return run(args, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

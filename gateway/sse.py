@@ -1,0 +1,53 @@
+"""Server-sent events out, and usage bookkeeping on the way."""
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from gateway.context import RequestContext, Usage
+from gateway.errors import OpenAIError
+
+DONE = b"data: [DONE]\n\n"
+log = logging.getLogger("llmgw.sse")
+
+
+def event(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+async def track_usage(
+    ctx: RequestContext, chunks: AsyncIterator[dict[str, Any]]
+) -> AsyncIterator[dict[str, Any]]:
+    """Fill ctx.usage from the usage chunk; count content chunks so a cut stream still settles."""
+    produced = 0
+    try:
+        async for chunk in chunks:
+            if chunk.get("usage"):
+                ctx.usage = Usage.from_openai(chunk["usage"])
+            elif chunk.get("choices"):
+                produced += 1
+            yield chunk
+    finally:
+        if not ctx.usage.completion_tokens:
+            ctx.usage.completion_tokens = produced
+
+
+async def sse_body(ctx: RequestContext, chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """Frame chunks as SSE. An error after the first byte ends the stream with an error event, no [DONE]."""
+    try:
+        async for chunk in chunks:
+            if not ctx.include_usage and "usage" in chunk:
+                if not chunk.get("choices"):
+                    continue
+                chunk = {k: v for k, v in chunk.items() if k != "usage"}
+            yield event(chunk)
+    except OpenAIError as error:
+        yield event(error.to_dict())
+        return
+    except Exception:
+        log.exception("stream %s failed", ctx.request_id)
+        yield event(OpenAIError(500, "The gateway failed while streaming the response.").to_dict())
+        return
+    yield DONE

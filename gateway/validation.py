@@ -1,0 +1,151 @@
+"""Cheap checks on OpenAI request bodies, before anything else runs. Errors read like OpenAI's."""
+
+from typing import Any
+
+import orjson
+
+from gateway.errors import OpenAIError, bad_request
+
+_SAMPLING = {
+    "model", "stream", "stream_options", "temperature", "top_p", "n", "stop", "max_tokens", "presence_penalty",
+    "frequency_penalty", "logit_bias", "logprobs", "seed", "user", "response_format", "metadata",
+}  # fmt: skip
+_CHAT_ONLY = {
+    "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+    "functions", "function_call", "store", "service_tier", "modalities", "reasoning_effort", "prediction",
+}  # fmt: skip
+_COMPLETIONS_ONLY = {"prompt", "echo", "best_of", "suffix"}
+_VLLM_EXTRAS = {"top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids", "min_tokens"}
+GATEWAY_EXTENSIONS = {"cache"}  # our own request options; never sent upstream
+_ALLOWED = {
+    "chat": _SAMPLING | _CHAT_ONLY | _VLLM_EXTRAS | GATEWAY_EXTENSIONS,
+    "completions": _SAMPLING | _COMPLETIONS_ONLY | _VLLM_EXTRAS | GATEWAY_EXTENSIONS,
+    "embeddings": {"model", "input", "encoding_format", "dimensions", "user"},
+}
+_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+_RANGES = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "presence_penalty": (-2.0, 2.0),
+    "frequency_penalty": (-2.0, 2.0),
+    "min_p": (0.0, 1.0),
+    "repetition_penalty": (0.0, 10.0),
+}
+_POSITIVE_INTS = ("max_tokens", "max_completion_tokens", "n")
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(
+            f"We could not parse the JSON body of your request: {exc}", code="invalid_json"
+        ) from exc
+    if not isinstance(body, dict):
+        raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def validate(endpoint: str, body: dict[str, Any]) -> None:
+    _check_known_fields(endpoint, body)
+    _check_model(body)
+    {"chat": _check_messages, "completions": _check_prompt, "embeddings": _check_input}[endpoint](body)
+    if endpoint != "embeddings":
+        _check_sampling(body)
+
+
+def _check_known_fields(endpoint: str, body: dict[str, Any]) -> None:
+    unknown = sorted(set(body) - _ALLOWED[endpoint])
+    if unknown:
+        raise bad_request(f"Unrecognized request argument supplied: {unknown[0]}", param=unknown[0])
+
+
+def _check_model(body: dict[str, Any]) -> None:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("you must provide a model parameter (a non-empty string)", param="model")
+
+
+def _check_messages(body: dict[str, Any]) -> None:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty array of message objects.", param="messages")
+    for i, message in enumerate(messages):
+        _check_message(i, message)
+
+
+def _check_message(i: int, message: Any) -> None:
+    param = f"messages.[{i}]"
+    if not isinstance(message, dict):
+        raise bad_request(f"Invalid type for '{param}': expected an object.", param=param)
+    if message.get("role") not in _ROLES:
+        raise bad_request(
+            f"Invalid value for '{param}.role': {message.get('role')!r}.", param=f"{param}.role"
+        )
+    content = message.get("content")
+    if content is not None and not isinstance(content, str | list):
+        raise bad_request(f"Invalid type for '{param}.content': expected a string or an array.", param=param)
+    if content is None and message["role"] != "assistant":
+        raise bad_request(f"Missing required parameter: '{param}.content'.", param=f"{param}.content")
+
+
+def _check_prompt(body: dict[str, Any]) -> None:
+    prompt = body.get("prompt")
+    if not (isinstance(prompt, str) or (isinstance(prompt, list) and prompt)):
+        raise bad_request("'prompt' must be a string or a non-empty array.", param="prompt")
+
+
+def _check_input(body: dict[str, Any]) -> None:
+    given = body.get("input")
+    if not (isinstance(given, str) and given) and not (isinstance(given, list) and given):
+        raise bad_request("'input' must be a non-empty string or array.", param="input")
+
+
+def _check_sampling(body: dict[str, Any]) -> None:
+    for name, (low, high) in _RANGES.items():
+        _check_number(body, name, low, high)
+    for name in _POSITIVE_INTS:
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise bad_request(f"Invalid '{name}': expected an integer >= 1, got {value!r}.", param=name)
+    _check_type(body, "stream", bool)
+    _check_type(body, "stream_options", dict)
+    _check_type(body, "seed", int)
+    _check_stop(body.get("stop"))
+
+
+def _check_number(body: dict[str, Any], name: str, low: float, high: float) -> None:
+    value = body.get(name)
+    if value is None:
+        return
+    if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
+        raise bad_request(
+            f"Invalid '{name}': expected a number between {low} and {high}, got {value!r}.", param=name
+        )
+
+
+def _check_type(body: dict[str, Any], name: str, kind: type) -> None:
+    value = body.get(name)
+    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise bad_request(
+            f"Invalid type for '{name}': expected {kind.__name__}, got {type(value).__name__}.", param=name
+        )
+
+
+def _check_stop(stop: Any) -> None:
+    if stop is None or isinstance(stop, str):
+        return
+    if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) for s in stop):
+        raise bad_request("'stop' must be a string or an array of at most 4 strings.", param="stop")
+
+
+def upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """The body sent to deployments: our extensions removed, usage always requested on streams."""
+    clean = {k: v for k, v in body.items() if k not in GATEWAY_EXTENSIONS}
+    if stream:
+        clean["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    return clean
+
+
+def too_large(limit: int) -> OpenAIError:
+    return OpenAIError(413, f"Request body too large: the limit is {limit} bytes.", code="request_too_large")
