@@ -1,0 +1,161 @@
+"""KV block bookkeeping with automatic prefix caching: block ids, hashes and token ids only, no tensors.
+
+A full block is identified by a chained hash (previous block's hash + its own token ids). Freed blocks keep
+their hash and stay reusable, oldest first out, until they are handed out again. The token ids are kept
+with each cached block and compared on a hit, so a hash collision can never serve the wrong KV.
+"""
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from backends.local_engine.sequence import Sequence
+
+_ROOT_HASH = b""
+
+
+def chain_hash(parent_hash: bytes, token_ids: tuple[int, ...]) -> bytes:
+    payload = parent_hash + b"|" + ",".join(map(str, token_ids)).encode()
+    return hashlib.blake2b(payload, digest_size=16).digest()
+
+
+@dataclass
+class Block:
+    block_id: int
+    ref_count: int = 0
+    hash: bytes | None = None
+    parent_hash: bytes = _ROOT_HASH
+    token_ids: tuple[int, ...] = ()
+
+    def forget(self) -> None:
+        self.hash, self.parent_hash, self.token_ids = None, _ROOT_HASH, ()
+
+
+@dataclass
+class PrefixCacheStats:
+    queries: int = 0  # prompt tokens looked up
+    hits: int = 0  # prompt tokens served from cached blocks
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # LRU: oldest first
+        self._by_hash: dict[bytes, int] = {}
+        self._num_hashed: dict[int, int] = {}  # seq_id -> leading blocks of its table already hashed
+        self.stats = PrefixCacheStats()
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - self.num_free_blocks / self.num_blocks
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    # --- prefix cache lookup -------------------------------------------------------------------------
+
+    def match_prefix(self, token_ids: list[int]) -> list[int]:
+        """Cached blocks holding a prefix of `token_ids`, always leaving the last token to compute."""
+        if not self.enable_prefix_caching:
+            return []
+        matched: list[int] = []
+        parent = _ROOT_HASH
+        for start in range(0, len(token_ids) - 1 - self.block_size + 1, self.block_size):
+            tokens = tuple(token_ids[start : start + self.block_size])
+            block_id = self._lookup(parent, tokens)
+            if block_id is None:
+                break
+            matched.append(block_id)
+            parent = self.blocks[block_id].hash or _ROOT_HASH
+        return matched
+
+    def _lookup(self, parent: bytes, tokens: tuple[int, ...]) -> int | None:
+        block_id = self._by_hash.get(chain_hash(parent, tokens))
+        if block_id is None:
+            return None
+        block = self.blocks[block_id]
+        return block_id if block.token_ids == tokens and block.parent_hash == parent else None
+
+    def num_new_blocks_to_admit(self, seq: Sequence, matched: list[int], num_new_tokens: int) -> int:
+        """Free blocks that admitting `seq` with `matched` cached blocks and a first chunk would take."""
+        num_cached_tokens = len(matched) * self.block_size
+        revived = sum(1 for b in matched if self.blocks[b].ref_count == 0)
+        return revived + self.blocks_for(num_cached_tokens + num_new_tokens) - len(matched)
+
+    def admit(self, seq: Sequence, matched: list[int]) -> None:
+        """Give a sequence without blocks its cached prefix; it resumes computing after that prefix."""
+        assert not seq.block_table, "admit() is for sequences without blocks"
+        seq.block_table = [self._take(block_id, keep_content=True) for block_id in matched]
+        seq.num_computed_tokens = len(matched) * self.block_size
+        self._num_hashed[seq.seq_id] = len(matched)
+        self.stats.queries += len(seq)
+        self.stats.hits += seq.num_computed_tokens
+
+    # --- growth, hashing, release ---------------------------------------------------------------------
+
+    def can_grow(self, seq: Sequence, num_new_tokens: int) -> bool:
+        return self._missing_blocks(seq, num_new_tokens) <= self.num_free_blocks
+
+    def grow(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Make sure the block table covers the next `num_new_tokens` tokens."""
+        missing = self._missing_blocks(seq, num_new_tokens)
+        if missing > self.num_free_blocks:
+            raise RuntimeError("out of KV blocks")
+        for _ in range(missing):
+            seq.block_table.append(self._take(next(iter(self._free)), keep_content=False))
+
+    def _missing_blocks(self, seq: Sequence, num_new_tokens: int) -> int:
+        return max(0, self.blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table))
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        """Register every newly completed block of `seq` (call after num_computed_tokens advances)."""
+        if not self.enable_prefix_caching:
+            return
+        done = self._num_hashed.get(seq.seq_id, 0)
+        full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
+        parent = self._hash_at(seq, done - 1)
+        for index in range(done, full):
+            block = self.blocks[seq.block_table[index]]
+            tokens = tuple(seq.token_ids[index * self.block_size : (index + 1) * self.block_size])
+            block.hash, block.parent_hash, block.token_ids = chain_hash(parent, tokens), parent, tokens
+            self._by_hash[block.hash] = block.block_id
+            parent = block.hash
+        self._num_hashed[seq.seq_id] = max(done, full)
+
+    def _hash_at(self, seq: Sequence, index: int) -> bytes:
+        block_hash = self.blocks[seq.block_table[index]].hash if index >= 0 else None
+        return block_hash or _ROOT_HASH
+
+    def free(self, seq: Sequence) -> None:
+        """Release all of a sequence's blocks; tail blocks go first in line for eviction."""
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            if block.ref_count <= 0:
+                raise RuntimeError(f"block {block_id} freed twice")
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._free[block_id] = None
+        seq.block_table = []
+        seq.num_computed_tokens = 0
+        self._num_hashed.pop(seq.seq_id, None)
+
+    def _take(self, block_id: int, keep_content: bool) -> int:
+        block = self.blocks[block_id]
+        if block.ref_count == 0:
+            del self._free[block_id]
+        if not keep_content:
+            self._evict(block)
+        block.ref_count += 1
+        return block_id
+
+    def _evict(self, block: Block) -> None:
+        if block.hash is not None and self._by_hash.get(block.hash) == block.block_id:
+            del self._by_hash[block.hash]
+        block.forget()

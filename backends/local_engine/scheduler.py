@@ -1,0 +1,147 @@
+"""Continuous batching: which sequences compute how many tokens this step. Sequences and blocks only.
+
+Each step has one token budget. Running decodes go first, then the next prefill chunk of running
+sequences, then new requests from the waiting queue, so a long prompt is split across steps and never
+stalls the decodes. When blocks run out the newest running request is preempted: its blocks are freed
+(recompute later) and it goes back to the front of the waiting queue.
+"""
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from backends.local_engine.block_manager import BlockManager
+from backends.local_engine.sequence import ScheduledSeq, Sequence, SequenceStatus
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_batched_tokens: int, max_num_seqs: int) -> None:
+        self.block_manager = block_manager
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a request; one that could never fit the whole KV pool is refused (ValueError)."""
+        most_tokens = len(seq) + seq.params.max_tokens
+        if self.block_manager.blocks_for(most_tokens) > self.block_manager.num_blocks:
+            capacity = self.block_manager.num_blocks * self.block_manager.block_size
+            raise ValueError(
+                f"prompt + max_tokens = {most_tokens} tokens exceeds the KV cache ({capacity} tokens)"
+            )
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        step = _Step(self.max_num_batched_tokens)
+        decodes = [s for s in self.running if _is_decoding(s)]
+        prefills = [s for s in self.running if not _is_decoding(s)]
+        for seq in decodes + prefills:
+            if seq in self.running and step.budget > 0:
+                self._schedule_running(seq, step)
+        if not step.output.preempted:
+            self._admit_waiting(step)
+        return step.output
+
+    def _schedule_running(self, seq: Sequence, step: "_Step") -> None:
+        num_new = self._fit_to_budget(seq, step.budget)
+        while not self.block_manager.can_grow(seq, num_new):
+            victim = self.running[-1]
+            self._preempt(victim, step)
+            if victim is seq:
+                return
+        self.block_manager.grow(seq, num_new)
+        step.add(seq, num_new)
+
+    def _fit_to_budget(self, seq: Sequence, budget: int) -> int:
+        """Tokens to compute for `seq`; speculative proposals that do not fit are dropped."""
+        if seq.num_uncomputed_tokens > budget and seq.num_draft_tokens:
+            seq.trim_drafts(keep=max(0, budget - (seq.num_uncomputed_tokens - seq.num_draft_tokens)))
+        return min(seq.num_uncomputed_tokens, budget)
+
+    def _admit_waiting(self, step: "_Step") -> None:
+        while self.waiting and step.budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            matched = self.block_manager.match_prefix(seq.token_ids)
+            num_new = min(len(seq) - len(matched) * self.block_manager.block_size, step.budget)
+            needed = self.block_manager.num_new_blocks_to_admit(seq, matched, num_new)
+            if needed > self.block_manager.num_free_blocks:
+                return
+            self.waiting.popleft()
+            self.block_manager.admit(seq, matched)
+            if not seq.output_ids:
+                seq.num_cached_tokens = seq.num_computed_tokens
+            self.block_manager.grow(seq, num_new)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            step.add(seq, num_new)
+
+    def _preempt(self, seq: Sequence, step: "_Step") -> None:
+        step.remove(seq)
+        seq.trim_drafts()
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.WAITING
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+        step.output.preempted.append(seq)
+
+    # --- after the step -------------------------------------------------------------------------------
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """Retire a sequence (finished or aborted) and free its blocks at once."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        seq.trim_drafts()
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+
+    def abort(self, seq_id: int) -> Sequence | None:
+        for seq in [*self.running, *self.waiting]:
+            if seq.seq_id == seq_id:
+                self.finish(seq, "abort")
+                return seq
+        return None
+
+
+def _is_decoding(seq: Sequence) -> bool:
+    return seq.num_uncomputed_tokens <= 1 + seq.num_draft_tokens
+
+
+class _Step:
+    """The batch being built: scheduled chunks and the token budget left."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.output = SchedulerOutput()
+
+    def add(self, seq: Sequence, num_new: int) -> None:
+        reaches_end = seq.num_computed_tokens + num_new == len(seq)
+        num_logits = 1 + seq.num_draft_tokens if reaches_end else 1
+        self.output.scheduled.append(ScheduledSeq(seq, num_new, num_logits))
+        self.budget -= num_new
+
+    def remove(self, seq: Sequence) -> None:
+        for item in self.output.scheduled:
+            if item.seq is seq:
+                self.output.scheduled.remove(item)
+                self.budget += item.num_new_tokens
+                return
