@@ -1,0 +1,44 @@
+"""Shared fixtures: a fake upstream and a gateway in front of it, both under uvicorn on free ports."""
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.app import create_app
+from gateway.settings import DeploymentConfig, ModelConfig, Settings
+from tests.fakes import FakeUpstream, ServerThread
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+MASTER_KEY = "sk-test-master"
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[tuple[FakeUpstream, ServerThread]]:
+    fake = FakeUpstream()
+    with ServerThread(fake) as server:
+        yield fake, server
+
+
+def fake_models(base_url: str) -> list[ModelConfig]:
+    deployment = DeploymentConfig(
+        name="fake-1",
+        base_url=base_url + "/v1",
+        model="upstream-model",
+        input_price_per_1m=1.0,
+        output_price_per_1m=2.0,
+        endpoints=["chat", "completions", "embeddings"],
+        read_timeout_s=5,
+    )
+    return [ModelConfig(name="fake-model", deployments=[deployment])]
+
+
+def gateway_settings(base_url: str, **overrides: object) -> Settings:
+    values = {"master_key": MASTER_KEY, "models": fake_models(base_url), "max_body_bytes": 64 * 1024}
+    return Settings(**{**values, **overrides})
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: tuple[FakeUpstream, ServerThread]) -> Iterator[ServerThread]:
+    with ServerThread(create_app(gateway_settings(upstream[1].url))) as server:
+        yield server

@@ -1,0 +1,196 @@
+"""A fake OpenAI-compatible upstream and helpers to run ASGI apps under uvicorn in a thread.
+
+The fake's behaviour is steered by the last message's text:
+  "fail:<status>"    answer with that HTTP status and an OpenAI error body
+  "die-mid-stream"   send two chunks, then drop the connection
+  "sleep:<seconds>"  wait before answering
+anything else        echo it back ("echo: <text>")
+"""
+
+import asyncio
+import socket
+import threading
+import time
+from typing import Any
+
+import orjson
+import uvicorn
+
+Scope = dict[str, Any]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerThread:
+    """Runs an ASGI app under uvicorn on 127.0.0.1 in a background thread."""
+
+    def __init__(self, app: Any, port: int | None = None) -> None:
+        self.port = port or free_port()
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "ServerThread":
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+class FakeUpstream:
+    """ASGI app speaking enough of the OpenAI API for gateway tests and benchmarks."""
+
+    def __init__(self, name: str = "fake") -> None:
+        self.name = name
+        self.requests: list[dict[str, Any]] = []
+        self.cancelled = 0
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return await _lifespan(receive, send)
+        if scope["method"] == "GET":
+            return await _json(send, 200, {"object": "list", "data": [{"id": self.name, "object": "model"}]})
+        body = orjson.loads(await _read(receive))
+        self.requests.append({"path": scope["path"], "body": body, "headers": dict(scope["headers"])})
+        await self._answer(scope["path"], body, receive, send)
+
+    async def _answer(self, path: str, body: dict[str, Any], receive: Any, send: Any) -> None:
+        text = _last_text(body)
+        if text.startswith("sleep:"):
+            await asyncio.sleep(float(text.split(":")[1]))
+        if text.startswith("fail:"):
+            status = int(text.split(":")[1])
+            return await _json(send, status, {"error": {"message": f"upstream says {status}", "type": "x"}})
+        if path.endswith("/embeddings"):
+            return await _json(send, 200, _embeddings(body))
+        if body.get("stream"):
+            return await self._stream(body, text, send, receive)
+        return await _json(send, 200, _completion(body, text))
+
+    async def _stream(self, body: dict[str, Any], text: str, send: Any, receive: Any) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        words = f"echo: {text}".split(" ")
+        gone = asyncio.Event()
+        watcher = asyncio.ensure_future(_watch_disconnect(receive, gone))
+        for i, chunk in enumerate(_chunks(body, words)):
+            if text == "die-mid-stream" and i == 2:
+                raise ConnectionError("fake upstream dies mid-stream")
+            if gone.is_set():
+                self.cancelled += 1
+                return
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + orjson.dumps(chunk) + b"\n\n",
+                    "more_body": True,
+                }
+            )
+            if text.startswith("slow-stream"):
+                await asyncio.sleep(0.05)
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+        watcher.cancel()
+
+
+async def _watch_disconnect(receive: Any, gone: asyncio.Event) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
+
+
+def _last_text(body: dict[str, Any]) -> str:
+    if "messages" in body:
+        content = body["messages"][-1].get("content") or ""
+        return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
+    prompt = body.get("prompt", "")
+    return prompt if isinstance(prompt, str) else str(prompt[0])
+
+
+def _usage(body: dict[str, Any], completion_words: int) -> dict[str, int]:
+    prompt = len(_last_text(body).split()) + 5
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion_words,
+        "total_tokens": prompt + completion_words,
+    }
+
+
+def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
+    answer = f"echo: {text}"
+    usage = _usage(body, len(answer.split(" ")))
+    if "messages" in body:
+        message = {"role": "assistant", "content": answer}
+        choice = {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
+        return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": body["model"],
+                "choices": [choice], "usage": usage}  # fmt: skip
+    choice = {"index": 0, "text": answer, "finish_reason": "stop", "logprobs": None}
+    return {"id": "cmpl-fake", "object": "text_completion", "created": 1, "model": body["model"],
+            "choices": [choice], "usage": usage}  # fmt: skip
+
+
+def _chunks(body: dict[str, Any], words: list[str]) -> list[dict[str, Any]]:
+    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": body["model"]}
+    deltas = [{"role": "assistant", "content": ""}] + [
+        {"content": w if i == 0 else " " + w} for i, w in enumerate(words)
+    ]
+    chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    if (body.get("stream_options") or {}).get("include_usage"):
+        chunks.append({**base, "choices": [], "usage": _usage(body, len(words))})
+    return chunks
+
+
+def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
+    inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+    data = [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]} for i, _ in enumerate(inputs)]
+    return {
+        "object": "list",
+        "data": data,
+        "model": body["model"],
+        "usage": {"prompt_tokens": 3, "total_tokens": 3},
+    }
+
+
+async def _read(receive: Any) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+async def _json(send: Any, status: int, payload: dict[str, Any]) -> None:
+    data = orjson.dumps(payload)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def _lifespan(receive: Any, send: Any) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            return await send({"type": "lifespan.shutdown.complete"})

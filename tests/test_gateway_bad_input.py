@@ -1,0 +1,123 @@
+"""Every bad input gets an OpenAI-style 4xx error, never a 500 or a hang."""
+
+import socket
+import time
+
+import httpx
+import orjson
+import pytest
+
+from tests.conftest import MASTER_KEY
+from tests.fakes import FakeUpstream, ServerThread
+
+AUTH = {"authorization": f"Bearer {MASTER_KEY}"}
+GOOD = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def post(gateway: ServerThread, payload: bytes | dict, headers: dict | None = None) -> httpx.Response:
+    content = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+    return httpx.post(
+        gateway.url + "/v1/chat/completions", content=content, headers={**AUTH, **(headers or {})}, timeout=10
+    )
+
+
+def assert_openai_error(response: httpx.Response, status: int, param: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert response.headers["x-request-id"]
+    if param is not None:
+        assert error["param"] == param
+    return error
+
+
+@pytest.mark.parametrize(
+    ("payload", "param"),
+    [
+        (b"{not json", None),
+        (b"[1, 2]", None),
+        (b"", None),
+        ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
+        ({"model": 7, "messages": [{"role": "user", "content": "hi"}]}, "model"),
+        ({"model": "fake-model", "messages": []}, "messages"),
+        ({"model": "fake-model", "messages": "hi"}, "messages"),
+        ({"model": "fake-model", "messages": [{"role": "wizard", "content": "x"}]}, "messages.[0].role"),
+        ({"model": "fake-model", "messages": [{"role": "user"}]}, "messages.[0].content"),
+        ({"model": "fake-model", "messages": [{"role": "user", "content": 5}]}, "messages.[0]"),
+        ({**GOOD, "temperature": 3}, "temperature"),
+        ({**GOOD, "temperature": "hot"}, "temperature"),
+        ({**GOOD, "max_tokens": 0}, "max_tokens"),
+        ({**GOOD, "max_tokens": True}, "max_tokens"),
+        ({**GOOD, "stream": "yes"}, "stream"),
+        ({**GOOD, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({**GOOD, "frobnicate": 1}, "frobnicate"),
+    ],
+)
+def test_bad_chat_bodies_are_400(gateway: ServerThread, payload: bytes | dict, param: str | None) -> None:
+    assert_openai_error(post(gateway, payload), 400, param)
+
+
+def test_unknown_model_is_404(gateway: ServerThread) -> None:
+    error = assert_openai_error(post(gateway, {**GOOD, "model": "gpt-17"}), 404, "model")
+    assert error["code"] == "model_not_found"
+
+
+def test_oversize_body_is_413(gateway: ServerThread) -> None:
+    big = {**GOOD, "messages": [{"role": "user", "content": "x" * 100_000}]}
+    assert_openai_error(post(gateway, big), 413)
+
+
+def test_oversize_body_without_content_length_is_413(gateway: ServerThread) -> None:
+    def chunks():
+        for _ in range(100):
+            yield b" " * 1024
+
+    response = httpx.post(gateway.url + "/v1/chat/completions", content=chunks(), headers=AUTH, timeout=10)
+    assert_openai_error(response, 413)
+
+
+def test_missing_key_is_401(gateway: ServerThread) -> None:
+    response = httpx.post(gateway.url + "/v1/chat/completions", json=GOOD, timeout=10)
+    assert assert_openai_error(response, 401)["code"] == "missing_api_key"
+
+
+def test_models_needs_key(gateway: ServerThread) -> None:
+    assert_openai_error(httpx.get(gateway.url + "/v1/models", timeout=10), 401)
+
+
+def test_unknown_route_and_method(gateway: ServerThread) -> None:
+    assert_openai_error(httpx.get(gateway.url + "/v1/nothing", timeout=10), 404)
+    assert_openai_error(httpx.get(gateway.url + "/v1/chat/completions", headers=AUTH, timeout=10), 405)
+
+
+def test_embeddings_without_input_is_400(gateway: ServerThread) -> None:
+    response = httpx.post(
+        gateway.url + "/v1/embeddings", json={"model": "fake-model"}, headers=AUTH, timeout=10
+    )
+    assert_openai_error(response, 400, "input")
+
+
+def test_health(gateway: ServerThread) -> None:
+    assert httpx.get(gateway.url + "/health/live").status_code == 200
+    ready = httpx.get(gateway.url + "/health/ready").json()
+    assert ready == {"ready": True, "deployments": {"fake-1": True}}
+
+
+def test_client_disconnect_cancels_upstream(
+    gateway: ServerThread, upstream: tuple[FakeUpstream, ServerThread]
+) -> None:
+    fake = upstream[0]
+    before = len(fake.requests)
+    body = orjson.dumps(
+        {**GOOD, "stream": True, "messages": [{"role": "user", "content": "slow-stream " + "w " * 200}]}
+    )
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {MASTER_KEY}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+        sock.sendall(request)
+        assert b"200 OK" in sock.recv(4096)
+    time.sleep(1.0)
+    assert len(fake.requests) == before + 1
+    assert fake.cancelled == 1, "the upstream stream should have been cut when the client left"
