@@ -1,0 +1,36 @@
+"""Virtual API keys: random secrets, stored only as a sha256 hash plus a short visible prefix."""
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+KEY_PREFIX = "sk-gw-"
+VISIBLE_CHARS = 12
+
+
+@dataclass(frozen=True)
+class NewKey:
+    secret: str  # shown once, never stored
+    key_hash: str
+    prefix: str
+
+
+def hash_key(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def generate_key() -> NewKey:
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    return NewKey(secret=secret, key_hash=hash_key(secret), prefix=secret[:VISIBLE_CHARS])
+
+
+def new_id(kind: str) -> str:
+    return f"{kind}_{secrets.token_hex(8)}"
+
+
+def bearer_token(headers: dict[str, str]) -> str | None:
+    value = headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()

@@ -1,0 +1,14 @@
+"""Prometheus metrics of this package (process-wide by nature, like every prometheus_client metric)."""
+
+from prometheus_client import Counter
+
+REDIS_FAILURES = Counter(
+    "llmgw_ratelimit_redis_failures_total",
+    "Rate-limit calls that could not reach Redis (answered by the fallback or refused)",
+    ["operation", "mode"],
+)
+USAGE_RECORDS_DROPPED = Counter(
+    "llmgw_usage_records_dropped_total", "Usage records dropped because the writer queue was full"
+)
+USAGE_RECORDS_WRITTEN = Counter("llmgw_usage_records_written_total", "Usage records written to the database")
+RATE_LIMITED = Counter("llmgw_ratelimit_rejections_total", "Requests refused by a limit or budget", ["kind"])

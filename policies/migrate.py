@@ -1,0 +1,57 @@
+"""Schema migrations (Alembic, configured in code so `llmgw migrate` works from any directory)."""
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import migrations
+from policies.db import create_engine
+
+SCRIPT_LOCATION = Path(migrations.__file__).parent
+
+
+def alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(SCRIPT_LOCATION))
+    return config
+
+
+async def upgrade_engine(engine: AsyncEngine, revision: str = "head") -> None:
+    async with engine.begin() as conn:
+        await conn.run_sync(_upgrade, revision)
+
+
+def _upgrade(connection: Connection, revision: str) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+async def upgrade_async(database_url: str, schema: str | None = None) -> None:
+    engine = create_engine(database_url, schema)
+    try:
+        await upgrade_engine(engine)
+    finally:
+        await engine.dispose()
+
+
+def upgrade(database_url: str, schema: str | None = None) -> None:
+    """Bring the database to the latest schema (blocking; for the CLI)."""
+    asyncio.run(upgrade_async(database_url, schema))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="llmgw migrate", description="Upgrade the gateway database.")
+    parser.add_argument("--database-url", help="default: LLMGW_DATABASE_URL / settings")
+    args = parser.parse_args(argv)
+    from gateway.settings import load_settings
+
+    settings = load_settings()
+    upgrade(args.database_url or settings.database_url, settings.policies.db_schema)
+    print("database upgraded to head")
+    return 0

@@ -1,0 +1,61 @@
+"""What a limiter checks: buckets (one limit each), its decision, and the spend it records.
+
+Semantics (the same in Redis and in-process):
+- requests/tokens: a rolling window log. A request is admitted when the weights admitted in the
+  last `window_s` seconds plus its cost stay within the limit; exact, no approximation.
+  Token entries are re-weighted to the real usage at settlement while still in the window.
+- concurrency: one lease per request in flight, released at settlement (expires after a lease
+  timeout if a replica dies).
+- budget: admitted while the spend counter of the period is below the limit.
+"""
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+Kind = Literal["requests", "tokens", "concurrency", "budget"]
+
+
+@dataclass(frozen=True)
+class Bucket:
+    kind: Kind
+    name: str  # unique within the scope, e.g. "k:key_1:rpm"
+    scope: str  # the tenant id: every bucket of one request shares it (one Redis Cluster slot)
+    limit: float
+    cost: float = 0.0  # charged at admission: 1 request, the token reservation
+    label: str = ""  # who the limit applies to, for messages: "key key_1", "tenant acme"
+    retry_hint_s: float = 0.0  # budgets: seconds until the period ends
+
+
+@dataclass(frozen=True)
+class Spend:
+    name: str
+    scope: str
+    amount_usd: float
+    ttl_s: int
+
+
+@dataclass(frozen=True)
+class BucketState:
+    bucket: Bucket
+    used: float  # including this request when admitted
+    reset_s: float  # until the oldest entry in the window expires (0 when empty)
+    retry_s: float  # when rejected: until this request would fit
+
+
+@dataclass(frozen=True)
+class Decision:
+    admitted: bool
+    states: list[BucketState]
+    failed: BucketState | None = None
+
+
+class Limiter(Protocol):
+    async def admit(self, member: str, buckets: list[Bucket]) -> Decision: ...
+
+    async def settle(self, member: str, buckets: list[Bucket], tokens: int, spends: list[Spend]) -> None:
+        """Re-weight token buckets to `tokens`, release concurrency, add the spends."""
+        ...
+
+    async def seed_spend(self, spends: list[Spend]) -> None:
+        """Set spend counters that do not exist yet (start-up reload from usage records)."""
+        ...
