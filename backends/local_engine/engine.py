@@ -1,0 +1,238 @@
+"""The synchronous engine loop: schedule → model runner → sample (and verify proposals) → update sequences.
+
+One `step()` is one forward pass over a continuous batch. It returns, per request that advanced, the
+tokens and text produced in that step, so a caller can stream them.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import torch
+
+from backends.local_engine.block_manager import BlockManager
+from backends.local_engine.config import EngineSettings
+from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.scheduler import Scheduler
+from backends.local_engine.sequence import ScheduledSeq, Sequence
+from backends.local_engine.speculative import NgramProposer, verify_greedy, verify_sampled
+
+
+class Runner(Protocol):
+    num_blocks: int
+    block_size: int
+    eos_token_ids: Any
+
+    def execute(self, batch: list[ScheduledSeq]) -> list[Any]: ...
+
+
+class Detokenizer(Protocol):
+    """Incremental text for one request; `stopped` once a stop string appeared (text cut before it)."""
+
+    stopped: bool
+
+    def add(self, token_id: int) -> str: ...
+
+
+ProbsFn = Callable[[torch.Tensor, SamplingParams, list[int]], torch.Tensor]  # logits row, params, context
+DetokenizerFactory = Callable[[list[int], SamplingParams], Detokenizer]
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class RequestOutput:
+    """What one request gained in one step."""
+
+    seq_id: int
+    new_token_ids: list[int]
+    new_text: str
+    new_logprobs: list[TokenLogprob]
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    num_output_tokens: int
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class EngineCounters:
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_prompt_tokens: int = 0
+    num_generation_tokens: int = 0
+
+
+@dataclass
+class _Request:
+    seq: Sequence
+    detokenizer: Detokenizer
+    generator: torch.Generator | None
+
+
+class LLMEngine:
+    def __init__(
+        self, settings: EngineSettings, runner: Runner, probs_fn: ProbsFn, detokenizer: DetokenizerFactory
+    ) -> None:
+        self.settings = settings
+        self.runner = runner
+        self.block_manager = BlockManager(
+            runner.num_blocks, runner.block_size, settings.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(self.block_manager, settings.max_num_batched_tokens, settings.max_num_seqs)
+        self.proposer = (
+            NgramProposer(settings.num_speculative_tokens, settings.ngram_min, settings.ngram_max)
+            if settings.speculative_ngram
+            else None
+        )
+        self._probs_fn = probs_fn
+        self._make_detokenizer = detokenizer
+        self._eos = set(runner.eos_token_ids)
+        self._requests: dict[int, _Request] = {}
+        self.counters = EngineCounters()
+
+    # --- requests --------------------------------------------------------------------------------------
+
+    def add_request(self, prompt_ids: list[int], params: SamplingParams) -> int:
+        """Queue a request; ValueError (with a client-facing message) when it cannot fit."""
+        limit = self.settings.max_model_len
+        if not prompt_ids:
+            raise ValueError("the prompt is empty")
+        if len(prompt_ids) >= limit:
+            raise ValueError(
+                f"This model's maximum context length is {limit} tokens. "
+                f"However, your prompt has {len(prompt_ids)} tokens."
+            )
+        params = replace(params, max_tokens=min(params.max_tokens, limit - len(prompt_ids)))
+        seq = Sequence(list(prompt_ids), params)
+        self.scheduler.add(seq)
+        generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
+        self._requests[seq.seq_id] = _Request(seq, self._make_detokenizer(prompt_ids, params), generator)
+        self.counters.num_prompt_tokens += len(prompt_ids)
+        return seq.seq_id
+
+    def abort(self, seq_id: int) -> None:
+        if self._requests.pop(seq_id, None) is not None:
+            self.scheduler.abort(seq_id)
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._requests)
+
+    # --- one step --------------------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        if self.proposer is not None:
+            self._propose_drafts()
+        scheduled = self.scheduler.schedule().scheduled
+        if not scheduled:
+            return []
+        results = self.runner.execute(scheduled)
+        outputs = []
+        for item, result in zip(scheduled, results, strict=True):
+            output = self._advance(item, _logits_of(result))
+            if output is not None:
+                outputs.append(output)
+        return outputs
+
+    def _propose_drafts(self) -> None:
+        for seq in self.scheduler.running:
+            if seq.num_uncomputed_tokens == 1 and not seq.num_draft_tokens:
+                room = seq.params.max_tokens - len(seq.output_ids) - 1
+                drafts = self.proposer.propose(seq.token_ids, limit=room)
+                seq.token_ids.extend(drafts)
+                seq.num_draft_tokens = len(drafts)
+
+    def _advance(self, item: ScheduledSeq, logits: torch.Tensor | None) -> RequestOutput | None:
+        seq = item.seq
+        if logits is None:  # a prefill chunk that does not reach the end yet
+            seq.num_computed_tokens += item.num_new_tokens
+            self.block_manager.cache_full_blocks(seq)
+            return None
+        drafts = seq.token_ids[len(seq) - seq.num_draft_tokens :]
+        request = self._requests[seq.seq_id]
+        new_tokens = self._sample(seq, drafts, logits, request.generator)
+        accepted = len(new_tokens) - 1
+        self.counters.num_draft_tokens += len(drafts)
+        self.counters.num_accepted_tokens += accepted
+        seq.num_computed_tokens += item.num_new_tokens - (len(drafts) - accepted)
+        seq.trim_drafts()
+        self.block_manager.cache_full_blocks(seq)
+        return self._emit(request, new_tokens, logits)
+
+    def _sample(
+        self, seq: Sequence, drafts: list[int], logits: torch.Tensor, generator: torch.Generator | None
+    ) -> list[int]:
+        first_context = len(seq) - len(drafts)
+        rows = [
+            self._probs_fn(logits[i], seq.params, seq.token_ids[: first_context + i])
+            for i in range(len(logits))
+        ]
+        probs = torch.stack(rows)
+        if seq.params.greedy:
+            return verify_greedy(drafts, probs)
+        return verify_sampled(drafts, probs, generator)
+
+    def _emit(self, request: _Request, new_tokens: list[int], logits: torch.Tensor) -> RequestOutput:
+        seq = request.seq
+        out = RequestOutput(seq.seq_id, [], "", [], None, seq.num_prompt_tokens, seq.num_cached_tokens, 0)
+        for index, token_id in enumerate(new_tokens):
+            seq.append_token(token_id)
+            out.new_token_ids.append(token_id)
+            if seq.params.logprobs:
+                out.new_logprobs.append(_logprob(logits[index], token_id, seq.params.top_logprobs))
+            out.finish_reason = self._stop_reason(seq, token_id)
+            if out.finish_reason is None:
+                out.new_text += request.detokenizer.add(token_id)
+                out.finish_reason = self._length_reason(request)
+            if out.finish_reason is not None:
+                self._finish(request, out.finish_reason)
+                break
+        out.num_output_tokens = len(seq.output_ids)
+        self.counters.num_generation_tokens += len(out.new_token_ids)
+        return out
+
+    def _stop_reason(self, seq: Sequence, token_id: int) -> str | None:
+        is_eos = token_id in self._eos and not seq.params.ignore_eos
+        return "stop" if is_eos or token_id in seq.params.stop_token_ids else None
+
+    def _length_reason(self, request: _Request) -> str | None:
+        seq = request.seq
+        if request.detokenizer.stopped:
+            return "stop"
+        if len(seq.output_ids) >= seq.params.max_tokens or len(seq) >= self.settings.max_model_len:
+            return "length"
+        return None
+
+    def _finish(self, request: _Request, reason: str) -> None:
+        self.scheduler.finish(request.seq, reason)
+        del self._requests[request.seq.seq_id]
+
+
+def _logits_of(result: Any) -> torch.Tensor | None:
+    """The runner's logits for one scheduled sequence: a [num_logits, vocab] tensor, or None."""
+    logits = getattr(result, "logits", result)
+    if logits is None:
+        return None
+    return logits if logits.dim() == 2 else logits.unsqueeze(0)
+
+
+def _logprob(logits: torch.Tensor, token_id: int, num_top: int) -> TokenLogprob:
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    top: list[tuple[int, float]] = []
+    if num_top:
+        values, ids = logprobs.topk(num_top)
+        top = list(zip(ids.tolist(), values.tolist(), strict=True))
+    return TokenLogprob(token_id, float(logprobs[token_id]), top)

@@ -1,0 +1,69 @@
+"""A deterministic stand-in for the model side, for engine-loop tests: next token = f(previous tokens)."""
+
+from dataclasses import dataclass
+
+import torch
+
+from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.sequence import ScheduledSeq
+
+VOCAB = 64
+EOS = 0
+
+
+def next_token(tokens: list[int]) -> int:
+    """Cycles through a short pattern so n-gram speculation has something to find."""
+    return 1 + (tokens[-1] * 5 + 3) % 13
+
+
+@dataclass
+class FakeStepOutput:
+    logits: torch.Tensor | None
+
+
+class FakeRunner:
+    def __init__(self, num_blocks: int = 64, block_size: int = 4) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.eos_token_ids = (EOS,)
+        self.batches: list[list[tuple[int, int]]] = []
+
+    def execute(self, batch: list[ScheduledSeq]) -> list[FakeStepOutput]:
+        self.batches.append([(item.seq.seq_id, item.num_new_tokens) for item in batch])
+        return [self._one(item) for item in batch]
+
+    def _one(self, item: ScheduledSeq) -> FakeStepOutput:
+        seq = item.seq
+        assert len(seq.block_table) * self.block_size >= seq.num_computed_tokens + item.num_new_tokens
+        if seq.num_computed_tokens + item.num_new_tokens < len(seq):
+            return FakeStepOutput(None)
+        first = len(seq) - item.num_logits
+        rows = [self._row(seq.token_ids[: first + i + 1]) for i in range(item.num_logits)]
+        return FakeStepOutput(torch.stack(rows))
+
+    @staticmethod
+    def _row(context: list[int]) -> torch.Tensor:
+        logits = torch.linspace(0.0, 1.0, VOCAB)
+        logits[next_token(context)] = 3.0
+        return logits
+
+
+def fake_probs(logits: torch.Tensor, params: SamplingParams, context: list[int]) -> torch.Tensor:
+    temperature = params.temperature if params.temperature > 0 else 1.0
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+class FakeDetokenizer:
+    def __init__(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        self.stop = params.stop
+        self.text = ""
+        self.stopped = False
+
+    def add(self, token_id: int) -> str:
+        before = len(self.text)
+        self.text += f"<{token_id}>"
+        for stop in self.stop:
+            if stop in self.text:
+                self.text = self.text[: self.text.index(stop)]
+                self.stopped = True
+        return self.text[before:]
