@@ -1,7 +1,7 @@
 """The synchronous engine loop against a deterministic fake runner (no model weights)."""
 
 import pytest
-from engine_fakes import EOS, FakeDetokenizer, FakeRunner, fake_probs, next_token
+from test_engine_serving_fakes import EOS, FakeDetokenizer, FakeRunner, fake_probs, next_token
 
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.engine import LLMEngine

@@ -1,0 +1,152 @@
+"""The engine loop on a background thread; requests are submitted and streamed from asyncio.
+
+The loop thread owns the engine: callers only enqueue commands (add, abort), and the thread hands each
+step's outputs back to the event loop. Closing a stream early (client disconnect) aborts the request,
+which frees its KV blocks at the start of the next step.
+"""
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from backends.local_engine.engine import LLMEngine, RequestOutput
+from backends.local_engine.sampling_params import SamplingParams
+
+log = logging.getLogger("llmgw.engine")
+
+
+@dataclass
+class RequestTimes:
+    """Wall-clock marks of one request, for the latency histograms."""
+
+    arrival: float = field(default_factory=time.monotonic)
+    first_token: float | None = None
+    last_token: float | None = None
+
+    def mark_tokens(self, now: float) -> None:
+        if self.first_token is None:
+            self.first_token = now
+        self.last_token = now
+
+
+class RequestObserver:
+    """Told about each request's tokens as they are produced (the metrics implement it)."""
+
+    def on_tokens(self, times: RequestTimes, now: float, num_new: int) -> None:
+        """Called before `times` is marked, so times.last_token is the previous delivery."""
+
+    def on_finished(self, times: RequestTimes, now: float, reason: str) -> None: ...
+
+
+@dataclass
+class _Stream:
+    loop: asyncio.AbstractEventLoop
+    outputs: asyncio.Queue
+    times: RequestTimes = field(default_factory=RequestTimes)
+    seq_id: int | None = None
+
+    def put(self, item: RequestOutput | BaseException) -> None:
+        self.loop.call_soon_threadsafe(self.outputs.put_nowait, item)
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine, observer: RequestObserver | None = None) -> None:
+        self.engine = engine
+        self._observer = observer or RequestObserver()
+        self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._wakeup = threading.Event()
+        self._streams: dict[int, _Stream] = {}  # by seq_id; touched only on the loop thread
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping = True
+        self._wakeup.set()
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self.error is None
+
+    # --- asyncio side ----------------------------------------------------------------------------------
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[RequestOutput]:
+        """Stream a request's outputs; ValueError for a request that can never fit."""
+        if not self.alive:
+            raise RuntimeError("the engine loop is not running")
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        self._submit(lambda: self._add(stream, prompt_ids, params))
+        finished = False
+        try:
+            while not finished:
+                item = await stream.outputs.get()
+                if isinstance(item, BaseException):
+                    raise item
+                finished = item.finished
+                yield item
+        finally:
+            if not finished:
+                self._submit(lambda: self._abort(stream))
+
+    def _submit(self, command: Callable[[], None]) -> None:
+        self._commands.put(command)
+        self._wakeup.set()
+
+    # --- loop thread -----------------------------------------------------------------------------------
+
+    def _add(self, stream: _Stream, prompt_ids: list[int], params: SamplingParams) -> None:
+        try:
+            stream.seq_id = self.engine.add_request(prompt_ids, params)
+        except ValueError as error:
+            stream.put(error)
+            return
+        self._streams[stream.seq_id] = stream
+
+    def _abort(self, stream: _Stream) -> None:
+        if stream.seq_id is not None and self._streams.pop(stream.seq_id, None) is not None:
+            self.engine.abort(stream.seq_id)
+            self._observer.on_finished(stream.times, time.monotonic(), "abort")
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                self._drain_commands()
+                if self.engine.has_work:
+                    self._dispatch(self.engine.step())
+                else:
+                    self._wakeup.wait(timeout=1.0)
+                    self._wakeup.clear()
+        except BaseException as error:  # a dead loop must fail requests, not hang them
+            log.exception("engine loop crashed")
+            self.error = error
+            for stream in self._streams.values():
+                stream.put(RuntimeError("the engine loop crashed"))
+
+    def _drain_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            command()
+
+    def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        now = time.monotonic()
+        for output in outputs:
+            stream = self._streams.get(output.seq_id)
+            if stream is None:
+                continue
+            self._observer.on_tokens(stream.times, now, len(output.new_token_ids))
+            stream.times.mark_tokens(now)
+            if output.finished:
+                del self._streams[output.seq_id]
+                self._observer.on_finished(stream.times, now, output.finish_reason or "stop")
+            stream.put(output)

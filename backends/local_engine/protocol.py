@@ -1,0 +1,167 @@
+"""OpenAI request bodies in, OpenAI response objects out: the engine server's wire format.
+
+Bodies are validated by the gateway's own OpenAI checks first; this module turns them into sampling
+parameters and builds completions, chat completions and their streaming chunks.
+"""
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from backends.local_engine.engine import RequestOutput, TokenLogprob
+from backends.local_engine.sampling_params import SamplingParams
+from gateway.errors import bad_request
+
+TokenText = Callable[[int], str]
+
+
+def sampling_params(endpoint: str, body: dict[str, Any], default_max_tokens: int) -> SamplingParams:
+    if body.get("n", 1) != 1:
+        raise bad_request("Only n=1 is supported by this engine.", param="n")
+    stop = body.get("stop") or []
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=body.get("temperature", 1.0),
+        top_p=body.get("top_p", 1.0),
+        top_k=body.get("top_k") or 0,
+        min_p=body.get("min_p", 0.0),
+        presence_penalty=body.get("presence_penalty", 0.0),
+        frequency_penalty=body.get("frequency_penalty", 0.0),
+        repetition_penalty=body.get("repetition_penalty", 1.0),
+        seed=body.get("seed"),
+        stop=[stop] if isinstance(stop, str) else list(stop),
+        stop_token_ids=list(body.get("stop_token_ids") or []),
+        ignore_eos=bool(body.get("ignore_eos", False)),
+        **_logprob_options(endpoint, body),
+    )
+
+
+def _logprob_options(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+    if endpoint == "chat":
+        top = body.get("top_logprobs") or 0
+        if not isinstance(top, int) or not 0 <= top <= 20:
+            raise bad_request("'top_logprobs' must be an integer between 0 and 20.", param="top_logprobs")
+        if top and not body.get("logprobs"):
+            raise bad_request("'logprobs' must be true when 'top_logprobs' is set.", param="logprobs")
+        return {"logprobs": bool(body.get("logprobs")), "top_logprobs": top}
+    requested = body.get("logprobs")
+    if requested is not None and (not isinstance(requested, int) or not 0 <= requested <= 5):
+        raise bad_request("'logprobs' must be an integer between 0 and 5.", param="logprobs")
+    return {"logprobs": requested is not None, "top_logprobs": requested or 0}
+
+
+@dataclass
+class Completion:
+    """Accumulates one request's outputs and renders them the way its endpoint wants."""
+
+    endpoint: str
+    model: str
+    token_text: TokenText
+    include_usage: bool = False
+    id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
+    created: int = field(default_factory=lambda: int(time.time()))
+    text: str = ""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    last: RequestOutput | None = None
+
+    @property
+    def is_chat(self) -> bool:
+        return self.endpoint == "chat"
+
+    def add(self, output: RequestOutput) -> None:
+        self.text += output.new_text
+        self.logprobs += output.new_logprobs
+        self.last = output
+
+    # --- whole responses -------------------------------------------------------------------------------
+
+    def response(self) -> dict[str, Any]:
+        finish = self.last.finish_reason if self.last else "stop"
+        if self.is_chat:
+            message = {"role": "assistant", "content": self.text}
+            choice = {
+                "index": 0,
+                "message": message,
+                "logprobs": self._logprobs(self.logprobs),
+                "finish_reason": finish,
+            }
+        else:
+            choice = {
+                "index": 0,
+                "text": self.text,
+                "logprobs": self._logprobs(self.logprobs),
+                "finish_reason": finish,
+            }
+        return {**self._envelope(), "choices": [choice], "usage": self.usage()}
+
+    def usage(self) -> dict[str, Any]:
+        out = self.last
+        prompt, completion = (out.num_prompt_tokens, out.num_output_tokens) if out else (0, 0)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": out.num_cached_tokens if out else 0},
+        }
+
+    def _envelope(self) -> dict[str, Any]:
+        kind = "chat.completion" if self.is_chat else "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+    # --- streaming -------------------------------------------------------------------------------------
+
+    def first_chunk(self) -> dict[str, Any] | None:
+        """Chat streams open with the assistant role."""
+        return self._chunk({"role": "assistant", "content": ""}, None, []) if self.is_chat else None
+
+    def chunk(self, output: RequestOutput) -> dict[str, Any]:
+        self.add(output)
+        content = {"content": output.new_text} if self.is_chat else output.new_text
+        return self._chunk(content, output.finish_reason, output.new_logprobs)
+
+    def usage_chunk(self) -> dict[str, Any]:
+        return {**self._envelope(), "object": self._chunk_object(), "choices": [], "usage": self.usage()}
+
+    def _chunk(self, content: Any, finish: str | None, logprobs: list[TokenLogprob]) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": self._logprobs(logprobs)}
+        choice["delta" if self.is_chat else "text"] = content
+        chunk = {**self._envelope(), "object": self._chunk_object(), "choices": [choice]}
+        if self.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def _chunk_object(self) -> str:
+        return "chat.completion.chunk" if self.is_chat else "text_completion"
+
+    # --- logprobs --------------------------------------------------------------------------------------
+
+    def _logprobs(self, items: list[TokenLogprob]) -> dict[str, Any] | None:
+        if not items:
+            return None
+        return self._chat_logprobs(items) if self.is_chat else self._completion_logprobs(items)
+
+    def _chat_logprobs(self, items: list[TokenLogprob]) -> dict[str, Any]:
+        def entry(token_id: int, logprob: float) -> dict[str, Any]:
+            text = self.token_text(token_id)
+            return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+        content = [
+            {**entry(i.token_id, i.logprob), "top_logprobs": [entry(t, lp) for t, lp in i.top]} for i in items
+        ]
+        return {"content": content}
+
+    def _completion_logprobs(self, items: list[TokenLogprob]) -> dict[str, Any]:
+        tokens = [self.token_text(i.token_id) for i in items]
+        offsets, position = [], len(self.text) - sum(map(len, tokens))
+        for token in tokens:
+            offsets.append(position)
+            position += len(token)
+        return {
+            "tokens": tokens,
+            "token_logprobs": [i.logprob for i in items],
+            "top_logprobs": [{self.token_text(t): lp for t, lp in i.top} for i in items],
+            "text_offset": offsets,
+        }

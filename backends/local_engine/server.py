@@ -1,0 +1,209 @@
+"""The engine's OpenAI-compatible HTTP server: completions, chat completions, models, health, metrics.
+
+The model loads on a background thread after the socket is open, so the server answers at once and
+/health turns 200 only when the model is ready. Streams and waiting requests are aborted when the client
+goes away.
+"""
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from backends.local_engine.async_engine import AsyncEngine
+from backends.local_engine.engine import RequestOutput
+from backends.local_engine.metrics import EngineMetrics
+from backends.local_engine.protocol import Completion, sampling_params
+from gateway.errors import OpenAIError, bad_request, model_not_found
+from gateway.sse import DONE, event
+from gateway.validation import parse_json, validate
+
+log = logging.getLogger("llmgw.engine")
+
+
+@dataclass
+class ServedModel:
+    """What the server needs besides the engine: the public name and the tokenizer's three jobs."""
+
+    name: str
+    encode_text: Callable[[str], list[int]]
+    encode_chat: Callable[[list[dict[str, Any]]], list[int]]
+    token_text: Callable[[int], str]
+
+
+@dataclass
+class LoadedEngine:
+    engine: AsyncEngine
+    model: ServedModel
+    metrics: EngineMetrics
+
+
+class EngineState:
+    """The loaded engine once ready; requests before that get 503."""
+
+    def __init__(self, load: Callable[[], LoadedEngine]) -> None:
+        self._load = load
+        self.loaded: LoadedEngine | None = None
+        self.failed: BaseException | None = None
+
+    def load_in_background(self) -> threading.Thread:
+        thread = threading.Thread(target=self._load_now, name="engine-load", daemon=True)
+        thread.start()
+        return thread
+
+    def _load_now(self) -> None:
+        try:
+            self.loaded = self._load()
+            self.loaded.engine.start()
+            log.info("engine ready: serving %s", self.loaded.model.name)
+        except BaseException as error:
+            log.exception("the engine failed to load")
+            self.failed = error
+
+    def ready(self) -> LoadedEngine:
+        if self.loaded is None or not self.loaded.engine.alive:
+            raise OpenAIError(503, "The engine is not ready.", code="engine_not_ready")
+        return self.loaded
+
+    def stop(self) -> None:
+        if self.loaded is not None:
+            self.loaded.engine.stop()
+
+
+def create_app(load: Callable[[], LoadedEngine], default_max_tokens: int = 256) -> FastAPI:
+    state = EngineState(load)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.load_in_background()
+        yield
+        state.stop()
+
+    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.engine_state = state
+    app.add_exception_handler(OpenAIError, _openai_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    _add_routes(app, state, default_max_tokens)
+    return app
+
+
+def _add_routes(app: FastAPI, state: EngineState, default_max_tokens: int) -> None:
+    @app.get("/health")
+    async def health() -> Response:
+        state.ready()
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(state.ready().metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        card = {"id": state.ready().model.name, "object": "model", "created": 0, "owned_by": "llmgw"}
+        return _json({"object": "list", "data": [card]})
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        return await _serve(request, state.ready(), "chat", default_max_tokens)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await _serve(request, state.ready(), "completions", default_max_tokens)
+
+
+async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_max_tokens: int) -> Response:
+    body = parse_json(await request.body())
+    validate(endpoint, body)
+    if body["model"] != loaded.model.name:
+        raise model_not_found(body["model"])
+    params = sampling_params(endpoint, body, default_max_tokens)
+    prompt_ids = _prompt_ids(loaded.model, endpoint, body)
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    completion = Completion(endpoint, loaded.model.name, loaded.model.token_text, include_usage)
+    outputs = loaded.engine.generate(prompt_ids, params)
+    first = await _first_output(outputs, "messages" if endpoint == "chat" else "prompt")
+    if body.get("stream"):
+        return StreamingResponse(_sse(completion, first, outputs), media_type="text/event-stream")
+    return await _until_done_or_disconnect(request, completion, first, outputs)
+
+
+def _prompt_ids(model: ServedModel, endpoint: str, body: dict[str, Any]) -> list[int]:
+    if endpoint == "chat":
+        return model.encode_chat(body["messages"])
+    prompt = body["prompt"]
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        return model.encode_text(prompt)
+    if all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+        return list(prompt)
+    raise bad_request("'prompt' must be one string or one array of token ids.", param="prompt")
+
+
+async def _first_output(outputs: AsyncIterator[RequestOutput], param: str) -> RequestOutput:
+    """The first step's output, so refusals (context too long) become a 400 before headers go out."""
+    try:
+        return await anext(outputs)
+    except ValueError as error:
+        code = "context_length_exceeded" if "context length" in str(error) else None
+        raise bad_request(str(error), param=param, code=code) from error
+    except RuntimeError as error:
+        raise OpenAIError(503, str(error), code="engine_unavailable") from error
+
+
+async def _sse(completion: Completion, first: RequestOutput, outputs: AsyncIterator) -> AsyncIterator[bytes]:
+    try:
+        opening = completion.first_chunk()
+        if opening is not None:
+            yield event(opening)
+        yield event(completion.chunk(first))
+        async for output in outputs:
+            yield event(completion.chunk(output))
+        if completion.include_usage:
+            yield event(completion.usage_chunk())
+        yield DONE
+    finally:
+        await outputs.aclose()  # the client left early: abort the request
+
+
+async def _until_done_or_disconnect(
+    request: Request, completion: Completion, first: RequestOutput, outputs: AsyncIterator
+) -> Response:
+    async def collect() -> None:
+        completion.add(first)
+        async for output in outputs:
+            completion.add(output)
+
+    task = asyncio.ensure_future(collect())
+    while not task.done():
+        await asyncio.wait({task}, timeout=0.5)
+        if not task.done() and await request.is_disconnected():
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+            await outputs.aclose()
+            return Response(status_code=499)
+    task.result()
+    return _json(completion.response())
+
+
+def _json(content: dict[str, Any], status: int = 200) -> Response:
+    return Response(orjson.dumps(content), status_code=status, media_type="application/json")
+
+
+async def _openai_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, OpenAIError)
+    return Response(error.to_json(), status_code=error.status, media_type="application/json")
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, StarletteHTTPException)
+    return await _openai_error(request, OpenAIError(error.status_code, str(error.detail)))

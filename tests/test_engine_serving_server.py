@@ -1,0 +1,172 @@
+"""The engine's OpenAI server over real HTTP with the official SDK; the model is the deterministic fake."""
+
+import asyncio
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import uvicorn
+from test_engine_serving_fakes import FakeDetokenizer, FakeRunner, fake_probs
+
+from backends.local_engine.async_engine import AsyncEngine
+from backends.local_engine.config import EngineSettings
+from backends.local_engine.engine import LLMEngine
+from backends.local_engine.metrics import EngineMetrics
+from backends.local_engine.server import LoadedEngine, ServedModel, create_app
+
+
+def fake_load() -> LoadedEngine:
+    settings = EngineSettings(max_model_len=128, max_num_batched_tokens=32, max_num_seqs=4)
+    engine = LLMEngine(settings, FakeRunner(num_blocks=64), fake_probs, FakeDetokenizer)
+    metrics = EngineMetrics(engine, "fake")
+
+    def encode_text(text: str) -> list[int]:
+        return [1 + ord(c) % 50 for c in text]
+
+    def encode_chat(messages: list[dict]) -> list[int]:
+        return encode_text("".join(m["content"] for m in messages))
+
+    model = ServedModel("fake", encode_text, encode_chat, lambda t: f"<{t}>")
+    return LoadedEngine(AsyncEngine(engine, metrics), model, metrics)
+
+
+@pytest.fixture(scope="module")
+def server():
+    app = create_app(fake_load)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    while not srv.started:
+        time.sleep(0.01)
+    port = srv.servers[0].sockets[0].getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    while httpx.get(f"{base}/health").status_code != 200:
+        time.sleep(0.01)
+    yield base, app
+    srv.should_exit = True
+    thread.join(5)
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=f"{server[0]}/v1", api_key="unused", max_retries=0)
+
+
+def test_models_lists_the_served_model(client):
+    assert [m.id for m in client.models.list().data] == ["fake"]
+
+
+def test_chat_completion_with_usage(client):
+    reply = client.chat.completions.create(
+        model="fake", messages=[{"role": "user", "content": "hello"}], max_tokens=5, temperature=0
+    )
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.choices[0].message.content.count("<") == 5
+    assert reply.usage.prompt_tokens == 5 and reply.usage.completion_tokens == 5
+    assert reply.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_streaming_chat_with_include_usage(client):
+    chunks = list(
+        client.chat.completions.create(
+            model="fake",
+            messages=[{"role": "user", "content": "stream me"}],
+            max_tokens=6,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.count("<") == 6
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+def test_completions_with_logprobs_and_cached_prefix(client):
+    prompt = "a shared system prompt that is long enough to fill blocks " * 2
+    client.completions.create(model="fake", prompt=prompt + "one", max_tokens=2, temperature=0)
+    reply = client.completions.create(
+        model="fake", prompt=prompt + "two", max_tokens=3, temperature=0, logprobs=2
+    )
+    assert reply.usage.prompt_tokens_details.cached_tokens >= 100
+    assert len(reply.choices[0].logprobs.tokens) == 3
+    assert all(len(top) == 2 for top in reply.choices[0].logprobs.top_logprobs)
+
+
+def test_completions_accepts_token_ids(client):
+    reply = client.completions.create(model="fake", prompt=[5, 6, 7], max_tokens=2, temperature=0)
+    assert reply.usage.prompt_tokens == 3
+
+
+def test_context_too_long_is_a_clear_400(client):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="fake", prompt="x" * 200, max_tokens=2)
+    body = info.value.body
+    assert "maximum context length is 128 tokens" in body["message"]
+    assert body["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize(
+    "kwargs, param",
+    [({"temperature": 5}, "temperature"), ({"n": 2}, "n"), ({"top_logprobs": 3}, "logprobs")],
+)
+def test_bad_parameters_are_openai_shaped_400s(client, kwargs, param):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}], **kwargs)
+    assert info.value.body["param"] == param and info.value.body["type"] == "invalid_request_error"
+
+
+def test_unknown_model_is_404(client):
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="other", prompt="x", max_tokens=1)
+
+
+def test_malformed_json_is_400(server):
+    response = httpx.post(f"{server[0]}/v1/completions", content=b"{not json")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
+
+
+def test_metrics_use_vllm_names_with_model_label(server, client):
+    client.completions.create(model="fake", prompt="count me", max_tokens=3, temperature=0)
+    text = httpx.get(f"{server[0]}/metrics").text
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:num_preemptions_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+    ):
+        lines = [line for line in text.splitlines() if line.startswith(name + "{")]
+        assert lines and all('model_name="fake"' in line for line in lines), name
+    assert 'vllm:request_success_total{finished_reason="length",model_name="fake"}' in text
+
+
+async def test_client_disconnect_aborts_the_stream_and_frees_blocks(server):
+    base, app = server
+    engine = app.state.engine_state.loaded.engine.engine
+    body = {"model": "fake", "prompt": "a long one", "max_tokens": 100, "stream": True, "ignore_eos": True}
+    async with (
+        httpx.AsyncClient() as http,
+        http.stream("POST", f"{base}/v1/completions", json=body) as response,
+    ):
+        async for _ in response.aiter_lines():
+            break
+    for _ in range(200):
+        if engine.num_requests == 0 and engine.block_manager.num_free_blocks == 64:
+            break
+        await asyncio.sleep(0.01)
+    assert engine.num_requests == 0
+    assert engine.block_manager.num_free_blocks == 64
