@@ -30,12 +30,17 @@ class Directory:
         self._store = store
         self._static_models = static_models
         self._keys: dict[str, KeyEntry] = {}
+        self._by_key_id: dict[str, KeyEntry] = {}
         self._models: list[ModelConfig] = list(static_models)
         self._listeners: list[ModelsListener] = []
         self._lock = asyncio.Lock()
 
     def lookup(self, key_hash: str) -> KeyEntry | None:
         return self._keys.get(key_hash)
+
+    def policy_for(self, key_id: str) -> Policy | None:
+        entry = self._by_key_id.get(key_id)
+        return entry.policy if entry else None
 
     @property
     def models(self) -> list[ModelConfig]:
@@ -53,6 +58,7 @@ class Directory:
         async with self._lock:
             snapshot = await self._store.load_snapshot()
             self._keys = _key_entries(snapshot)
+            self._by_key_id = {entry.principal.key_id: entry for entry in self._keys.values()}
             models = _merge_models(self._static_models, snapshot.models)
             changed, self._models = models != self._models, models
         if changed:

@@ -26,11 +26,3 @@ def generate_key() -> NewKey:
 
 def new_id(kind: str) -> str:
     return f"{kind}_{secrets.token_hex(8)}"
-
-
-def bearer_token(headers: dict[str, str]) -> str | None:
-    value = headers.get("authorization", "")
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()

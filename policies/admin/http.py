@@ -1,0 +1,75 @@
+"""Admin API plumbing: the admin-token guard and OpenAI-style error rendering for its routes."""
+
+import hmac
+from collections.abc import Awaitable, Callable
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from pydantic import SecretStr
+from starlette.responses import Response
+
+from gateway.errors import OpenAIError
+from policies.errors import Conflict, NotFound
+
+
+def admin_guard(token: SecretStr | None) -> Callable[[Request], Awaitable[None]]:
+    """No token configured: the API is off (404). No bearer: 401. Wrong bearer: 403."""
+    expected = token.get_secret_value().encode() if token else None
+
+    async def check(request: Request) -> None:
+        if expected is None:
+            raise OpenAIError(
+                404, "The admin API is disabled: set LLMGW_ADMIN_TOKEN to enable it.", code="admin_disabled"
+            )
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            raise OpenAIError(
+                401, "Provide the admin token as 'Authorization: Bearer <token>'.", code="missing_admin_token"
+            )
+        if not hmac.compare_digest(given.strip().encode(), expected):
+            raise OpenAIError(403, "The admin token is not valid.", code="invalid_admin_token")
+
+    return check
+
+
+class OpenAIErrorRoute(APIRoute):
+    """Renders validation, not-found and conflict errors of admin routes as OpenAI error JSON."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:  # mapped to OpenAI errors; anything else is re-raised
+                return render(as_openai_error(exc))
+
+        return handle
+
+
+def as_openai_error(exc: Exception) -> OpenAIError:
+    if isinstance(exc, OpenAIError):
+        return exc
+    if isinstance(exc, RequestValidationError):
+        return _validation_error(exc)
+    if isinstance(exc, NotFound):
+        return OpenAIError(404, str(exc), code=f"{exc.kind}_not_found")
+    if isinstance(exc, Conflict):
+        return OpenAIError(409, str(exc), code="conflict")
+    raise exc
+
+
+def render(error: OpenAIError) -> Response:
+    return Response(
+        error.to_json(), status_code=error.status, headers=error.headers, media_type="application/json"
+    )
+
+
+def _validation_error(exc: RequestValidationError) -> OpenAIError:
+    problems = [
+        f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg')}" for e in exc.errors()
+    ]
+    first = exc.errors()[0] if exc.errors() else {}
+    param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+    return OpenAIError(422, "Invalid request: " + "; ".join(problems), param=param, code="invalid_value")

@@ -1,0 +1,219 @@
+"""The admin REST API under /admin/v1. Every change reaches all replicas through the notifier."""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import SecretStr
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.errors import OpenAIError, bad_request
+from gateway.settings import ModelConfig
+from policies.admin.http import OpenAIErrorRoute, admin_guard
+from policies.admin.schemas import (
+    CacheFlushIn,
+    CacheFlushOut,
+    Deleted,
+    KeyCreated,
+    KeyIn,
+    KeyOut,
+    ModelOut,
+    PolicyIn,
+    PolicyOut,
+    TenantIn,
+    TenantOut,
+    TenantPatch,
+    UsageOut,
+)
+from policies.directory import Directory
+from policies.notify import ChangeNotifier
+from policies.policy import Policy
+from policies.store import Store
+from policies.tables import PolicyRow
+from policies.usage_query import GroupBy, aggregate_usage
+
+CacheFlush = Callable[[str | None, str | None], Awaitable[int]]
+
+
+@dataclass
+class AdminDeps:
+    store: Store
+    engine: AsyncEngine
+    directory: Directory
+    notifier: ChangeNotifier
+    admin_token: SecretStr | None
+    cache_flush: CacheFlush | None = field(default=None)
+
+
+def create_admin_router(deps: AdminDeps) -> APIRouter:
+    router = APIRouter(
+        prefix="/admin/v1",
+        tags=["admin"],
+        route_class=OpenAIErrorRoute,
+        dependencies=[Depends(admin_guard(deps.admin_token))],
+    )
+    _policy_routes(router, deps)
+    _tenant_routes(router, deps)
+    _key_routes(router, deps)
+    _model_routes(router, deps)
+    _usage_routes(router, deps)
+    return router
+
+
+def _policy_out(row: PolicyRow) -> PolicyOut:
+    return PolicyOut.model_validate(
+        {
+            **row.spec,
+            "name": row.name,
+            "id": row.id,
+            "created_at": row.created_at,
+            "updated_at": row.updated_at,
+        }
+    )
+
+
+def _spec(body: PolicyIn) -> Policy:
+    return Policy.model_validate(body.model_dump(exclude={"name"}))
+
+
+def _policy_routes(router: APIRouter, deps: AdminDeps) -> None:
+    @router.post("/policies", status_code=201, response_model=PolicyOut)
+    async def create_policy(body: PolicyIn) -> PolicyOut:
+        row = await deps.store.create_policy(body.name, _spec(body))
+        await deps.notifier.changed()
+        return _policy_out(row)
+
+    @router.get("/policies", response_model=list[PolicyOut])
+    async def list_policies() -> list[PolicyOut]:
+        return [_policy_out(row) for row in await deps.store.list_policies()]
+
+    @router.get("/policies/{policy_id}", response_model=PolicyOut)
+    async def get_policy(policy_id: str) -> PolicyOut:
+        return _policy_out(await deps.store.get_policy(policy_id))
+
+    @router.put("/policies/{policy_id}", response_model=PolicyOut)
+    async def replace_policy(policy_id: str, body: PolicyIn) -> PolicyOut:
+        row = await deps.store.update_policy(policy_id, body.name, _spec(body))
+        await deps.notifier.changed()
+        return _policy_out(row)
+
+    @router.delete("/policies/{policy_id}", response_model=Deleted)
+    async def delete_policy(policy_id: str) -> Deleted:
+        await deps.store.delete_policy(policy_id)
+        await deps.notifier.changed()
+        return Deleted(id=policy_id)
+
+
+def _tenant_routes(router: APIRouter, deps: AdminDeps) -> None:
+    @router.post("/tenants", status_code=201, response_model=TenantOut)
+    async def create_tenant(body: TenantIn) -> Any:
+        row = await deps.store.create_tenant(body.id, body.name, body.policy_id)
+        await deps.notifier.changed()
+        return TenantOut.model_validate(row, from_attributes=True)
+
+    @router.get("/tenants", response_model=list[TenantOut])
+    async def list_tenants() -> Any:
+        return [
+            TenantOut.model_validate(row, from_attributes=True) for row in await deps.store.list_tenants()
+        ]
+
+    @router.get("/tenants/{tenant_id}", response_model=TenantOut)
+    async def get_tenant(tenant_id: str) -> Any:
+        return TenantOut.model_validate(await deps.store.get_tenant(tenant_id), from_attributes=True)
+
+    @router.patch("/tenants/{tenant_id}", response_model=TenantOut)
+    async def update_tenant(tenant_id: str, body: TenantPatch) -> Any:
+        changes = body.model_dump(include=body.model_fields_set)
+        if changes.get("name", "") is None:
+            raise bad_request("name cannot be null", param="name")
+        row = await deps.store.update_tenant(tenant_id, changes)
+        await deps.notifier.changed()
+        return TenantOut.model_validate(row, from_attributes=True)
+
+    @router.delete("/tenants/{tenant_id}", response_model=Deleted)
+    async def delete_tenant(tenant_id: str) -> Deleted:
+        await deps.store.delete_tenant(tenant_id)
+        await deps.notifier.changed()
+        return Deleted(id=tenant_id)
+
+
+def _key_routes(router: APIRouter, deps: AdminDeps) -> None:
+    @router.post("/keys", status_code=201, response_model=KeyCreated)
+    async def create_key(body: KeyIn) -> Any:
+        expires_at = _naive_utc(body.expires_at)
+        row, new = await deps.store.create_key(body.tenant_id, body.name, body.policy_id, expires_at)
+        await deps.notifier.changed()
+        return KeyCreated.model_validate(
+            {**KeyOut.model_validate(row, from_attributes=True).model_dump(), "key": new.secret}
+        )
+
+    @router.get("/keys", response_model=list[KeyOut])
+    async def list_keys(tenant_id: str | None = None) -> Any:
+        return [
+            KeyOut.model_validate(row, from_attributes=True) for row in await deps.store.list_keys(tenant_id)
+        ]
+
+    @router.get("/keys/{key_id}", response_model=KeyOut)
+    async def get_key(key_id: str) -> Any:
+        return KeyOut.model_validate(await deps.store.get_key(key_id), from_attributes=True)
+
+    @router.post("/keys/{key_id}/revoke", response_model=KeyOut)
+    async def revoke_key(key_id: str) -> Any:
+        row = await deps.store.revoke_key(key_id)
+        await deps.notifier.changed()
+        return KeyOut.model_validate(row, from_attributes=True)
+
+
+def _model_routes(router: APIRouter, deps: AdminDeps) -> None:
+    @router.get("/models", response_model=list[ModelOut])
+    async def list_models() -> list[ModelOut]:
+        stored = {row.name for row in await deps.store.list_models()}
+        return [
+            ModelOut(name=m.name, source="database" if m.name in stored else "static", config=m)
+            for m in deps.directory.models
+        ]
+
+    @router.put("/models/{name}", response_model=ModelOut)
+    async def put_model(name: str, body: ModelConfig) -> ModelOut:
+        if body.name != name:
+            raise bad_request(f"the body's name {body.name!r} differs from the path's {name!r}", param="name")
+        await deps.store.upsert_model(name, body.model_dump(mode="json"))
+        await deps.notifier.changed()
+        return ModelOut(name=name, source="database", config=body)
+
+    @router.delete("/models/{name}", response_model=Deleted)
+    async def delete_model(name: str) -> Deleted:
+        await deps.store.delete_model(name)
+        await deps.notifier.changed()
+        return Deleted(id=name)
+
+
+def _usage_routes(router: APIRouter, deps: AdminDeps) -> None:
+    @router.get("/usage", response_model=UsageOut)
+    async def usage(
+        group_by: Annotated[list[GroupBy] | None, Query(description="repeat to group by several")] = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        tenant_id: str | None = None,
+        key_id: str | None = None,
+        model: str | None = None,
+    ) -> UsageOut:
+        group_by = group_by or ["tenant_id"]
+        filters = {k: v for k, v in {"tenant_id": tenant_id, "key_id": key_id, "model": model}.items() if v}
+        start, end = _naive_utc(start), _naive_utc(end)
+        data = await aggregate_usage(deps.engine, group_by, start, end, filters)
+        return UsageOut(start=start, end=end, group_by=list(group_by), data=data)
+
+    @router.post("/cache/flush", response_model=CacheFlushOut)
+    async def flush_cache(body: CacheFlushIn) -> CacheFlushOut:
+        if deps.cache_flush is None:
+            raise OpenAIError(501, "No cache is configured on this gateway.", code="cache_unavailable")
+        return CacheFlushOut(flushed=await deps.cache_flush(body.tenant_id, body.model))
+
+
+def _naive_utc(value: datetime | None) -> datetime | None:
+    if value is None or value.tzinfo is None:
+        return value
+    return value.astimezone(UTC).replace(tzinfo=None)

@@ -1,0 +1,48 @@
+"""The proxy path's first stages: who is calling (AuthStage) and what they may do (PolicyStage).
+
+Both read only the in-memory Directory: no database query per request. A model outside the
+policy's allowed list answers 404 model_not_found, as OpenAI does for models a key cannot see.
+"""
+
+import hmac
+
+from gateway.auth import bearer_key, invalid_key
+from gateway.context import Handler, Principal, Reply, RequestContext
+from gateway.errors import model_not_found
+from policies.directory import Directory, KeyEntry
+from policies.keys import hash_key
+from policies.tables import utcnow
+
+MASTER = Principal(tenant_id="master", key_id="master", key_prefix="master")
+
+
+class AuthStage:
+    def __init__(self, directory: Directory, master_key: str) -> None:
+        self._directory = directory
+        self._master = master_key.encode()
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
+        secret = bearer_key(ctx.headers)
+        if hmac.compare_digest(secret.encode(), self._master):
+            ctx.principal = MASTER
+        else:
+            ctx.principal = self._principal(self._directory.lookup(hash_key(secret)))
+        return await call_next(ctx)
+
+    @staticmethod
+    def _principal(entry: KeyEntry | None) -> Principal:
+        if entry is None or (entry.expires_at is not None and entry.expires_at <= utcnow()):
+            raise invalid_key()
+        return entry.principal
+
+
+class PolicyStage:
+    def __init__(self, directory: Directory) -> None:
+        self._directory = directory
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
+        if ctx.principal is not None and ctx.principal is not MASTER:
+            ctx.policy = self._directory.policy_for(ctx.principal.key_id)
+        if ctx.policy is not None and not ctx.policy.allows(ctx.model):
+            raise model_not_found(ctx.model)
+        return await call_next(ctx)

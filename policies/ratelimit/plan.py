@@ -1,0 +1,83 @@
+"""Which buckets a request is checked against, from its principal and policy."""
+
+from datetime import UTC, datetime, timedelta
+
+from gateway.context import Principal
+from policies.policy import Budget, Limits, Policy
+from policies.ratelimit.buckets import Bucket, Spend
+
+DAY_TTL_S = 2 * 86_400
+MONTH_TTL_S = 32 * 86_400
+TENANT = "t"
+
+
+def key_owner(key_id: str) -> str:
+    return f"k:{key_id}"
+
+
+def spend_name(owner: str, period: str) -> str:
+    return f"{owner}:usd:{period}"
+
+
+def admission_buckets(
+    principal: Principal, policy: Policy, model: str, tokens: int, now: datetime
+) -> list[Bucket]:
+    tenant, key = principal.tenant_id, principal.key_id
+    buckets = _limit_buckets(policy.key_limits, tenant, key_owner(key), f"key {key}", tokens)
+    buckets += _limit_buckets(policy.tenant_limits, tenant, TENANT, f"tenant {tenant}", tokens)
+    if model in policy.model_limits:
+        label = f"tenant {tenant}, model {model}"
+        buckets += _limit_buckets(policy.model_limits[model], tenant, f"m:{model}", label, tokens)
+    buckets += _budget_buckets(policy.key_budget, tenant, key_owner(key), f"key {key}", now)
+    buckets += _budget_buckets(policy.tenant_budget, tenant, TENANT, f"tenant {tenant}", now)
+    return buckets
+
+
+def spends(principal: Principal, cost_usd: float, now: datetime) -> list[Spend]:
+    """The four spend counters a request adds to: key and tenant, day and month."""
+    owners = [key_owner(principal.key_id), TENANT]
+    return [
+        Spend(spend_name(owner, period), principal.tenant_id, cost_usd, ttl)
+        for owner in owners
+        for period, ttl in ((day_period(now), DAY_TTL_S), (month_period(now), MONTH_TTL_S))
+    ]
+
+
+def day_period(now: datetime) -> str:
+    return f"d:{now:%Y-%m-%d}"
+
+
+def month_period(now: datetime) -> str:
+    return f"m:{now:%Y-%m}"
+
+
+def _limit_buckets(limits: Limits, tenant: str, name: str, label: str, tokens: int) -> list[Bucket]:
+    buckets = []
+    if limits.rpm is not None:
+        buckets.append(Bucket("requests", f"{name}:rpm", tenant, limits.rpm, 1, label))
+    if limits.tpm is not None:
+        buckets.append(Bucket("tokens", f"{name}:tpm", tenant, limits.tpm, tokens, label))
+    if limits.max_concurrent is not None:
+        buckets.append(Bucket("concurrency", f"{name}:inflight", tenant, limits.max_concurrent, 1, label))
+    return buckets
+
+
+def _budget_buckets(budget: Budget, tenant: str, owner: str, label: str, now: datetime) -> list[Bucket]:
+    periods = [
+        (budget.usd_per_day, day_period(now), _next_day(now)),
+        (budget.usd_per_month, month_period(now), _next_month(now)),
+    ]
+    return [
+        Bucket("budget", spend_name(owner, period), tenant, limit, 0, label, (ends - now).total_seconds())
+        for limit, period, ends in periods
+        if limit is not None
+    ]
+
+
+def _next_day(now: datetime) -> datetime:
+    return datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
+
+
+def _next_month(now: datetime) -> datetime:
+    year, month = (now.year + 1, 1) if now.month == 12 else (now.year, now.month + 1)
+    return datetime(year, month, 1, tzinfo=UTC)

@@ -1,0 +1,72 @@
+"""OpenAI's rate-limit headers and 429 errors, from a limiter's decision.
+
+x-ratelimit-{limit,remaining,reset}-{requests,tokens} describe the tightest RPM/TPM bucket of the
+request (key, tenant or model); reset is the time until that window's oldest entry expires, i.e.
+until capacity next grows. Retry-After (whole seconds, at least 1) is the time until this request
+would fit, or until the budget period ends.
+"""
+
+import math
+
+from gateway.errors import OpenAIError
+from policies.ratelimit.buckets import BucketState, Decision
+
+_UNITS = {"requests": ("requests per min (RPM)", "requests"), "tokens": ("tokens per min (TPM)", "tokens")}
+
+
+def rate_headers(decision: Decision) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for kind, suffix in _UNITS.items():
+        states = [s for s in decision.states if s.bucket.kind == kind]
+        if states:
+            tightest = min(states, key=lambda s: s.bucket.limit - s.used)
+            headers[f"x-ratelimit-limit-{suffix[1]}"] = str(int(tightest.bucket.limit))
+            headers[f"x-ratelimit-remaining-{suffix[1]}"] = str(
+                max(0, int(tightest.bucket.limit - tightest.used))
+            )
+            headers[f"x-ratelimit-reset-{suffix[1]}"] = duration(tightest.reset_s)
+    return headers
+
+
+def rejection(decision: Decision) -> OpenAIError:
+    failed = decision.failed
+    assert failed is not None
+    headers = rate_headers(decision)
+    if failed.retry_s >= 0:
+        headers["retry-after"] = str(max(1, math.ceil(failed.retry_s)))
+        headers["retry-after-ms"] = str(max(1, math.ceil(failed.retry_s * 1000)))
+    return OpenAIError(429, _message(failed), **_type_and_code(failed), headers=headers)
+
+
+def duration(seconds: float) -> str:
+    """OpenAI's format: 20ms, 1.5s, 6m0s."""
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))}ms"
+    minutes, rest = divmod(seconds, 60)
+    if minutes:
+        return f"{int(minutes)}m{int(rest)}s"
+    return f"{rest:.3g}s"
+
+
+def _type_and_code(failed: BucketState) -> dict[str, str]:
+    if failed.bucket.kind == "budget":
+        return {"type": "insufficient_quota", "code": "insufficient_quota"}
+    return {"type": "requests" if failed.bucket.kind != "tokens" else "tokens", "code": "rate_limit_exceeded"}
+
+
+def _message(failed: BucketState) -> str:
+    bucket = failed.bucket
+    if bucket.kind == "budget":
+        return (
+            f"You exceeded your current quota on {bucket.label}: spent ${failed.used:.4f} of "
+            f"${bucket.limit:.2f}. Please check your plan and billing details."
+        )
+    if bucket.kind == "concurrency":
+        return f"Too many concurrent requests on {bucket.label}: limit {int(bucket.limit)}. Please retry shortly."
+    unit = _UNITS[bucket.kind][0]
+    if failed.retry_s < 0:
+        return f"Request too large for {unit} on {bucket.label}: limit {int(bucket.limit)}, requested {int(bucket.cost)}."
+    return (
+        f"Rate limit reached for {unit} on {bucket.label}: Limit {int(bucket.limit)}, Used {int(failed.used)}, "
+        f"Requested {int(bucket.cost)}. Please try again in {duration(failed.retry_s)}."
+    )

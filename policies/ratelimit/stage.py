@@ -1,0 +1,134 @@
+"""Rate limits and budgets on the proxy path: admit (one limiter call), then settle at reply end.
+
+Admission reserves the estimated prompt plus the completion allowance on TPM buckets; settlement
+re-weights them to the real usage, releases concurrency, adds the cost to the spend counters and
+queues the usage record. Streams settle when they end, including cancelled ones (what was
+produced, as ctx.usage says). Rate-limit headers travel on every reply and error.
+"""
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.context import Handler, Reply, RequestContext
+from gateway.errors import OpenAIError
+from policies.metrics import RATE_LIMITED
+from policies.ratelimit import estimate, plan
+from policies.ratelimit.buckets import Bucket, Limiter
+from policies.ratelimit.responses import rate_headers, rejection
+from policies.tables import utcnow
+from policies.usage_writer import UsageWriter
+
+CLIENT_CLOSED = 499
+
+
+@dataclass(frozen=True)
+class Admission:
+    member: str
+    buckets: list[Bucket]
+    headers: dict[str, str]
+    prompt_estimate: int
+
+
+class RateLimitStage:
+    def __init__(self, limiter: Limiter, usage: UsageWriter, default_max_tokens: int) -> None:
+        self._limiter = limiter
+        self._usage = usage
+        self._default_max_tokens = default_max_tokens
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
+        admission = await self._admit(ctx)
+        try:
+            reply = await call_next(ctx)
+        except BaseException as exc:
+            if isinstance(exc, OpenAIError):
+                exc.headers = {**admission.headers, **exc.headers}
+            status = exc.status if isinstance(exc, OpenAIError) else 500
+            await asyncio.shield(self._settle(ctx, admission, status))
+            raise
+        reply.headers = {**admission.headers, **reply.headers}
+        if reply.stream is None:
+            await self._settle(ctx, admission, reply.status)
+        else:
+            reply.stream = self._settle_at_end(ctx, admission, reply.stream)
+        return reply
+
+    async def _admit(self, ctx: RequestContext) -> Admission:
+        prompt = estimate.prompt_tokens(ctx.endpoint, ctx.body)
+        admission = Admission(uuid.uuid4().hex, [], {}, prompt)
+        if ctx.policy is None or ctx.principal is None:
+            return admission
+        default = ctx.policy.default_max_tokens or self._default_max_tokens
+        tokens = prompt + estimate.completion_tokens(ctx.endpoint, ctx.body, default)
+        buckets = plan.admission_buckets(ctx.principal, ctx.policy, ctx.model, tokens, datetime.now(UTC))
+        if not buckets:
+            return admission
+        decision = await self._limiter.admit(admission.member, buckets)
+        if decision.failed is not None:
+            RATE_LIMITED.labels(kind=decision.failed.bucket.kind).inc()
+            raise rejection(decision)
+        return Admission(admission.member, buckets, rate_headers(decision), prompt)
+
+    async def _settle_at_end(
+        self, ctx: RequestContext, admission: Admission, stream: AsyncIterator[dict[str, Any]]
+    ) -> AsyncIterator[dict[str, Any]]:
+        status = CLIENT_CLOSED
+        try:
+            async for chunk in stream:
+                yield chunk
+            status = 200
+        except OpenAIError as exc:
+            status = exc.status
+            raise
+        finally:
+            await _close(stream)  # let inner stages account for what was produced first
+            await asyncio.shield(self._settle(ctx, admission, status))
+
+    async def _settle(self, ctx: RequestContext, admission: Admission, status: int) -> None:
+        principal = ctx.principal
+        if principal is None:
+            return
+        spends = plan.spends(principal, ctx.cost_usd, datetime.now(UTC)) if ctx.cost_usd > 0 else []
+        if admission.buckets or (spends and principal.tenant_id != "master"):
+            tokens = settled_tokens(ctx, admission.prompt_estimate, status)
+            await self._limiter.settle(admission.member, admission.buckets, tokens, spends)
+        self._usage.submit(usage_record(ctx, status))
+
+
+def settled_tokens(ctx: RequestContext, prompt_estimate: int, status: int) -> int:
+    """The real usage; the prompt estimate stands in when a served request reported no prompt usage."""
+    usage = ctx.usage
+    if usage.prompt_tokens or status not in (200, CLIENT_CLOSED):
+        return usage.total_tokens
+    return prompt_estimate + usage.completion_tokens
+
+
+def usage_record(ctx: RequestContext, status: int) -> dict[str, Any]:
+    assert ctx.principal is not None
+    latency = (time.perf_counter() - ctx.started_at) * 1000 if ctx.started_at else 0.0
+    return {
+        "ts": utcnow(),
+        "request_id": ctx.request_id,
+        "tenant_id": ctx.principal.tenant_id,
+        "key_id": ctx.principal.key_id,
+        "model": ctx.model,
+        "deployment": ctx.deployment,
+        "endpoint": ctx.endpoint,
+        "status": status,
+        "prompt_tokens": ctx.usage.prompt_tokens,
+        "completion_tokens": ctx.usage.completion_tokens,
+        "cached_tokens": ctx.usage.cached_tokens,
+        "cost_usd": ctx.cost_usd,
+        "latency_ms": latency,
+        "cache_status": ctx.cache_status,
+    }
+
+
+async def _close(stream: AsyncIterator[dict[str, Any]]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -1,0 +1,111 @@
+"""Builds everything this package runs: the proxy stages, the admin router and their services.
+
+Wiring (gateway/app.py lifespan and gateway/services.py):
+    policy = await create_policy_services(settings)
+    stages = [*policy.stages, <cache stages>, <routing stages>]     # replaces MasterKeyAuth
+    app.include_router(policy.admin_router)
+    policy.on_models_changed(<router>.update_models)                 # DB-managed aliases
+    policy.set_cache_flush(<cache>.flush)                             # async (tenant_id, model) -> int
+    ... on shutdown: await policy.aclose()
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from fastapi import APIRouter
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.context import Stage
+from gateway.settings import Settings
+from policies.admin.router import AdminDeps, CacheFlush, create_admin_router
+from policies.auth import AuthStage, PolicyStage
+from policies.config import PoliciesSettings
+from policies.db import create_engine, is_sqlite, session_factory
+from policies.directory import Directory, ModelsListener
+from policies.migrate import upgrade_engine
+from policies.notify import ChangeNotifier
+from policies.ratelimit.buckets import Limiter
+from policies.ratelimit.failover import FailoverLimiter
+from policies.ratelimit.local_limiter import LocalLimiter
+from policies.ratelimit.redis_limiter import RedisLimiter
+from policies.ratelimit.seed import seed_spend
+from policies.ratelimit.stage import RateLimitStage
+from policies.store import Store
+from policies.usage_writer import UsageWriter
+
+
+@dataclass
+class PolicyServices:
+    engine: AsyncEngine
+    store: Store
+    directory: Directory
+    notifier: ChangeNotifier
+    usage: UsageWriter
+    limiter: Limiter
+    stages: list[Stage]  # auth, policy, rate limit & budget: in this order, first in the pipeline
+    admin: AdminDeps
+    admin_router: APIRouter
+    redis_clients: list[Redis]
+
+    def on_models_changed(self, listener: ModelsListener) -> None:
+        """`listener(models)` runs on every replica when DB-managed model aliases change."""
+        self.directory.on_models_changed(listener)
+
+    def set_cache_flush(self, flush: CacheFlush) -> None:
+        self.admin.cache_flush = flush
+
+    async def aclose(self) -> None:
+        await self.notifier.aclose()
+        await self.usage.aclose()
+        for client in self.redis_clients:
+            await client.aclose()
+        await self.engine.dispose()
+
+
+async def create_policy_services(settings: Settings, cache_flush: CacheFlush | None = None) -> PolicyServices:
+    config = settings.policies
+    engine = create_engine(settings.database_url, config.db_schema)
+    if config.auto_migrate or (config.auto_migrate is None and is_sqlite(settings.database_url)):
+        await upgrade_engine(engine)
+    store = Store(session_factory(engine))
+    directory = Directory(store, settings.models)
+    await directory.reload()
+    clients = _redis_clients(settings.redis_url, config)
+    limiter = build_limiter(config, clients[0] if clients else None)
+    await seed_spend(engine, limiter, datetime.now(UTC))
+    notifier = ChangeNotifier(
+        directory, clients[1] if clients else None, config.redis_prefix + "changes", config.refresh_interval_s
+    )
+    notifier.start()
+    usage = UsageWriter(
+        engine, config.usage_queue_size, config.usage_batch_size, config.usage_flush_interval_s
+    )
+    usage.start()
+    stages: list[Stage] = [
+        AuthStage(directory, settings.master_key.get_secret_value()),
+        PolicyStage(directory),
+        RateLimitStage(limiter, usage, config.default_max_tokens),
+    ]
+    admin = AdminDeps(store, engine, directory, notifier, settings.admin_token, cache_flush)
+    return PolicyServices(
+        engine, store, directory, notifier, usage, limiter, stages, admin, create_admin_router(admin), clients
+    )
+
+
+def build_limiter(config: PoliciesSettings, redis: Redis | None) -> Limiter:
+    local = LocalLimiter(config.window_s, config.concurrency_lease_s)
+    if redis is None:
+        return local
+    shared = RedisLimiter(redis, config.redis_prefix + "rl:", config.window_s, config.concurrency_lease_s)
+    return FailoverLimiter(shared, local, config.redis_failure_mode, config.redis_retry_s)
+
+
+def _redis_clients(url: str | None, config: PoliciesSettings) -> list[Redis]:
+    """One client for limits (short timeouts, so failover is quick), one for pub/sub (long-lived)."""
+    if url is None:
+        return []
+    timeout = config.redis_timeout_s
+    limits = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    pubsub = Redis.from_url(url, socket_connect_timeout=2.0, health_check_interval=15)
+    return [limits, pubsub]
