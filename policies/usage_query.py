@@ -26,13 +26,12 @@ async def aggregate_usage(
     return [_clean(dict(row)) for row in rows]
 
 
-async def spend_since(
-    engine: AsyncEngine, since: datetime, by: Literal["tenant_id", "key_id"]
-) -> dict[str, float]:
-    column = getattr(UsageRow, by)
-    query = select(column, func.sum(UsageRow.cost_usd)).where(UsageRow.ts >= since).group_by(column)
+async def spend_since(engine: AsyncEngine, since: datetime) -> dict[tuple[str, str], float]:
+    """Spend per (tenant_id, key_id) since a time."""
+    columns = (UsageRow.tenant_id, UsageRow.key_id)
+    query = select(*columns, func.sum(UsageRow.cost_usd)).where(UsageRow.ts >= since).group_by(*columns)
     async with engine.connect() as conn:
-        return {ident: float(total or 0) for ident, total in await conn.execute(query)}
+        return {(tenant, key): float(total or 0) for tenant, key, total in await conn.execute(query)}
 
 
 def _totals() -> list[Any]:
