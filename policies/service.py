@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from fastapi import APIRouter
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.context import Stage
@@ -101,11 +101,23 @@ def build_limiter(config: PoliciesSettings, redis: Redis | None) -> Limiter:
     return FailoverLimiter(shared, local, config.redis_failure_mode, config.redis_retry_s)
 
 
+def limits_client(url: str, config: PoliciesSettings) -> Redis:
+    """Short socket timeouts, so failover is quick; a bounded pool that makes bursts wait."""
+    timeout = config.redis_timeout_s
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=config.redis_max_connections,
+        timeout=config.redis_pool_timeout_s,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+    )
+    return Redis.from_pool(pool)
+
+
 def _redis_clients(url: str | None, config: PoliciesSettings) -> list[Redis]:
-    """One client for limits (short timeouts, so failover is quick), one for pub/sub (long-lived)."""
+    """One client for limits, one for pub/sub (long-lived connection)."""
     if url is None:
         return []
-    timeout = config.redis_timeout_s
-    limits = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    limits = limits_client(url, config)
     pubsub = Redis.from_url(url, socket_connect_timeout=2.0, health_check_interval=15)
     return [limits, pubsub]
