@@ -1,0 +1,40 @@
+"""Render a checkpoint's Jinja chat template (`tokenizer.chat_template`) the way transformers does."""
+
+from datetime import datetime
+from typing import Any
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+# ChatML, used when a checkpoint carries no template of its own.
+DEFAULT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class ChatTemplate:
+    def __init__(self, source: str | None, bos_token: str, eos_token: str) -> None:
+        environment = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
+        environment.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+        self.template = environment.from_string(source or DEFAULT_TEMPLATE)
+        self.special = {"bos_token": bos_token, "eos_token": eos_token}
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        """Prompt text; ValueError when the template rejects the conversation (e.g. bad role order)."""
+        try:
+            return self.template.render(
+                messages=messages, add_generation_prompt=add_generation_prompt, **self.special
+            )
+        except TemplateError as error:
+            raise ValueError(f"chat template: {error}") from error
