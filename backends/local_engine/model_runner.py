@@ -1,0 +1,107 @@
+"""ModelRunner: runs one flat forward pass over the scheduled sequences and returns their logits.
+
+Interface used by the serving side (keep stable):
+
+    runner = ModelRunner(settings)          # loads model + tokenizer, allocates the paged KV pool
+    runner.num_blocks, runner.block_size    # size of the KV pool handed to the block manager
+    runner.tokenizer                        # tokenizer.Tokenizer (encode, decode, apply_chat_template)
+    runner.eos_token_ids                    # tuple[int, ...]
+    runner.kv_bytes_per_token, runner.weight_bytes
+    outputs = runner.execute([ScheduledSeq(seq, num_new_tokens, num_logits), ...])
+
+`execute` computes seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + num_new_tokens] for every
+scheduled sequence in one forward pass, writing their K/V into the blocks of seq.block_table (allocated by the
+block manager beforehand; it must cover all computed + new tokens). It returns one StepOutput per scheduled
+sequence, in order, with logits [num_logits, vocab] (float32) for the last `num_logits` positions when the
+chunk reaches the end of seq.token_ids, else None (a prefill chunk in the middle of a prompt).
+`execute` never mutates the sequences: the scheduler advances seq.num_computed_tokens afterwards and samples
+with `Sampler` (sampler.py) from the logits.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from backends.local_engine.attention import Layout, build_metadata
+from backends.local_engine.config import EngineSettings
+from backends.local_engine.kv_cache import KVCache, kv_bytes_per_token, num_blocks_for_memory
+from backends.local_engine.loader import load_checkpoint
+from backends.local_engine.sequence import ScheduledSeq
+from backends.local_engine.tokenizer import load_tokenizer
+from backends.local_engine.weights import WeightFormat, build_model, weight_bytes
+
+
+@dataclass
+class StepOutput:
+    scheduled: ScheduledSeq
+    logits: Tensor | None  # [num_logits, vocab] float32, or None for a chunk that does not reach the end
+
+
+class ModelRunner:
+    def __init__(self, settings: EngineSettings, attention_layout: Layout = "auto") -> None:
+        torch.set_num_threads(settings.num_threads)
+        self.device = torch.device(settings.device)
+        self.block_size = settings.block_size
+        self.attention_layout = attention_layout
+        checkpoint = load_checkpoint(settings.model)
+        self.config = checkpoint.config
+        self.model_name = checkpoint.name
+        self.tokenizer = load_tokenizer(checkpoint.tokenizer)
+        self.eos_token_ids = self.tokenizer.eos_token_ids
+        fmt = WeightFormat(settings.dtype, settings.int4_group_size, settings.int8_kernel)
+        self.model = build_model(checkpoint, fmt, self.device, settings.max_model_len)
+        self.weight_bytes = weight_bytes(self.model)
+        self.kv_bytes_per_token = kv_bytes_per_token(self.config, fmt.activation_dtype)
+        self.num_blocks = num_blocks_for_memory(
+            settings.kv_cache_memory_mb, self.block_size, self.kv_bytes_per_token
+        )
+        self.kv_cache = KVCache(
+            self.config, self.num_blocks, self.block_size, fmt.activation_dtype, self.device
+        )
+
+    def execute(self, batch: list[ScheduledSeq]) -> list[StepOutput]:
+        input_ids: list[int] = []
+        positions: list[int] = []
+        spans: list[tuple[Tensor, int, int]] = []
+        logit_rows: list[int] = []
+        for item in batch:
+            seq, start = item.seq, item.seq.num_computed_tokens
+            end = start + item.num_new_tokens
+            self._check_blocks(item, end)
+            if end == len(seq.token_ids):
+                logit_rows.extend(
+                    range(
+                        len(input_ids) + item.num_new_tokens - item.num_logits,
+                        len(input_ids) + item.num_new_tokens,
+                    )
+                )
+            input_ids.extend(seq.token_ids[start:end])
+            positions.extend(range(start, end))
+            spans.append((torch.tensor(seq.block_table, device=self.device), start, item.num_new_tokens))
+        meta = build_metadata(spans, self.block_size, self.device, self.attention_layout)
+        hidden = self.model(self._tensor(input_ids), self._tensor(positions), meta, self.kv_cache)
+        logits = self.model.logits(hidden[self._tensor(logit_rows)]) if logit_rows else None
+        return self._split(batch, logits)
+
+    def _tensor(self, values: list[int]) -> Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)
+
+    def _check_blocks(self, item: ScheduledSeq, end: int) -> None:
+        if item.num_new_tokens < 1 or end > len(item.seq.token_ids):
+            raise ValueError(f"sequence {item.seq.seq_id}: bad chunk of {item.num_new_tokens} tokens")
+        if len(item.seq.block_table) * self.block_size < end:
+            raise ValueError(f"sequence {item.seq.seq_id}: block table too short for {end} tokens")
+        if not 1 <= item.num_logits <= item.num_new_tokens:
+            raise ValueError(f"sequence {item.seq.seq_id}: num_logits must be in 1..num_new_tokens")
+
+    def _split(self, batch: list[ScheduledSeq], logits: Tensor | None) -> list[StepOutput]:
+        outputs, row = [], 0
+        for item in batch:
+            reaches_end = item.seq.num_computed_tokens + item.num_new_tokens == len(item.seq.token_ids)
+            if reaches_end and logits is not None:
+                outputs.append(StepOutput(item, logits[row : row + item.num_logits]))
+                row += item.num_logits
+            else:
+                outputs.append(StepOutput(item, None))
+        return outputs

@@ -1,0 +1,126 @@
+"""Assemble a LlamaModel from a Checkpoint's tensor stream: fuse q/k/v and gate/up, convert to the format.
+
+Layers are built as soon as all their tensors have arrived, so peak memory stays near one layer of float32
+on top of the converted model. A tqdm bar shows progress.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from backends.local_engine.checkpoint import Checkpoint
+from backends.local_engine.model import DecoderLayer, Embedding, LlamaModel
+from backends.local_engine.model_config import ModelConfig
+from backends.local_engine.quant import DenseLinear, Int8Kernel, make_linear, quantize_int8
+
+_LAYER_WEIGHTS = (
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+)
+_QKV_BIASES = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias")
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    dtype: str = "fp32"  # fp32 | bf16 | int8 | int4
+    int4_group_size: int = 32
+    int8_kernel: Int8Kernel = "auto"
+
+    @property
+    def activation_dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.dtype == "bf16" else torch.float32
+
+
+def required_layer_names(config: ModelConfig) -> tuple[str, ...]:
+    return _LAYER_WEIGHTS + (_QKV_BIASES if config.attention_bias else ())
+
+
+class ModelBuilder:
+    def __init__(self, config: ModelConfig, fmt: WeightFormat, device: torch.device) -> None:
+        self.config, self.fmt, self.device = config, fmt, device
+        self.pending: dict[int, dict[str, Tensor]] = {}
+        self.layers: dict[int, DecoderLayer] = {}
+        self.globals: dict[str, Tensor] = {}
+
+    def add(self, name: str, tensor: Tensor) -> None:
+        if not name.startswith("model.layers."):
+            self.globals[name] = tensor.to(self.device)
+            return
+        index_text, local_name = name.removeprefix("model.layers.").split(".", 1)
+        layer = self.pending.setdefault(int(index_text), {})
+        layer[local_name] = tensor.to(self.device)
+        if all(key in layer for key in required_layer_names(self.config)):
+            self.layers[int(index_text)] = self._layer(self.pending.pop(int(index_text)))
+
+    def _linear(self, weight: Tensor, bias: Tensor | None = None) -> torch.nn.Module:
+        fmt = self.fmt
+        return make_linear(weight, bias, fmt.dtype, fmt.int4_group_size, fmt.int8_kernel)
+
+    def _layer(self, t: dict[str, Tensor]) -> DecoderLayer:
+        qkv = torch.cat([t[f"self_attn.{p}_proj.weight"] for p in "qkv"])
+        qkv_bias = torch.cat([t[name] for name in _QKV_BIASES]) if self.config.attention_bias else None
+        gate_up = torch.cat([t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"]])
+        norms = tuple(t[n].to(self.fmt.activation_dtype) for n in _LAYER_WEIGHTS[:2])
+        return DecoderLayer(
+            self.config,
+            norms,
+            qkv=self._linear(qkv, qkv_bias),
+            o_proj=self._linear(t["self_attn.o_proj.weight"]),
+            gate_up=self._linear(gate_up),
+            down=self._linear(t["mlp.down_proj.weight"]),
+        )
+
+    def finish(self, max_positions: int) -> LlamaModel:
+        missing = [i for i in range(self.config.num_layers) if i not in self.layers]
+        if missing or "model.embed_tokens.weight" not in self.globals:
+            raise ValueError(f"checkpoint is incomplete: layers {missing[:5]} or embeddings missing")
+        embed = self._embedding(self.globals["model.embed_tokens.weight"])
+        return LlamaModel(
+            self.config,
+            embed,
+            [self.layers[i] for i in range(self.config.num_layers)],
+            self.globals["model.norm.weight"].to(self.fmt.activation_dtype),
+            self._lm_head(embed),
+            max_positions,
+        )
+
+    def _embedding(self, weight: Tensor) -> Embedding:
+        if self.fmt.dtype in ("int8", "int4"):
+            return Embedding(*quantize_int8(weight), dtype=torch.float32)
+        return Embedding(weight.to(self.fmt.activation_dtype), None, self.fmt.activation_dtype)
+
+    def _lm_head(self, embed: Embedding) -> torch.nn.Module:
+        head_weight = self.globals.get("lm_head.weight")
+        if head_weight is None and embed.scale is None:
+            return DenseLinear(embed.weight, None)  # tied: share the embedding's storage
+        weight = self.globals["model.embed_tokens.weight"] if head_weight is None else head_weight
+        # int4 keeps the output projection in int8, as llama.cpp's Q4 formats keep it at higher precision
+        dtype = "int8" if self.fmt.dtype == "int4" else self.fmt.dtype
+        return make_linear(weight, None, dtype, self.fmt.int4_group_size, self.fmt.int8_kernel)
+
+
+def build_model(
+    checkpoint: Checkpoint, fmt: WeightFormat, device: torch.device, max_positions: int
+) -> LlamaModel:
+    builder = ModelBuilder(checkpoint.config, fmt, device)
+    tensors = tqdm(checkpoint.tensors, total=checkpoint.num_tensors, desc="Loading weights", unit="tensor")
+    for name, tensor in tensors:
+        builder.add(name, tensor)
+    return builder.finish(max_positions)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes held by the model's weights, each storage once (tied embeddings), plus fbgemm-packed weights."""
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in model.parameters()}
+    storages |= {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in model.buffers()}
+    packed = sum(m.q.numel() for m in model.modules() if getattr(m, "_packed", None) is not None)
+    return sum(storages.values()) + packed
