@@ -137,7 +137,11 @@ def _byte_level_spelling(token: str) -> str:
 @cache
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible map of the 256 byte values to printable characters."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     mapping, extra = {}, 0
     for byte in range(256):
         if byte in printable:
