@@ -5,13 +5,11 @@ whatever records. `ObserveStage` (gateway/observe.py) records all that the reque
 end-to-end latency, time to first token, inter-token latency, gateway overhead, tokens, cost, cache status
 and savings, cascade decisions and savings, in-flight requests and tenant budgets.
 
-Other packages record what only they see, by calling these methods on the instance they are given:
-    record_cache_lookup(layer, hit, similarity=None)  cache/: each "exact" or "semantic" lookup
-    record_retry(deployment)                          routing/: an attempt failed, the request is tried again
-    record_fallback(model, fallback)                  routing/: the alias failed, a fallback alias is tried
-    set_circuit_state(deployment, state)              routing/: "closed" | "half_open" | "open"
-    set_backend_health(deployment, up)                routing/ health checks: deployment reachable or not
-Rate-limit rejections are counted by policies/ itself: llmgw_ratelimit_rejections_total{kind}.
+Other packages record what only they see. The cache calls, on the instance it is given:
+    record_cache_lookup(layer, hit, similarity=None)  each "exact" or "semantic" lookup
+Packages with their own families register them in `GatewayMetrics.registry` (routing.metrics.RoutingMetrics:
+circuit state, outstanding, retries, fallbacks, failures, cascade decisions) or in the process-wide registry
+(policies.metrics: llmgw_ratelimit_rejections_total{kind}, usage records); /metrics serves both.
 
 Labels stay bounded: `model` is a configured alias or "other"; `deployment` a configured deployment, "none"
 (answered without one, e.g. a cache hit) or "other"; `tenant` is empty (Prometheus drops empty labels)
@@ -39,7 +37,6 @@ TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
 OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 SIMILARITY_BUCKETS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.92, 0.94, 0.96, 0.98, 0.99, 1.0)
-CIRCUIT_STATES = {"closed": 0, "half_open": 1, "open": 2}
 CACHE_STATUSES = frozenset({"hit", "semantic-hit", "miss", "bypass"})
 CACHE_HITS = frozenset({"hit", "semantic-hit"})
 REQUEST_LABELS = ("model", "deployment", "endpoint", "status", "status_class", "cache_status", "tenant")
@@ -71,6 +68,15 @@ def alias_price(model: ModelConfig) -> Price:
     mean_in = sum(d.input_price_per_1m * d.weight for d in model.deployments) / total
     mean_out = sum(d.output_price_per_1m * d.weight for d in model.deployments) / total
     return Price(mean_in / 1e6, mean_out / 1e6)
+
+
+def alias_prices(settings: Settings) -> dict[str, Price]:
+    """Every public alias's expected price; a static cascade's alias is priced as its large model."""
+    prices = {m.name: alias_price(m) for m in settings.models}
+    for cascade in getattr(settings.routing, "cascades", ()):
+        if cascade.large in prices:
+            prices[cascade.alias] = prices[cascade.large]
+    return prices
 
 
 class Labeller:
@@ -125,9 +131,8 @@ class GatewayMetrics:
     def from_settings(cls, settings: Settings, registry: CollectorRegistry | None = None) -> "GatewayMetrics":
         obs = observability_settings(settings)
         deployments = [d.name for m in settings.models for d in m.deployments]
-        labeller = Labeller(obs, [m.name for m in settings.models], deployments)
-        prices = {m.name: alias_price(m) for m in settings.models}
-        return cls(labeller, prices, registry, enabled=obs.metrics_enabled)
+        prices = alias_prices(settings)
+        return cls(Labeller(obs, prices, deployments), prices, registry, enabled=obs.metrics_enabled)
 
     def _define(self, r: CollectorRegistry) -> None:
         self.requests = Counter("llmgw_requests", "Requests answered", REQUEST_LABELS, registry=r)
@@ -168,7 +173,6 @@ class GatewayMetrics:
         )
         self._define_usage(r)
         self._define_savings(r)
-        self._define_upstream(r)
 
     def _define_usage(self, r: CollectorRegistry) -> None:
         self.tokens = Counter(
@@ -205,34 +209,8 @@ class GatewayMetrics:
         )
         self.saved_usd = Counter(
             "llmgw_saved_usd",
-            "USD not spent: cache hits at the alias price; cascades kept on the small model",
+            "USD not spent: cache hits at the alias price; cascades kept small, vs the alias price",
             ("model", "source"),
-            registry=r,
-        )
-        self.cascade = Counter(
-            "llmgw_cascade_decisions",
-            "Cascade outcomes: small (kept) or escalated",
-            ("model", "decision"),
-            registry=r,
-        )
-
-    def _define_upstream(self, r: CollectorRegistry) -> None:
-        self.retries = Counter("llmgw_upstream_retries", "Attempts retried", ("deployment",), registry=r)
-        self.fallbacks = Counter(
-            "llmgw_fallbacks", "Fallback aliases tried", ("model", "fallback"), registry=r
-        )
-        self.circuit = Gauge(
-            "llmgw_circuit_state",
-            "Circuit breaker: 0 closed, 1 half-open, 2 open",
-            ("deployment",),
-            multiprocess_mode="max",
-            registry=r,
-        )
-        self.backend_up = Gauge(
-            "llmgw_backend_up",
-            "1 when the deployment answers its health check",
-            ("deployment",),
-            multiprocess_mode="min",
             registry=r,
         )
 
@@ -305,8 +283,6 @@ class GatewayMetrics:
             self.saved_tokens.labels(model, "output").inc(ctx.usage.completion_tokens)
             if price:
                 self.saved_usd.labels(model, "cache").inc(price.cost(ctx.usage))
-        if ctx.cascade in ("small", "escalated"):
-            self.cascade.labels(model, ctx.cascade).inc()
         if ctx.cascade == "small" and price:
             self.saved_usd.labels(model, "cascade").inc(max(price.cost(ctx.usage) - ctx.cost_usd, 0.0))
 
@@ -319,22 +295,6 @@ class GatewayMetrics:
         self.cache_lookups.labels(layer, result).inc()
         if similarity is not None:
             self.cache_similarity.labels(result).observe(similarity)
-
-    def record_retry(self, deployment: str) -> None:
-        if self.enabled:
-            self.retries.labels(self.labels.deployment(deployment)).inc()
-
-    def record_fallback(self, model: str, fallback: str) -> None:
-        if self.enabled:
-            self.fallbacks.labels(self.labels.model(model), self.labels.model(fallback)).inc()
-
-    def set_circuit_state(self, deployment: str, state: str) -> None:
-        if self.enabled:
-            self.circuit.labels(self.labels.deployment(deployment)).set(CIRCUIT_STATES[state])
-
-    def set_backend_health(self, deployment: str, up: bool) -> None:
-        if self.enabled:
-            self.backend_up.labels(self.labels.deployment(deployment)).set(1 if up else 0)
 
 
 def _status_class(status: int | str) -> str:

@@ -1,0 +1,110 @@
+"""The JSON access log: one line per request, no secrets, text only when allowed."""
+
+import io
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.access_log import AccessLog, configure_access_logger, prompt_text
+from gateway.context import Principal, Reply, RequestContext, Usage
+from gateway.errors import OpenAIError
+from gateway.metrics import GatewayMetrics
+from gateway.observability_config import ObservabilitySettings
+from gateway.observe import ObserveStage
+from gateway.pipeline import chain
+from gateway.settings import Settings
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def make_stage(**observability: Any) -> tuple[ObserveStage, io.StringIO]:
+    out = io.StringIO()
+    logger = logging.getLogger(f"test.access_log.{len(observability)}.{id(out)}")
+    logger.addHandler(logging.StreamHandler(out))
+    logger.setLevel(logging.INFO)
+    metrics = GatewayMetrics.from_settings(Settings(), CollectorRegistry())
+    return ObserveStage(metrics, AccessLog(ObservabilitySettings(**observability), logger)), out
+
+
+def context(stream: bool = False) -> RequestContext:
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "my private question"}]}
+    headers = {"authorization": f"Bearer {SECRET}"}
+    ctx = RequestContext("req-1", "chat", body, headers, "smollm2", stream=stream, started_at=0.0)
+    ctx.principal = Principal(tenant_id="acme", key_id="key-1", key_prefix="sk-live-01")
+    return ctx
+
+
+async def answer(ctx: RequestContext) -> Reply:
+    ctx.deployment, ctx.cache_status, ctx.cascade = "local-smollm2", "miss", "small"
+    ctx.usage, ctx.cost_usd = Usage(12, 3, 4), 0.5
+    return Reply(body={"choices": [{"index": 0, "message": {"role": "assistant", "content": "the answer"}}]})
+
+
+def lines(out: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+async def test_one_json_line_per_request_with_the_serving_facts_and_no_key_or_text() -> None:
+    stage, out = make_stage()
+    await chain([stage, lambda ctx, _next: answer(ctx)])(context())
+    [entry] = lines(out)
+    assert (
+        entry["request_id"] == "req-1" and entry["tenant"] == "acme" and entry["key_prefix"] == "sk-live-01"
+    )
+    assert (entry["model"], entry["deployment"], entry["cache_status"], entry["cascade"]) == (
+        "smollm2", "local-smollm2", "miss", "small",
+    )  # fmt: skip
+    assert (entry["prompt_tokens"], entry["completion_tokens"], entry["cached_tokens"]) == (12, 3, 4)
+    assert entry["cost_usd"] == 0.5 and entry["status"] == 200 and entry["latency_ms"] >= 0
+    assert SECRET not in out.getvalue()
+    assert "private question" not in out.getvalue() and "the answer" not in out.getvalue()
+
+
+async def test_failed_requests_are_logged_with_status_and_error() -> None:
+    stage, out = make_stage()
+
+    async def refuse(ctx: RequestContext) -> Reply:
+        raise OpenAIError(429, "Rate limit reached for requests per minute.", code="rate_limit_exceeded")
+
+    with pytest.raises(OpenAIError):
+        await chain([stage, lambda ctx, _next: refuse(ctx)])(context())
+    [entry] = lines(out)
+    assert entry["status"] == 429 and entry["error"].startswith("rate_limit_error: Rate limit reached")
+
+
+async def test_prompt_and_response_text_only_when_the_setting_allows_and_cut_to_length() -> None:
+    stage, out = make_stage(access_log_bodies=True, access_log_body_chars=12)
+    await chain([stage, lambda ctx, _next: answer(ctx)])(context())
+    [entry] = lines(out)
+    assert entry["prompt"] == "user: my pri" and entry["response"] == "the answer"
+    assert SECRET not in out.getvalue()
+
+
+async def test_streamed_response_text_is_collected_when_allowed() -> None:
+    stage, out = make_stage(access_log_bodies=True)
+
+    async def chunks() -> AsyncIterator[dict[str, Any]]:
+        for text in ("", "the ", "answer"):
+            yield {"choices": [{"index": 0, "delta": {"content": text}}]}
+
+    async def streamed(ctx: RequestContext) -> Reply:
+        return Reply(stream=chunks())
+
+    reply = await chain([stage, lambda ctx, _next: streamed(ctx)])(context(stream=True))
+    assert out.getvalue() == ""  # nothing until the stream ends
+    _ = [chunk async for chunk in reply.stream]
+    [entry] = lines(out)
+    assert entry["response"] == "the answer" and entry["stream"] is True and entry["ttft_ms"] is not None
+
+
+def test_access_logger_is_named_and_writes_bare_json_lines() -> None:
+    stream = io.StringIO()
+    logger = configure_access_logger(stream)
+    configure_access_logger(stream)  # idempotent: still one handler
+    logger.info('{"a": 1}')
+    assert logger.name == "llmgw.access" and stream.getvalue() == '{"a": 1}\n'
+    assert prompt_text({"input": ["x", "y"]}) == '["x","y"]'
