@@ -1,7 +1,102 @@
-"""Process-wide settings of this package, nested in the gateway settings (LLMGW_ROUTING__<FIELD>)."""
+"""Process-wide settings of this package, nested in the gateway settings (LLMGW_ROUTING__<FIELD>).
 
-from pydantic import BaseModel
+Per-tenant behaviour lives in the policy: `RoutingPolicy` (Policy.routing) and `CascadePolicy`
+(Policy.cascade). The same `CascadePolicy` shape declares static cascades in `RoutingSettings.cascades`.
+"""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+StrategyName = Literal["weighted_random", "least_outstanding", "peak_ewma", "prefix_affinity", "engine_score"]
+ConfidenceMethod = Literal["mean_logprob", "min_window", "learned", "router"]
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+
+
+class ConfidenceConfig(BaseModel):
+    """How the small answer is judged. Scores at or above `threshold` keep it.
+
+    mean_logprob: mean token logprob of the small answer (threshold is a logprob, e.g. -0.4).
+    min_window:   the lowest mean logprob over any `window` consecutive tokens (e.g. -1.5).
+    learned:      P(small answer is good) from the logistic model in `model_path` (threshold 0..1).
+    router:       the same kind of model on the question alone, decided BEFORE calling the small model.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: ConfidenceMethod = "mean_logprob"
+    threshold: float = -0.4
+    window: int = Field(default=4, ge=1, description="tokens per window for min_window")
+    model_path: str | None = Field(default=None, description="a .npz from bench/train_router.py")
+
+
+class CascadePolicy(BaseModel):
+    """A public alias served by a small model, escalated to a large one when the small answer looks weak."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    alias: str = Field(default="auto", description="the model name clients ask for")
+    small: str = Field(description="alias of the small model")
+    large: str = Field(description="alias of the large model")
+    confidence: ConfidenceConfig = Field(default_factory=ConfidenceConfig)
+    max_small_tokens: int | None = Field(default=256, ge=1, description="cap on the small answer's length")
+    stream_mode: Literal["buffer", "prefix"] = Field(
+        default="buffer",
+        description="buffer: decide on the whole small answer, then stream it; prefix: decide after "
+        "`prefix_tokens` tokens and stream the rest live (mean_logprob/min_window only)",
+    )
+    prefix_tokens: int = Field(default=16, ge=1)
+
+
+class RoutingPolicy(BaseModel):
+    """Per-tenant routing choices; None/empty means the RoutingSettings defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: StrategyName | None = Field(default=None, description="for every alias of this tenant")
+    strategies: dict[str, StrategyName] = Field(default_factory=dict, description="per model alias")
+    fallbacks: dict[str, list[str]] = Field(
+        default_factory=dict, description="alias → aliases tried after the config's fallbacks"
+    )
+    max_attempts: int | None = Field(default=None, ge=1, description="tries per alias before falling back")
+
+
+class ScoreWeights(BaseModel):
+    """Weights of the engine_score strategy: prefix match minus queue depth minus KV-cache usage."""
+
+    prefix: float = 1.0
+    queue: float = 0.5
+    kv_usage: float = 0.3
 
 
 class RoutingSettings(BaseModel):
     """Process-wide routing settings; per-tenant behaviour belongs in the policy instead."""
+
+    default_strategy: StrategyName = "peak_ewma"
+    engine_strategy: StrategyName = Field(default="engine_score", description="default for engine pools")
+    strategies: dict[str, StrategyName] = Field(default_factory=dict, description="per model alias")
+    engine_pools: list[str] = Field(
+        default_factory=list,
+        description="aliases whose deployments are engine replicas (besides local_engine)",
+    )
+    prefix_block_chars: int = Field(default=128, ge=8, description="prompt characters per hashed block")
+    prefix_entries_per_replica: int = Field(default=50_000, ge=1, description="block hashes remembered")
+    load_epsilon: float = Field(default=0.25, ge=0, description="bounded load: (1+ε)×mean outstanding")
+    score_weights: ScoreWeights = Field(default_factory=ScoreWeights)
+    ewma_decay_s: float = Field(default=10.0, gt=0, description="peak-EWMA time constant")
+    scrape_metrics: bool = Field(default=True, description="read engine pools' /metrics in the background")
+    scrape_interval_s: float = Field(default=1.0, gt=0)
+    metrics_stale_s: float = Field(default=5.0, gt=0, description="older scraped numbers are ignored")
+    health_checks: bool = True
+    health_interval_s: float = Field(default=10.0, gt=0)
+    failures_to_open: int = Field(default=3, ge=1, description="consecutive failures that open the breaker")
+    open_cooldown_s: float = Field(default=30.0, gt=0, description="ejection time before half-open probes")
+    half_open_probes: int = Field(default=1, ge=1, description="requests let through while half-open")
+    max_attempts: int = Field(default=3, ge=1, description="tries per alias (other replicas first)")
+    backoff_base_s: float = Field(default=0.05, ge=0)
+    backoff_max_s: float = Field(default=1.0, ge=0)
+    first_byte_timeout_s: float | None = Field(default=None, gt=0, description="streams; None = read timeout")
+    first_byte_timeouts: dict[str, float] = Field(default_factory=dict, description="per deployment name")
+    cascades: list[CascadePolicy] = Field(default_factory=list, description="static cascades (YAML)")
+    defaults: RoutingPolicy = Field(default_factory=RoutingPolicy, description="used when no policy applies")

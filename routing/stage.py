@@ -1,66 +1,164 @@
-"""The last stage: choose a deployment for the alias, call it, fall over to the next on retryable errors."""
+"""The last stage: pick a deployment for the alias, call it; retry and fall back before the first byte.
 
+Once a stream has yielded its first chunk the choice is final: a later upstream failure propagates as
+an UpstreamError, which the SSE writer turns into an error event (no [DONE]) before closing.
+"""
+
+import asyncio
 import random
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from backends.base import Backend, UpstreamError
+from backends.base import UpstreamError
 from gateway.context import Handler, Reply, RequestContext, Usage
 from gateway.errors import OpenAIError, model_not_found
 from gateway.sse import track_usage
+from routing.config import RoutingPolicy, RoutingSettings
+from routing.policy import policy_section
+from routing.replica import Replica
+from routing.router import Router
 
 
 class RouteStage:
-    def __init__(self, pools: dict[str, list[Backend]], rng: random.Random | None = None) -> None:
-        self._pools = pools
+    def __init__(self, router: Router, rng: random.Random | None = None) -> None:
+        self._router = router
+        self._settings: RoutingSettings = router.settings
+        self._metrics = router.metrics
         self._rng = rng or random.Random()
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
+        policy = policy_section(ctx.policy, "routing", RoutingPolicy) or self._settings.defaults
+        if ctx.model not in self._router.pools:
+            raise model_not_found(ctx.model)
         last_error: UpstreamError | None = None
-        for backend in self._order(self._candidates(ctx)):
+        for alias in [ctx.model, *self._router.fallbacks(ctx.model, policy)]:
+            if alias != ctx.model:
+                if alias not in self._router.pools:
+                    continue
+                self._metrics.fallbacks.labels(ctx.model, alias).inc()
             try:
-                return await call_backend(backend, ctx)
+                return await self._serve(ctx, alias, policy, first=alias == ctx.model)
             except UpstreamError as error:
                 if not error.retryable:
                     raise
                 last_error = error
-        raise last_error or OpenAIError(503, "No deployment is available for this model.")
+        raise last_error or OpenAIError(503, f"No deployment of `{ctx.model}` is available.")
 
-    def _candidates(self, ctx: RequestContext) -> list[Backend]:
-        pool = self._pools.get(ctx.model)
-        if pool is None:
-            raise model_not_found(ctx.model)
-        serving = [b for b in pool if ctx.endpoint in b.config.endpoints]
-        if not serving:
-            raise OpenAIError(400, f"The model `{ctx.model}` does not support {ctx.endpoint}.", param="model")
-        return serving
+    async def _serve(self, ctx: RequestContext, alias: str, policy: RoutingPolicy, first: bool) -> Reply:
+        replicas = [r for r in self._router.pools[alias] if ctx.endpoint in r.backend.config.endpoints]
+        if not replicas:
+            if first:
+                raise OpenAIError(400, f"The model `{alias}` does not support {ctx.endpoint}.", param="model")
+            raise UpstreamError(503, f"fallback `{alias}` does not serve {ctx.endpoint}", retryable=True)
+        order, hashes = self._router.plan(alias, replicas, ctx.endpoint, ctx.body, policy)
+        error: UpstreamError | None = None
+        for attempt in range(self._router.max_attempts(policy)):
+            replica = order[attempt % len(order)]
+            if attempt:
+                self._metrics.retries.labels(alias, replica.name).inc()
+                await asyncio.sleep(self._backoff(attempt))
+            try:
+                reply = await self._call(replica, ctx)
+            except UpstreamError as failure:
+                if not failure.retryable:
+                    raise
+                error = failure
+                continue
+            if hashes:
+                self._router.prefixes.record(replica.name, hashes)
+            return reply
+        raise error or UpstreamError(503, f"no deployment of `{alias}` answered", retryable=True)
 
-    def _order(self, pool: list[Backend]) -> list[Backend]:
-        """Weighted random order without replacement (Efraimidis–Spirakis keys)."""
-        return sorted(
-            pool, key=lambda b: self._rng.random() ** (1.0 / max(b.config.weight, 1e-9)), reverse=True
-        )
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with full jitter."""
+        ceiling = min(self._settings.backoff_max_s, self._settings.backoff_base_s * 2 ** (attempt - 1))
+        return self._rng.uniform(0, ceiling)
+
+    async def _call(self, replica: Replica, ctx: RequestContext) -> Reply:
+        call = _Call(replica, self._router, self._first_byte_timeout(replica))
+        ctx.deployment = replica.name
+        return await call.run(ctx)
+
+    def _first_byte_timeout(self, replica: Replica) -> float | None:
+        return self._settings.first_byte_timeouts.get(replica.name, self._settings.first_byte_timeout_s)
 
 
-async def call_backend(backend: Backend, ctx: RequestContext) -> Reply:
-    """One call; for streams the first chunk is awaited here, so failures before it stay retryable."""
-    ctx.deployment = backend.name
-    if not ctx.stream:
-        body = await backend.complete(ctx.endpoint, ctx.body, ctx.request_id)
-        ctx.usage = Usage.from_openai(body.get("usage"))
-        return Reply(body=body)
-    chunks = backend.stream(ctx.endpoint, ctx.body, ctx.request_id)
-    first = await anext(chunks, None)
-    return Reply(stream=track_usage(ctx, _prepend(first, chunks)))
+class _Call:
+    """One attempt on one replica: keeps its in-flight count, latency and breaker up to date."""
 
+    def __init__(self, replica: Replica, router: Router, first_byte_timeout: float | None) -> None:
+        self._replica = replica
+        self._router = router
+        self._timeout = first_byte_timeout
+        self._released = False
 
-async def _prepend(
-    first: dict[str, Any] | None, rest: AsyncIterator[dict[str, Any]]
-) -> AsyncIterator[dict[str, Any]]:
-    async with aclosing(rest):
-        if first is None:
-            return
-        yield first
-        async for chunk in rest:
-            yield chunk
+    async def run(self, ctx: RequestContext) -> Reply:
+        self._begin()
+        try:
+            if not ctx.stream:
+                body = await self._replica.backend.complete(ctx.endpoint, ctx.body, ctx.request_id)
+                self._succeeded()
+                ctx.usage = Usage.from_openai(body.get("usage"))
+                return Reply(body=body)
+            chunks = self._replica.backend.stream(ctx.endpoint, ctx.body, ctx.request_id)
+            first = await self._first_chunk(chunks)
+            self._replica.latency.observe(self._router.clock() - self._started)
+            return Reply(stream=track_usage(ctx, self._rest(first, chunks)))
+        except UpstreamError as error:
+            self._failed(error, "before_first_byte")
+            raise
+        except BaseException:
+            self._release()
+            raise
+
+    def _begin(self) -> None:
+        self._started = self._router.clock()
+        self._replica.outstanding += 1
+        self._replica.breaker.on_dispatch()
+        self._router.metrics.outstanding.labels(self._replica.name).set(self._replica.outstanding)
+
+    async def _first_chunk(self, chunks: AsyncIterator[dict[str, Any]]) -> dict[str, Any] | None:
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await anext(chunks, None)
+        except TimeoutError:
+            await chunks.aclose()
+            raise UpstreamError(504, f"deployment {self._replica.name} sent no first byte in time",
+                                retryable=True) from None  # fmt: skip
+
+    async def _rest(
+        self, first: dict[str, Any] | None, rest: AsyncIterator[dict[str, Any]]
+    ) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async with aclosing(rest):
+                if first is not None:
+                    yield first
+                    async for chunk in rest:
+                        yield chunk
+            self._replica.breaker.on_success()
+        except UpstreamError as error:
+            self._failed(error, "mid_stream")
+            raise
+        finally:
+            self._release()
+
+    def _succeeded(self) -> None:
+        self._replica.latency.observe(self._router.clock() - self._started)
+        self._replica.breaker.on_success()
+        self._release()
+
+    def _failed(self, error: UpstreamError, stage: str) -> None:
+        if error.status < 500:  # it answered: 4xx and 429 say nothing against its health
+            self._replica.breaker.on_success()
+        else:
+            self._replica.breaker.on_failure()
+            self._replica.latency.observe(self._router.clock() - self._started)
+            self._router.metrics.failures.labels(self._replica.name, stage).inc()
+        self._release()
+
+    def _release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._replica.outstanding -= 1
+            self._router.metrics.outstanding.labels(self._replica.name).set(self._replica.outstanding)

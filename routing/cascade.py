@@ -1,0 +1,257 @@
+"""Cascade stage: the small model answers first; a weak-looking answer is escalated to the large model.
+
+It sits ABOVE the accounting stage and calls the rest of the pipeline once per model, so accounting
+charges each attempt at its own deployment's prices (ctx.cost_usd accumulates). ctx.usage ends as the
+sum of both attempts; the client-visible usage in the body stays the serving model's own.
+
+Streaming clients: in "buffer" mode the small answer is produced whole (non-streamed) and judged, then
+sent as a stream; the time to first token is the small model's full generation time (plus the large
+model's TTFT when escalated). In "prefix" mode the small answer streams, the first `prefix_tokens`
+tokens are held back and judged, and a confident prefix releases the rest live.
+"""
+
+import math
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from backends.base import UpstreamError
+from gateway.accounting import cost_usd
+from gateway.context import Handler, Reply, RequestContext, Usage
+from gateway.settings import DeploymentConfig
+from routing.cascade_stream import as_chunks, strip_logprobs
+from routing.confidence import Scorer, choice_logprobs
+from routing.config import CascadePolicy
+from routing.metrics import RoutingMetrics
+from routing.policy import policy_section
+from routing.prefix import render_prompt
+
+
+class CascadeStage:
+    def __init__(
+        self,
+        cascades: list[CascadePolicy],
+        scorer_for: "ScorerCache",
+        deployments: dict[str, DeploymentConfig],
+        metrics: RoutingMetrics,
+    ) -> None:
+        self._static = {c.alias: c for c in cascades}
+        self._scorer_for = scorer_for
+        self._deployments = deployments
+        self._metrics = metrics
+
+    def cascade_for(self, ctx: RequestContext) -> CascadePolicy | None:
+        tenant = policy_section(ctx.policy, "cascade", CascadePolicy)
+        if tenant and tenant.alias == ctx.model:
+            return tenant
+        return self._static.get(ctx.model)
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
+        cascade = self.cascade_for(ctx)
+        if cascade is None or ctx.endpoint == "embeddings":
+            return await call_next(ctx)
+        run = _Run(ctx, call_next, cascade, self._scorer_for(cascade), self)
+        try:
+            return await run.execute()
+        finally:
+            ctx.model = cascade.alias
+
+    def outcome(self, ctx: RequestContext, cascade: CascadePolicy, outcome: str, reply: Reply) -> Reply:
+        ctx.cascade = outcome
+        reply.headers.update({"x-cascade": outcome, "x-served-by": ctx.deployment or ""})
+        self._metrics.cascade.labels(cascade.alias, outcome).inc()
+        return reply
+
+    def bill_prompt(self, ctx: RequestContext, deployment: str | None, prompt_tokens: int) -> None:
+        """Charge prompt tokens an aborted stream never reported (its usage chunk did not come)."""
+        config = self._deployments.get(deployment or "")
+        if config:
+            ctx.cost_usd += cost_usd(config, prompt_tokens, 0)
+
+
+class ScorerCache:
+    """Builds each cascade's scorer once (learned models load a file)."""
+
+    def __init__(self, build: Any) -> None:
+        self._build = build
+        self._built: dict[str, Scorer] = {}
+
+    def __call__(self, cascade: CascadePolicy) -> Scorer:
+        key = cascade.confidence.model_dump_json()
+        if key not in self._built:
+            self._built[key] = self._build(cascade.confidence)
+        return self._built[key]
+
+
+class _Run:
+    """One request through a cascade."""
+
+    def __init__(
+        self,
+        ctx: RequestContext,
+        call_next: Handler,
+        cascade: CascadePolicy,
+        scorer: Scorer,
+        stage: CascadeStage,
+    ) -> None:
+        self.ctx, self.call_next, self.cascade, self.scorer, self.stage = (
+            ctx,
+            call_next,
+            cascade,
+            scorer,
+            stage,
+        )
+        self.body, self.stream = ctx.body, ctx.stream
+        self.wants_logprobs = _asked_logprobs(ctx.endpoint, ctx.body)
+        self.question = _question(ctx.endpoint, ctx.body)
+
+    async def execute(self) -> Reply:
+        if not self.scorer.needs_answer:
+            return await self._route_first()
+        if (
+            self.stream
+            and self.cascade.stream_mode == "prefix"
+            and self.cascade.confidence.method != "learned"
+        ):
+            return await self._prefix_streamed()
+        return await self._buffered()
+
+    async def _route_first(self) -> Reply:
+        """A router: the question alone decides which model answers."""
+        confident = await self.scorer.score(self.question, []) >= self.cascade.confidence.threshold
+        alias = self.cascade.small if confident else self.cascade.large
+        reply = await self._call(alias, self.body, self.stream)
+        return self.stage.outcome(self.ctx, self.cascade, "small" if confident else "routed", reply)
+
+    async def _buffered(self) -> Reply:
+        small = await self._try_small(stream=False)
+        if small is not None and await self._accept(small.body):
+            strip_logprobs(small.body, keep=self.wants_logprobs)
+            if self.stream:
+                small = Reply(stream=as_chunks(self.ctx.endpoint, small.body), headers=small.headers)
+            return self.stage.outcome(self.ctx, self.cascade, "small", small)
+        return await self._escalate(self.ctx.usage if small is not None else Usage())
+
+    async def _try_small(self, stream: bool) -> Reply | None:
+        try:
+            return await self._call(self.cascade.small, self._small_body(stream), stream)
+        except UpstreamError:
+            return None  # the small model failing is the plainest reason to escalate
+
+    async def _accept(self, body: dict[str, Any]) -> bool:
+        choices = body.get("choices") or []
+        if not choices or any(self._truncated(c.get("finish_reason")) for c in choices):
+            return False
+        scores = [await self.scorer.score(self.question, choice_logprobs(c)) for c in choices]
+        return min(scores) >= self.cascade.confidence.threshold
+
+    def _truncated(self, finish_reason: str | None) -> bool:
+        """Cut short by our max_small_tokens (not by the client's own limit): not an answer to keep."""
+        return finish_reason == "length" and self._small_cap() < _client_cap(self.body)
+
+    async def _escalate(self, small_usage: Usage) -> Reply:
+        self.ctx.usage = Usage()
+        reply = await self._call(self.cascade.large, self.body, self.stream)
+        if reply.stream is None:
+            self.ctx.usage = _sum(self.ctx.usage, small_usage)
+        else:
+            reply.stream = self._add_usage_at_end(reply.stream, small_usage)
+        return self.stage.outcome(self.ctx, self.cascade, "escalated", reply)
+
+    async def _add_usage_at_end(
+        self, chunks: AsyncIterator[dict[str, Any]], small_usage: Usage
+    ) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async with aclosing(chunks):
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            self.ctx.usage = _sum(self.ctx.usage, small_usage)
+
+    async def _prefix_streamed(self) -> Reply:
+        small = await self._try_small(stream=True)
+        if small is None:
+            return await self._escalate(Usage())
+        deployment = self.ctx.deployment
+        chunks = aiter(small.stream)
+        held, logprobs, ended = await self._hold_prefix(chunks)
+        cut_short = ended and any(self._truncated(_finish(c)) for c in held)
+        if (
+            not cut_short
+            and await self.scorer.score(self.question, logprobs) >= self.cascade.confidence.threshold
+        ):
+            reply = Reply(stream=self._release(held, chunks))
+            return self.stage.outcome(self.ctx, self.cascade, "small", reply)
+        await small.stream.aclose()
+        usage = self.ctx.usage
+        if not usage.prompt_tokens:  # the stream was cut before its usage chunk
+            usage.prompt_tokens = math.ceil(len(render_prompt(self.ctx.endpoint, self.body)) / 4)
+            self.stage.bill_prompt(self.ctx, deployment, usage.prompt_tokens)
+        return await self._escalate(usage)
+
+    async def _hold_prefix(
+        self, chunks: AsyncIterator[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[float], bool]:
+        held: list[dict[str, Any]] = []
+        logprobs: list[float] = []
+        async for chunk in chunks:
+            held.append(chunk)
+            for choice in chunk.get("choices") or []:
+                logprobs += choice_logprobs(choice)
+            if len(logprobs) >= self.cascade.prefix_tokens:
+                return held, logprobs, False
+        return held, logprobs, True
+
+    async def _release(
+        self, held: list[dict[str, Any]], rest: AsyncIterator[dict[str, Any]]
+    ) -> AsyncIterator[dict[str, Any]]:
+        async with aclosing(rest):
+            for chunk in held:
+                yield strip_logprobs(chunk, keep=self.wants_logprobs)
+            async for chunk in rest:
+                yield strip_logprobs(chunk, keep=self.wants_logprobs)
+
+    async def _call(self, alias: str, body: dict[str, Any], stream: bool) -> Reply:
+        self.ctx.model, self.ctx.body, self.ctx.stream = alias, body, stream
+        return await self.call_next(self.ctx)
+
+    def _small_body(self, stream: bool) -> dict[str, Any]:
+        body = {**self.body, "stream": stream}
+        if self._small_cap() < math.inf:
+            body.pop("max_completion_tokens", None)
+            body["max_tokens"] = self._small_cap()
+        body["logprobs"] = (
+            True if self.ctx.endpoint == "chat" else max(int(self.body.get("logprobs") or 0), 1)
+        )
+        if not stream:
+            body.pop("stream_options", None)
+        return body
+
+    def _small_cap(self) -> int | float:
+        cap = self.cascade.max_small_tokens or math.inf
+        return min(cap, _client_cap(self.body))
+
+
+def _client_cap(body: dict[str, Any]) -> int | float:
+    return body.get("max_completion_tokens") or body.get("max_tokens") or math.inf
+
+
+def _finish(chunk: dict[str, Any]) -> str | None:
+    return next((c.get("finish_reason") for c in chunk.get("choices") or [] if c.get("finish_reason")), None)
+
+
+def _asked_logprobs(endpoint: str, body: dict[str, Any]) -> bool:
+    return bool(body.get("logprobs")) if endpoint == "chat" else body.get("logprobs") is not None
+
+
+def _question(endpoint: str, body: dict[str, Any]) -> str:
+    if endpoint != "chat":
+        return render_prompt(endpoint, body)
+    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    content = users[-1].get("content") if users else ""
+    return content if isinstance(content, str) else render_prompt("chat", {"messages": users[-1:]})
+
+
+def _sum(a: Usage, b: Usage) -> Usage:
+    return Usage(a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens,
+                 a.cached_tokens + b.cached_tokens)  # fmt: skip

@@ -1,0 +1,87 @@
+"""Confidence of a small model's answer from its token logprobs, and the scorers a cascade can use."""
+
+import asyncio
+import math
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from routing.config import MODELS_DIR, ConfidenceConfig
+from routing.learned import LogisticModel, logprob_features
+
+
+def choice_logprobs(choice: dict[str, Any]) -> list[float]:
+    """Token logprobs of one choice or chunk choice, chat (`content`) or completions (`token_logprobs`)."""
+    logprobs = choice.get("logprobs") or {}
+    if logprobs.get("content") is not None:
+        return [float(t["logprob"]) for t in logprobs["content"]]
+    return [float(x) for x in logprobs.get("token_logprobs") or [] if x is not None]
+
+
+def mean_logprob(logprobs: list[float]) -> float:
+    return sum(logprobs) / len(logprobs) if logprobs else -math.inf
+
+
+def min_window(logprobs: list[float], window: int) -> float:
+    """The lowest mean over `window` consecutive tokens (the mean of all when shorter)."""
+    if len(logprobs) <= window:
+        return mean_logprob(logprobs)
+    sums = np.convolve(np.asarray(logprobs), np.ones(window), mode="valid")
+    return float(sums.min() / window)
+
+
+class Embed(Protocol):
+    def embed(self, texts: list[str]) -> np.ndarray: ...
+
+
+class Scorer(Protocol):
+    needs_answer: bool  # False: decides before the small model is called (a router)
+
+    async def score(self, question: str, logprobs: list[float]) -> float: ...
+
+
+class MeanLogprob:
+    needs_answer = True
+
+    async def score(self, question: str, logprobs: list[float]) -> float:
+        return mean_logprob(logprobs)
+
+
+class MinWindow:
+    needs_answer = True
+
+    def __init__(self, window: int) -> None:
+        self._window = window
+
+    async def score(self, question: str, logprobs: list[float]) -> float:
+        return min_window(logprobs, self._window)
+
+
+class Learned:
+    """P(the small answer is good) from a logistic model on the question's embedding (+ logprob stats)."""
+
+    def __init__(self, model: LogisticModel, embedder: Embed) -> None:
+        self._model = model
+        self._embedder = embedder
+        self.needs_answer = model.uses_logprobs
+
+    async def score(self, question: str, logprobs: list[float]) -> float:
+        vector = (await asyncio.to_thread(self._embedder.embed, [question]))[0]
+        extra = logprob_features(logprobs) if self._model.uses_logprobs else None
+        return float(self._model.predict(vector[None, :], None if extra is None else extra[None, :])[0])
+
+
+def default_model_path(method: str) -> Path:
+    return MODELS_DIR / ("router_lr.npz" if method == "router" else "cascade_lr.npz")
+
+
+def build_scorer(config: ConfidenceConfig, embedder: Embed | None) -> Scorer:
+    if config.method == "mean_logprob":
+        return MeanLogprob()
+    if config.method == "min_window":
+        return MinWindow(config.window)
+    if embedder is None:
+        raise ValueError(f"confidence method {config.method!r} needs the embedding model")
+    model = LogisticModel.load(Path(config.model_path or default_model_path(config.method)))
+    return Learned(model, embedder)

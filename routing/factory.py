@@ -1,0 +1,77 @@
+"""Builds the routing package's stages and background services from the settings.
+
+Wiring (gateway/services.py):
+    routing = await create_routing_stages(settings, pools, registry)
+    stages = [..., routing.cascade_stage, AccountingStage(settings), routing.route_stage]
+    closers.append(routing.aclose)
+"""
+
+import asyncio
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+
+from backends.base import Backend
+from gateway.settings import Settings
+from routing.cascade import CascadeStage, ScorerCache
+from routing.confidence import Embed, build_scorer
+from routing.metrics import RoutingMetrics
+from routing.monitor import Monitor
+from routing.router import Router
+from routing.stage import RouteStage
+
+LEARNED = {"learned", "router"}
+
+
+@dataclass
+class RoutingServices:
+    router: Router
+    route_stage: RouteStage
+    cascade_stage: CascadeStage
+    monitor: Monitor
+
+    async def aclose(self) -> None:
+        await self.monitor.aclose()
+
+
+async def create_routing_stages(
+    settings: Settings,
+    pools: dict[str, list[Backend]],
+    registry: CollectorRegistry | None = None,
+    embedder: Embed | None = None,
+) -> RoutingServices:
+    """`embedder`: a shared MiniLM embedder (e.g. the semantic cache's); loaded here when needed and None."""
+    config = settings.routing
+    metrics = RoutingMetrics(registry)
+    fallbacks = {m.name: m.fallbacks for m in settings.models}
+    router = Router(pools, config, fallbacks, metrics)
+    if embedder is None and any(c.confidence.method in LEARNED for c in config.cascades):
+        embedder = await asyncio.to_thread(_load_embedder)
+    deployments = {d.name: d for m in settings.models for d in m.deployments}
+    scorers = ScorerCache(lambda confidence: build_scorer(confidence, embedder or _LazyEmbedder()))
+    cascade = CascadeStage(config.cascades, scorers, deployments, metrics)
+    monitor = Monitor(
+        router.all_replicas(),
+        config.scrape_interval_s if config.scrape_metrics else None,
+        config.health_interval_s if config.health_checks else None,
+    )
+    await monitor.start()
+    return RoutingServices(router, RouteStage(router), cascade, monitor)
+
+
+def _load_embedder() -> Embed:
+    from routing.embedder import Embedder
+
+    return Embedder(threads=1)
+
+
+class _LazyEmbedder:
+    """For learned scorers that only tenant policies name: the model loads on first use."""
+
+    def __init__(self) -> None:
+        self._embedder: Embed | None = None
+
+    def embed(self, texts: list[str]):  # noqa: ANN201 - numpy array
+        if self._embedder is None:
+            self._embedder = _load_embedder()
+        return self._embedder.embed(texts)

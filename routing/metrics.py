@@ -1,0 +1,37 @@
+"""Prometheus series of the routing package. Pass the gateway's registry in; each registry gets one set."""
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+
+
+class RoutingMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        registry = registry or CollectorRegistry()
+        self.registry = registry
+        self.breaker_state = Gauge(
+            "llmgw_deployment_circuit_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.",
+            ["deployment"], registry=registry,
+        )  # fmt: skip
+        self.outstanding = Gauge(
+            "llmgw_deployment_outstanding_requests", "Requests in flight per deployment.",
+            ["deployment"], registry=registry,
+        )  # fmt: skip
+        self.retries = Counter(
+            "llmgw_routing_retries", "Attempts after a failed one, before the first byte.",
+            ["model", "deployment"], registry=registry,
+        )  # fmt: skip
+        self.fallbacks = Counter(
+            "llmgw_routing_fallbacks", "Requests handed to a fallback alias.", ["model", "fallback"],
+            registry=registry,
+        )  # fmt: skip
+        self.failures = Counter(
+            "llmgw_deployment_failures", "Failed calls per deployment.", ["deployment", "stage"],
+            registry=registry,
+        )  # fmt: skip
+        self.cascade = Counter(
+            "llmgw_cascade_decisions", "Cascade outcomes.", ["model", "outcome"], registry=registry
+        )
+
+    def set_breaker(self, deployment: str, state: str) -> None:
+        self.breaker_state.labels(deployment).set(BREAKER_STATES[state])

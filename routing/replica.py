@@ -1,0 +1,70 @@
+"""A deployment as the router sees it: its backend, breaker, load and the engine's scraped numbers."""
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from backends.base import Backend
+from routing.breaker import CircuitBreaker
+
+
+@dataclass
+class EngineLoad:
+    """Numbers scraped from the deployment's /metrics (vLLM names)."""
+
+    waiting: float = 0.0
+    running: float = 0.0
+    kv_usage: float = 0.0
+    prefix_hit_rate: float | None = None  # between the last two scrapes
+    hits: float | None = None  # prefix-cache counters as last scraped
+    queries: float | None = None
+    at: float = -math.inf  # clock time of the scrape
+
+
+class PeakEwma:
+    """Latency estimate that jumps up to a slow sample at once and decays towards fast ones (Finagle's)."""
+
+    def __init__(self, decay_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._decay_s = decay_s
+        self._clock = clock
+        self.value = 0.0
+        self._at = clock()
+
+    def observe(self, seconds: float) -> None:
+        now = self._clock()
+        if seconds > self.value:
+            self.value = seconds
+        else:
+            weight = math.exp(-max(now - self._at, 0.0) / self._decay_s)
+            self.value = self.value * weight + seconds * (1 - weight)
+        self._at = now
+
+
+class Replica:
+    def __init__(
+        self, backend: Backend, breaker: CircuitBreaker, latency: PeakEwma, engine_pool: bool
+    ) -> None:
+        self.backend = backend
+        self.breaker = breaker
+        self.latency = latency
+        self.engine_pool = engine_pool
+        self.outstanding = 0
+        self.engine = EngineLoad()
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    @property
+    def weight(self) -> float:
+        return max(self.backend.config.weight, 1e-9)
+
+    def queue_depth(self, now: float, stale_s: float) -> float:
+        """Our own in-flight count, or the engine's queue when its scrape is fresh and larger."""
+        fresh = now - self.engine.at <= stale_s
+        scraped = self.engine.waiting + self.engine.running if fresh else 0.0
+        return max(float(self.outstanding), scraped)
+
+    def kv_usage(self, now: float, stale_s: float) -> float:
+        return self.engine.kv_usage if now - self.engine.at <= stale_s else 0.0

@@ -1,0 +1,113 @@
+"""Load-balancing strategies. Each orders a pool's available replicas: the first is tried first,
+the rest are the retry order.
+"""
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from routing.config import ScoreWeights
+from routing.prefix import PrefixIndex
+from routing.replica import Replica
+
+
+@dataclass
+class RouteRequest:
+    hashes: list[bytes] = field(default_factory=list)  # the prompt's chained block hashes
+    now: float = 0.0
+
+
+class Strategy(Protocol):
+    def order(self, replicas: list[Replica], request: RouteRequest) -> list[Replica]: ...
+
+
+class WeightedRandom:
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def order(self, replicas: list[Replica], request: RouteRequest) -> list[Replica]:
+        """Weighted order without replacement (Efraimidis–Spirakis keys)."""
+        return sorted(replicas, key=lambda r: self._rng.random() ** (1.0 / r.weight), reverse=True)
+
+
+class LeastOutstanding:
+    def __init__(self, rng: random.Random, stale_s: float) -> None:
+        self._rng = rng
+        self._stale_s = stale_s
+
+    def order(self, replicas: list[Replica], request: RouteRequest) -> list[Replica]:
+        return by_load(replicas, request.now, self._stale_s, self._rng)
+
+
+def by_load(replicas: list[Replica], now: float, stale_s: float, rng: random.Random) -> list[Replica]:
+    return sorted(replicas, key=lambda r: (r.queue_depth(now, stale_s) / r.weight, rng.random()))
+
+
+class PeakEwmaP2C:
+    """Power of two choices on cost = peak-EWMA latency × (outstanding + 1) / weight."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def order(self, replicas: list[Replica], request: RouteRequest) -> list[Replica]:
+        if len(replicas) < 2:
+            return list(replicas)
+        pair = self._rng.sample(replicas, 2)
+        first = min(pair, key=self._cost)
+        rest = sorted((r for r in replicas if r is not first), key=self._cost)
+        return [first, *rest]
+
+    @staticmethod
+    def _cost(replica: Replica) -> float:
+        return (replica.latency.value + 1e-3) * (replica.outstanding + 1) / replica.weight
+
+
+class PrefixAffinity:
+    """Longest cached prefix wins, unless that replica is over (1+ε)× the mean load: then least loaded."""
+
+    def __init__(self, index: PrefixIndex, epsilon: float, stale_s: float, rng: random.Random) -> None:
+        self._index = index
+        self._epsilon = epsilon
+        self._stale_s = stale_s
+        self._rng = rng
+
+    def order(self, replicas: list[Replica], request: RouteRequest) -> list[Replica]:
+        loaded = by_load(replicas, request.now, self._stale_s, self._rng)
+        matches = {r.name: self._index.match(r.name, request.hashes) for r in replicas}
+        best = max(loaded, key=lambda r: matches[r.name])  # stable: ties go to the least loaded
+        if matches[best.name] and self._within_bound(best, replicas, request.now):
+            return [best, *(r for r in loaded if r is not best)]
+        return loaded
+
+    def _within_bound(self, chosen: Replica, replicas: list[Replica], now: float) -> bool:
+        total = sum(r.queue_depth(now, self._stale_s) for r in replicas)
+        capacity = math.ceil((1 + self._epsilon) * (total + 1) / len(replicas))
+        return chosen.queue_depth(now, self._stale_s) + 1 <= capacity
+
+
+class EngineScore:
+    """Combined score for engine replicas: prefix match share − queue depth − KV-cache usage, weighted."""
+
+    def __init__(self, index: PrefixIndex, weights: ScoreWeights, stale_s: float, rng: random.Random) -> None:
+        self._index = index
+        self._weights = weights
+        self._stale_s = stale_s
+        self._rng = rng
+
+    def order(self, replicas: list[Replica], request: RouteRequest) -> list[Replica]:
+        score = self.scorer(replicas, request)
+        return sorted(replicas, key=lambda r: (-score(r), self._rng.random()))
+
+    def scorer(self, replicas: list[Replica], request: RouteRequest) -> Callable[[Replica], float]:
+        now, blocks = request.now, max(len(request.hashes), 1)
+        deepest = max(r.queue_depth(now, self._stale_s) for r in replicas) or 1.0
+        w = self._weights
+
+        def score(r: Replica) -> float:
+            prefix = self._index.match(r.name, request.hashes) / blocks
+            queue = r.queue_depth(now, self._stale_s) / deepest
+            return w.prefix * prefix - w.queue * queue - w.kv_usage * r.kv_usage(now, self._stale_s)
+
+        return score
