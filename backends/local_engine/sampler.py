@@ -1,0 +1,149 @@
+"""Turn logits into next tokens, per request and batched.
+
+Order of processing (as in vLLM): repetition / presence / frequency penalties, temperature, top-k,
+top-p, min-p. Greedy rows (temperature 0) take the argmax of the penalized logits. Seeded requests draw
+their noise from a generator seeded with (seed, position), so the same seed gives the same tokens
+whatever else shares the batch. Logprobs are those of the model's raw distribution (log-softmax of the
+logits before any processing), as vLLM and the OpenAI API report them.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.sequence import Sequence
+
+_SEED_MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: spreads (seed, position) over the seed space
+
+
+@dataclass
+class TokenLogprobs:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)  # (token id, logprob), best first
+
+
+@dataclass
+class SamplerOutput:
+    token_ids: list[int]
+    logprobs: list[TokenLogprobs | None]  # None where the request did not ask for logprobs
+
+
+def penalize(
+    logits: Tensor, params: list[SamplingParams], prompts: list[list[int]], outputs: list[list[int]]
+) -> Tensor:
+    """Repetition penalty over prompt + output tokens (HF semantics); presence/frequency over outputs (OpenAI)."""
+    logits = logits.clone()
+    for row, (p, prompt, output) in enumerate(zip(params, prompts, outputs, strict=True)):
+        if p.repetition_penalty != 1.0:
+            _repetition(logits[row], prompt + output, p.repetition_penalty)
+        if output and (p.presence_penalty or p.frequency_penalty):
+            counts = torch.bincount(torch.tensor(output, device=logits.device), minlength=logits.shape[-1])
+            logits[row] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0)
+    return logits
+
+
+def _repetition(row: Tensor, token_ids: list[int], penalty: float) -> None:
+    seen = torch.tensor(sorted(set(token_ids)), dtype=torch.long, device=row.device)
+    values = row[seen]
+    row[seen] = torch.where(values > 0, values / penalty, values * penalty)
+
+
+def truncate(logits: Tensor, params: list[SamplingParams]) -> Tensor:
+    """Temperature, then top-k, top-p and min-p as -inf masks; rows are independent."""
+    temperatures = torch.tensor(
+        [p.temperature if p.temperature > 0 else 1.0 for p in params], device=logits.device
+    )
+    logits = logits / temperatures[:, None]
+    if any(p.top_k > 0 or p.top_p < 1.0 for p in params):
+        logits = _top_k_top_p(logits, params)
+    if any(p.min_p > 0.0 for p in params):
+        min_p = torch.tensor([p.min_p for p in params], device=logits.device)
+        probs = torch.softmax(logits, dim=-1)
+        too_unlikely = probs < min_p[:, None] * probs.amax(dim=-1, keepdim=True)
+        logits = logits.masked_fill(too_unlikely, float("-inf"))
+    return logits
+
+
+def _top_k_top_p(logits: Tensor, params: list[SamplingParams]) -> Tensor:
+    vocab = logits.shape[-1]
+    top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], device=logits.device)
+    top_p = torch.tensor([p.top_p for p in params], device=logits.device)
+    ordered, order = logits.sort(dim=-1, descending=True)
+    ranks = torch.arange(vocab, device=logits.device)
+    drop = ranks[None, :] >= top_k[:, None]
+    probs = torch.softmax(ordered.masked_fill(drop, float("-inf")), dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    drop |= mass_before >= top_p[:, None]  # the most likely token always stays (mass_before = 0)
+    return logits.scatter(-1, order, ordered.masked_fill(drop, float("-inf")))
+
+
+def probabilities(
+    logits: Tensor, params: list[SamplingParams], prompts: list[list[int]], outputs: list[list[int]]
+) -> Tensor:
+    """The final next-token distributions [N, vocab] (one-hot for greedy rows): what gets sampled from.
+
+    Speculative rejection sampling needs exactly these.
+    """
+    processed = penalize(logits.float(), params, prompts, outputs)
+    probs = torch.softmax(truncate(processed, params), dim=-1)
+    greedy = [row for row, p in enumerate(params) if p.greedy]
+    if greedy:
+        winners = processed[greedy].argmax(dim=-1)
+        probs[greedy] = torch.nn.functional.one_hot(winners, logits.shape[-1]).to(probs.dtype)
+    return probs
+
+
+def probs_for(logits: Tensor, params: SamplingParams, prompt_ids: list[int], output_ids: list[int]) -> Tensor:
+    """One row's distribution (the per-row form of `probabilities`)."""
+    return probabilities(logits.unsqueeze(0), [params], [prompt_ids], [output_ids])[0]
+
+
+def seeded_generator(seed: int, position: int, device: torch.device) -> torch.Generator:
+    mixed = (seed * _SEED_MIX + position) % (2**63)
+    return torch.Generator(device=device).manual_seed(mixed)
+
+
+class Sampler:
+    def __init__(self, generator: torch.Generator | None = None) -> None:
+        self.generator = generator  # for requests without a seed (None = torch's default RNG)
+
+    def sample(self, logits: Tensor, seqs: list[Sequence]) -> SamplerOutput:
+        """One next token per row of `logits` [N, vocab]; row i belongs to seqs[i]."""
+        params = [s.params for s in seqs]
+        prompts = [s.token_ids[: s.num_prompt_tokens] for s in seqs]
+        outputs = [s.token_ids[s.num_prompt_tokens :] for s in seqs]
+        probs = probabilities(logits, params, prompts, outputs)
+        token_ids = [self._draw(probs[row], seq) for row, seq in enumerate(seqs)]
+        return SamplerOutput(token_ids, _logprobs(logits, token_ids, params))
+
+    def _draw(self, probs: Tensor, seq: Sequence) -> int:
+        """Exponential race: argmax(p / E) with E ~ Exp(1) samples from p and is one op per row."""
+        if seq.params.greedy:
+            return int(probs.argmax())
+        seed = seq.params.seed
+        generator = self.generator if seed is None else seeded_generator(seed, len(seq), probs.device)
+        noise = torch.empty_like(probs).exponential_(generator=generator)
+        return int((probs / noise).argmax())
+
+
+def _logprobs(
+    logits: Tensor, token_ids: list[int], params: list[SamplingParams]
+) -> list[TokenLogprobs | None]:
+    rows = [row for row, p in enumerate(params) if p.logprobs]
+    result: list[TokenLogprobs | None] = [None] * len(params)
+    if not rows:
+        return result
+    logprobs = torch.log_softmax(logits[rows].float(), dim=-1)
+    for row, values in zip(rows, logprobs, strict=True):
+        result[row] = TokenLogprobs(token_ids[row], float(values[token_ids[row]]), _top(values, params[row]))
+    return result
+
+
+def _top(logprobs: Tensor, params: SamplingParams) -> list[tuple[int, float]]:
+    if not params.top_logprobs:
+        return []
+    values, ids = logprobs.topk(params.top_logprobs)
+    return list(zip(ids.tolist(), values.tolist(), strict=True))

@@ -1,0 +1,71 @@
+"""Incremental detokenization: whole characters only, stop strings spanning tokens are never emitted."""
+
+import pytest
+
+from backends.local_engine.detokenizer import IncrementalDetokenizer
+from backends.local_engine.gguf_loader import load_gguf, packaged_model_path
+from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.tokenizer import Tokenizer, load_tokenizer
+
+TEXTS = [
+    "Hello there, how are you today?",
+    "emoji 😀🎉👩‍👩‍👧‍👦 and 日本語 and naïve café",
+    "def f(x):\n    return x  # done\n",
+    "   spaced    out   ",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return load_tokenizer(load_gguf(packaged_model_path()).tokenizer)
+
+
+def stream(tokenizer: Tokenizer, text: str, stop: list[str]) -> tuple[list[str], IncrementalDetokenizer]:
+    prompt = tokenizer.encode("Answer:")
+    detok = IncrementalDetokenizer(tokenizer, prompt, SamplingParams(stop=stop))
+    pieces = []
+    for token_id in tokenizer.encode(text):
+        pieces.append(detok.add(token_id))
+        if detok.stopped:
+            break
+    return pieces, detok
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_stream_reassembles_the_text_without_broken_characters(tokenizer: Tokenizer, text: str) -> None:
+    pieces, detok = stream(tokenizer, text, stop=[])
+    assert "".join(pieces) + detok.flush() == text
+    assert not any("\ufffd" in piece for piece in pieces)
+
+
+def test_multibyte_character_split_over_tokens_waits(tokenizer: Tokenizer) -> None:
+    ids = tokenizer.encode("😀")
+    assert len(ids) > 1  # the emoji is spelled with several byte tokens
+    detok = IncrementalDetokenizer(tokenizer, [], SamplingParams())
+    assert [detok.add(i) for i in ids] == [""] * (len(ids) - 1) + ["😀"]
+
+
+def test_stop_string_spanning_tokens_is_cut_and_never_emitted(tokenizer: Tokenizer) -> None:
+    text = "The answer is 42. STOP HERE and more text"
+    pieces, detok = stream(tokenizer, text, stop=["STOP HERE"])
+    assert detok.stopped
+    assert "".join(pieces) == "The answer is 42. "
+    assert not any("STOP" in piece or piece.endswith("ST") for piece in pieces)
+    assert detok.add(tokenizer.encode(" x")[0]) == "" and detok.flush() == ""
+
+
+def test_partial_stop_prefix_is_released_when_it_turns_out_not_to_be_a_stop(tokenizer: Tokenizer) -> None:
+    pieces, detok = stream(tokenizer, "a STOP-like STOPPER word", stop=["STOP!"])
+    assert not detok.stopped
+    assert "".join(pieces) + detok.flush() == "a STOP-like STOPPER word"
+
+
+def test_earliest_of_several_stop_strings_wins(tokenizer: Tokenizer) -> None:
+    pieces, detok = stream(tokenizer, "one, two; three", stop=["three", ";"])
+    assert detok.stopped and "".join(pieces) == "one, two"
+
+
+def test_special_tokens_are_skipped(tokenizer: Tokenizer) -> None:
+    detok = IncrementalDetokenizer(tokenizer, [], SamplingParams())
+    text = "".join(detok.add(i) for i in [*tokenizer.encode("Hi"), 2])
+    assert text + detok.flush() == "Hi"
