@@ -83,6 +83,7 @@ class RoutingSettings(BaseModel):
     prefix_block_chars: int = Field(default=128, ge=8, description="prompt characters per hashed block")
     prefix_entries_per_replica: int = Field(default=50_000, ge=1, description="block hashes remembered")
     load_epsilon: float = Field(default=0.25, ge=0, description="bounded load: (1+ε)×mean outstanding")
+    load_slack: float = Field(default=2.0, ge=0, description="…or mean + this many requests, if larger")
     score_weights: ScoreWeights = Field(default_factory=ScoreWeights)
     ewma_decay_s: float = Field(default=10.0, gt=0, description="peak-EWMA time constant")
     scrape_metrics: bool = Field(default=True, description="read engine pools' /metrics in the background")

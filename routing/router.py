@@ -66,7 +66,9 @@ class Router:
             "weighted_random": WeightedRandom(rng),
             "least_outstanding": LeastOutstanding(rng, s.metrics_stale_s),
             "peak_ewma": PeakEwmaP2C(rng),
-            "prefix_affinity": PrefixAffinity(self.prefixes, s.load_epsilon, s.metrics_stale_s, rng),
+            "prefix_affinity": PrefixAffinity(
+                self.prefixes, s.load_epsilon, s.load_slack, s.metrics_stale_s, rng
+            ),
             "engine_score": EngineScore(self.prefixes, s.score_weights, s.metrics_stale_s, rng),
         }
 

@@ -10,18 +10,21 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from backends.base import UpstreamError
+from backends.base import Backend, UpstreamError
 from gateway.context import Handler, Reply, RequestContext, Usage
 from gateway.errors import OpenAIError, model_not_found
 from gateway.sse import track_usage
 from routing.config import RoutingPolicy, RoutingSettings
+from routing.metrics import RoutingMetrics
 from routing.policy import policy_section
 from routing.replica import Replica
 from routing.router import Router
 
 
 class RouteStage:
-    def __init__(self, router: Router, rng: random.Random | None = None) -> None:
+    def __init__(self, router: Router | dict[str, list[Backend]], rng: random.Random | None = None) -> None:
+        if isinstance(router, dict):  # the bare pools: default settings, no fallbacks (older wiring)
+            router = Router(router, RoutingSettings(), {}, RoutingMetrics())
         self._router = router
         self._settings: RoutingSettings = router.settings
         self._metrics = router.metrics

@@ -2,7 +2,6 @@
 the rest are the retry order.
 """
 
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,9 +66,12 @@ class PeakEwmaP2C:
 class PrefixAffinity:
     """Longest cached prefix wins, unless that replica is over (1+ε)× the mean load: then least loaded."""
 
-    def __init__(self, index: PrefixIndex, epsilon: float, stale_s: float, rng: random.Random) -> None:
+    def __init__(
+        self, index: PrefixIndex, epsilon: float, slack: float, stale_s: float, rng: random.Random
+    ) -> None:
         self._index = index
         self._epsilon = epsilon
+        self._slack = slack
         self._stale_s = stale_s
         self._rng = rng
 
@@ -82,9 +84,10 @@ class PrefixAffinity:
         return loaded
 
     def _within_bound(self, chosen: Replica, replicas: list[Replica], now: float) -> bool:
-        total = sum(r.queue_depth(now, self._stale_s) for r in replicas)
-        capacity = math.ceil((1 + self._epsilon) * (total + 1) / len(replicas))
-        return chosen.queue_depth(now, self._stale_s) + 1 <= capacity
+        """Bounded load: at most (1+ε) × the mean after this request, or mean + slack at low load."""
+        mean = (sum(r.queue_depth(now, self._stale_s) for r in replicas) + 1) / len(replicas)
+        bound = max((1 + self._epsilon) * mean, mean + self._slack)
+        return chosen.queue_depth(now, self._stale_s) + 1 <= bound
 
 
 class EngineScore:
@@ -102,12 +105,12 @@ class EngineScore:
 
     def scorer(self, replicas: list[Replica], request: RouteRequest) -> Callable[[Replica], float]:
         now, blocks = request.now, max(len(request.hashes), 1)
-        deepest = max(r.queue_depth(now, self._stale_s) for r in replicas) or 1.0
+        mean_depth = sum(r.queue_depth(now, self._stale_s) for r in replicas) / len(replicas)
         w = self._weights
 
         def score(r: Replica) -> float:
             prefix = self._index.match(r.name, request.hashes) / blocks
-            queue = r.queue_depth(now, self._stale_s) / deepest
+            queue = r.queue_depth(now, self._stale_s) / (mean_depth + 1)  # relative to the pool's load
             return w.prefix * prefix - w.queue * queue - w.kv_usage * r.kv_usage(now, self._stale_s)
 
         return score
