@@ -129,6 +129,10 @@ class _Call:
             await chunks.aclose()
             raise UpstreamError(504, f"deployment {self._replica.name} sent no first byte in time",
                                 retryable=True) from None  # fmt: skip
+        except UpstreamError as error:
+            if error.retryable or error.status < 500:
+                raise
+            raise UpstreamError(error.status, error.message, retryable=True) from error  # nothing sent yet
 
     async def _rest(
         self, first: dict[str, Any] | None, rest: AsyncIterator[dict[str, Any]]
