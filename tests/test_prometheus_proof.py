@@ -1,0 +1,268 @@
+"""Proof against a real Prometheus: every dashboard panel and alert rule query runs and returns data.
+
+A gateway (in front of a fake OpenAI upstream and our engine's HTTP server with the engine tests' fake
+model) and that engine are scraped every second by Debian's `prometheus` binary, started with a test
+variant of deploy/prometheus/prometheus.yml and the real alert rules, while a generated load runs. Every
+PromQL expression of deploy/grafana/dashboards/*.json and deploy/prometheus/alerts.yml then goes through
+Prometheus's HTTP API: it must parse and return a non-empty result (for alerts: the signal left of the
+threshold). Metrics that only another package records while it is not wired into the pipeline yet are
+listed in PRODUCED_ELSEWHERE; their expressions must still parse.
+"""
+
+import json
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from backends.local_engine.server import create_app as create_engine_app
+from gateway import app as gateway_app
+from gateway.app import create_app
+from gateway.observe import ObserveStage, create_observability
+from gateway.pipeline import chain
+from gateway.settings import DeploymentConfig, ModelConfig, Settings
+from routing.config import CascadePolicy, RoutingSettings
+from tests.fakes import FakeUpstream, ServerThread, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+KEY = "sk-proof-master"
+RATE_INTERVAL, RANGE = "10s", "1m"
+# metric or selector → what must record it. Remove an entry once its producer is wired into gateway/services.py.
+PRODUCED_ELSEWHERE = {
+    "llmgw_cache_similarity_bucket": "cache/: GatewayMetrics.record_cache_lookup from the semantic cache",
+    "llmgw_cache_saved_tokens_total": "cache/: the cache stages, answering hits",
+    'cache_status!="bypass"': "cache/: the cache stages, setting ctx.cache_status",
+    "llmgw_ratelimit_rejections_total": "policies/: RateLimitStage with a tenant limit",
+    "llmgw_tenant_budget_usd": "policies/: PolicyStage setting ctx.policy with a tenant budget",
+}
+
+
+def find_prometheus() -> str | None:
+    return shutil.which("prometheus") or next((p for p in ("/usr/bin/prometheus",) if Path(p).exists()), None)
+
+
+def settings(upstream_url: str, engine_url: str) -> Settings:
+    def deployment(name: str, url: str, model: str, price: float) -> DeploymentConfig:
+        return DeploymentConfig(name=name, base_url=url + "/v1", model=model, input_price_per_1m=price,
+                                output_price_per_1m=2 * price, read_timeout_s=10, connect_timeout_s=1)  # fmt: skip
+
+    models = [
+        ModelConfig(
+            name="echo", deployments=[deployment("fake-a", upstream_url, "m", 3.0)], fallbacks=["engine"]
+        ),
+        ModelConfig(name="engine", deployments=[deployment("engine-1", engine_url, "fake", 0.5)]),
+        ModelConfig(
+            name="broken", deployments=[deployment("nowhere", f"http://127.0.0.1:{free_port()}", "m", 1)]
+        ),
+    ]
+    escalating = CascadePolicy(alias="auto", small="engine", large="echo")  # the fake model is unsure
+    kept = CascadePolicy(alias="auto-small", small="engine", large="echo", confidence={"threshold": -1e9})
+    routing = RoutingSettings(cascades=[escalating, kept], scrape_interval_s=0.5, health_interval_s=1.0)
+    values: dict[str, Any] = {"master_key": KEY, "models": models, "routing": routing}
+    values["observability"] = {"tenant_label": True}
+    return Settings(**values)
+
+
+def _wire_observability_if_missing(start):  # noqa: ANN001, ANN202 - transitional, see the module docstring
+    """Until gateway/services.py builds the observe stages itself: put them where they belong."""
+
+    async def start_services(settings: Settings):  # noqa: ANN202
+        services = await start(settings)
+        if not any(isinstance(stage, ObserveStage) for stage in services.stages):
+            obs = create_observability(settings)
+            services.stages = [obs.stage, *services.stages[:-1], obs.upstream_timer, services.stages[-1]]
+            services.handler = chain(services.stages)
+            services.observability = obs
+        return services
+
+    return start_services
+
+
+def observed_gateway(settings: Settings) -> Any:
+    app = create_app(settings)
+    if not any(getattr(route, "path", None) == "/metrics" for route in app.routes):
+        from starlette.responses import Response
+
+        async def metrics(request: Any) -> Response:
+            body, content_type = request.app.state.services.observability.render()
+            return Response(body, headers={"content-type": content_type})
+
+        app.add_route("/metrics", metrics, methods=["GET"])
+    return app
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    from test_engine_serving_server import fake_load
+
+    binary = find_prometheus()
+    assert binary, "Prometheus is missing: apt-get install -y prometheus"
+    patch = pytest.MonkeyPatch()
+    patch.setattr(gateway_app, "start_services", _wire_observability_if_missing(gateway_app.start_services))
+    with ServerThread(FakeUpstream()) as upstream, ServerThread(create_engine_app(fake_load)) as engine:
+        wait_for(f"{engine.url}/health")
+        gateway = ServerThread(observed_gateway(settings(upstream.url, engine.url)))
+        with gateway, prometheus(binary, tmp_path_factory.mktemp("prom"), gateway.port, engine.port) as prom:
+            yield {"gateway": gateway.url, "engine": engine.url, "prometheus": prom}
+    patch.undo()
+
+
+def wait_for(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(url)
+
+
+class prometheus:  # noqa: N801 - used as a context manager, like open()
+    """Runs Prometheus with the fleet's config rewritten for this test's ports, scraping every second."""
+
+    def __init__(self, binary: str, workdir: Path, gateway_port: int, engine_port: int) -> None:
+        self.port = free_port()
+        config = yaml.safe_load((DEPLOY / "prometheus/prometheus.yml").read_text())
+        config["global"].update(scrape_interval="1s", evaluation_interval="1s")
+        config["rule_files"] = [str(DEPLOY / "prometheus/alerts.yml")]
+        targets = {"llmgw": f"127.0.0.1:{gateway_port}", "vllm": f"127.0.0.1:{engine_port}"}
+        for job in config["scrape_configs"]:
+            job["static_configs"] = [{"targets": [targets[job["job_name"]]]}]
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self.command = [binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir}/data",
+                        f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]  # fmt: skip
+
+    def __enter__(self) -> str:
+        self.process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        url = f"http://127.0.0.1:{self.port}"
+        wait_for(f"{url}/-/ready", timeout=30)
+        return url
+
+    def __exit__(self, *exc: Any) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=15)
+
+
+REQUESTS: list[tuple[str, dict[str, Any], str]] = [
+    ("echo", {}, "hello there"),
+    ("echo", {"stream": True, "stream_options": {"include_usage": True}}, "slow-stream tell me more"),
+    ("engine", {"max_tokens": 8}, "abc"),
+    ("engine", {"max_tokens": 8, "stream": True}, "abcabc"),
+    ("auto", {"max_tokens": 8}, "abcd"),
+    ("auto-small", {"max_tokens": 8}, "abcde"),
+    ("echo", {}, "fail:500"),  # retried, then served by the fallback alias
+    ("broken", {}, "nobody listens"),  # 5xx, and its circuit opens
+    ("unknown-model", {}, "x"),
+]
+
+
+def load(gateway: str, stop: threading.Event) -> None:
+    with httpx.Client(base_url=gateway, timeout=15) as client:
+        while not stop.is_set():
+            for model, extra, text in REQUESTS:
+                body = {"model": model, "messages": [{"role": "user", "content": text}], **extra}
+                client.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {KEY}"})
+            client.post("/v1/chat/completions", json={"model": "echo", "messages": []})  # 401
+
+
+@pytest.fixture(scope="module")
+def loaded(fleet: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    stop = threading.Event()
+    workers = [threading.Thread(target=load, args=(fleet["gateway"], stop)) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    time.sleep(12)  # several scrapes and rule evaluations with traffic in every rate window
+    yield fleet
+    stop.set()
+    for worker in workers:
+        worker.join(30)
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    found = []
+    for path in sorted((DEPLOY / "grafana/dashboards").glob("*.json")):
+        for panel in json.loads(path.read_text())["panels"]:
+            found += [(f"{path.stem}: {panel['title']}", t["expr"]) for t in panel["targets"]]
+    return found
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    groups = yaml.safe_load((DEPLOY / "prometheus/alerts.yml").read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def signal(expr: str) -> str:
+    """`<signal> > 0.05` → `<signal>`: the part that must have data even while the alert is quiet."""
+    return re.sub(r"\s*(==|!=|>=|<=|>|<)\s*[0-9.e+-]+\s*$", "", expr.strip())
+
+
+def query(prometheus_url: str, expr: str) -> dict[str, Any]:
+    expr = expr.replace("$__rate_interval", RATE_INTERVAL).replace("$__range", RANGE)
+    return httpx.get(f"{prometheus_url}/api/v1/query", params={"query": expr}, timeout=10).json()
+
+
+def waived(expr: str) -> bool:
+    return any(name in expr for name in PRODUCED_ELSEWHERE)
+
+
+def test_every_dashboard_query_parses_and_returns_data(loaded: dict[str, Any]) -> None:
+    queries = dashboard_queries()
+    assert len(queries) >= 30
+    empty = []
+    for where, expr in queries:
+        answer = query(loaded["prometheus"], expr)
+        assert answer["status"] == "success", (where, expr, answer)
+        if not answer["data"]["result"] and not waived(expr):
+            empty.append((where, expr))
+    assert not empty, f"queries without data: {empty}"
+
+
+def test_every_alert_rule_parses_and_its_signal_has_data(loaded: dict[str, Any]) -> None:
+    rules = alert_rules()
+    assert {"LlmgwHighErrorRate", "LlmgwBackendDown", "LlmgwCircuitOpen", "LlmgwTenantBudgetNearlySpent"} <= {
+        r["alert"] for r in rules
+    }
+    for rule in rules:
+        assert query(loaded["prometheus"], rule["expr"])["status"] == "success", rule["alert"]
+        answer = query(loaded["prometheus"], signal(rule["expr"]))
+        assert answer["status"] == "success" and (answer["data"]["result"] or waived(rule["expr"])), rule[
+            "alert"
+        ]
+
+
+def test_prometheus_loaded_and_evaluates_the_rules_without_errors(loaded: dict[str, Any]) -> None:
+    groups = httpx.get(f"{loaded['prometheus']}/api/v1/rules", timeout=10).json()["data"]["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    assert len(rules) == len(alert_rules())
+    assert all(rule["health"] == "ok" for rule in rules), [(r["name"], r.get("lastError")) for r in rules]
+    targets = httpx.get(f"{loaded['prometheus']}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+    assert {(t["labels"]["job"], t["health"]) for t in targets} == {("llmgw", "up"), ("vllm", "up")}
+
+
+def test_the_circuit_opened_and_the_error_rate_alert_fires(loaded: dict[str, Any]) -> None:
+    circuit = query(loaded["prometheus"], 'llmgw_deployment_circuit_state{deployment="nowhere"}')
+    assert [float(s["value"][1]) for s in circuit["data"]["result"]] in ([2.0], [1.0])
+    errors = query(
+        loaded["prometheus"],
+        signal(next(r for r in alert_rules() if r["alert"] == "LlmgwHighErrorRate")["expr"]),
+    )
+    assert float(errors["data"]["result"][0]["value"][1]) > 0.05  # one request in eleven goes to `broken`
+
+
+@pytest.mark.parametrize("check", ["config", "rules"])
+def test_promtool_accepts_the_production_files(check: str, tmp_path: Path) -> None:
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    files = {"config": DEPLOY / "prometheus/prometheus.yml", "rules": DEPLOY / "prometheus/alerts.yml"}
+    done = subprocess.run([promtool, "check", check, str(files[check])], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
