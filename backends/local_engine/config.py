@@ -23,4 +23,3 @@ class EngineSettings(BaseModel):
     ngram_max: int = 4
     served_model_name: str = "smollm2"
     device: str = "cpu"
-    int8_kernel: Literal["auto", "int8pack", "dynamic"] = "auto"  # see local_engine/quant.py

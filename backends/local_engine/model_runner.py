@@ -49,7 +49,7 @@ class ModelRunner:
         self.model_name = checkpoint.name
         self.tokenizer = load_tokenizer(checkpoint.tokenizer)
         self.eos_token_ids = self.tokenizer.eos_token_ids
-        fmt = WeightFormat(settings.dtype, settings.int4_group_size, settings.int8_kernel)
+        fmt = WeightFormat(settings.dtype, settings.int4_group_size)
         self.model = build_model(checkpoint, fmt, self.device, settings.max_model_len)
         self.weight_bytes = weight_bytes(self.model)
         self.kv_bytes_per_token = kv_bytes_per_token(self.config, fmt.activation_dtype)

@@ -4,17 +4,13 @@ int8: symmetric, one scale per output channel. int4: asymmetric, one (scale, zer
 `group_size` input channels. Kernels for small batches (decode) on CPU are PyTorch's packed ones,
 `torch._weight_int8pack_mm` and `aten._weight_int4pack_mm_for_cpu`, fed bf16 activations: on AVX2-only
 CPUs their fp32-activation paths are scalar and 10x slower. From KERNEL_MAX_ROWS rows on (prefill),
-dequantize + one GEMM is faster. int8 can instead use fbgemm's dynamic linear ("dynamic": activations
-quantized per tensor on the fly). CUDA: int4 uses `_weight_int4pack_mm` (bf16), int8 dequantizes.
+dequantize + one GEMM is faster. CUDA: int4 uses `_weight_int4pack_mm` (bf16), int8 dequantizes.
 """
-
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-Int8Kernel = Literal["auto", "int8pack", "dynamic"]
 KERNEL_MAX_ROWS = 8
 _INT4_INNER_K_TILES = 8
 
@@ -37,31 +33,20 @@ def quantize_int8(weight: Tensor) -> tuple[Tensor, Tensor]:
 
 
 class Int8Linear(nn.Module):
-    def __init__(self, weight: Tensor, bias: Tensor | None, kernel: Int8Kernel = "auto") -> None:
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
         q, scale = quantize_int8(weight.float())
-        self.kernel = "int8pack" if kernel == "auto" or not weight.is_cpu else kernel
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
         self.register_buffer("q", q)
         self.register_buffer("scale", scale)
         self.register_buffer("scale_bf16", scale.bfloat16())
-        self._packed = _fbgemm_pack(q, scale, self.bias) if self.kernel == "dynamic" else None
-        self.nbytes = q.numel() + scale.numel() * 6 + (q.numel() if self._packed is not None else 0)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self._packed is not None:
-            return torch.ops.quantized.linear_dynamic(x, self._packed, True)
         if x.is_cpu and x.shape[0] <= KERNEL_MAX_ROWS:
             out = torch._weight_int8pack_mm(x.bfloat16(), self.q, self.scale_bf16).to(x.dtype)
         else:
             out = F.linear(x, self.q.to(x.dtype)) * self.scale.to(x.dtype)
         return out if self.bias is None else out + self.bias.to(x.dtype)
-
-
-def _fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> object:
-    zero_points = torch.zeros(q.shape[0], dtype=torch.long)
-    qweight = torch._make_per_channel_quantized_tensor(q, scale.double(), zero_points, 0)
-    return torch.ops.quantized.linear_prepack(qweight, bias)
 
 
 def quantize_int4(weight: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
@@ -120,12 +105,10 @@ def _pack_int4(q: Tensor) -> Tensor:
     return torch.ops.aten._convert_weight_to_int4pack(nibbles, _INT4_INNER_K_TILES)
 
 
-def make_linear(
-    weight: Tensor, bias: Tensor | None, dtype: str, group_size: int, int8_kernel: Int8Kernel
-) -> nn.Module:
+def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int) -> nn.Module:
     """Build the layer for `dtype` from a float32 weight already on its target device."""
     if dtype == "int8":
-        return Int8Linear(weight, bias, int8_kernel)
+        return Int8Linear(weight, bias)
     if dtype == "int4":
         return Int4Linear(weight, bias, group_size)
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from backends.local_engine.checkpoint import Checkpoint
 from backends.local_engine.model import DecoderLayer, Embedding, LlamaModel
 from backends.local_engine.model_config import ModelConfig
-from backends.local_engine.quant import DenseLinear, Int8Kernel, make_linear, quantize_int8
+from backends.local_engine.quant import DenseLinear, make_linear, quantize_int8
 
 _LAYER_WEIGHTS = (
     "input_layernorm.weight",
@@ -33,7 +33,6 @@ _QKV_BIASES = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_pr
 class WeightFormat:
     dtype: str = "fp32"  # fp32 | bf16 | int8 | int4
     int4_group_size: int = 32
-    int8_kernel: Int8Kernel = "auto"
 
     @property
     def activation_dtype(self) -> torch.dtype:
@@ -63,7 +62,7 @@ class ModelBuilder:
 
     def _linear(self, weight: Tensor, bias: Tensor | None = None) -> torch.nn.Module:
         fmt = self.fmt
-        return make_linear(weight, bias, fmt.dtype, fmt.int4_group_size, fmt.int8_kernel)
+        return make_linear(weight, bias, fmt.dtype, fmt.int4_group_size)
 
     def _layer(self, t: dict[str, Tensor]) -> DecoderLayer:
         qkv = torch.cat([t[f"self_attn.{p}_proj.weight"] for p in "qkv"])
@@ -105,7 +104,7 @@ class ModelBuilder:
         weight = self.globals["model.embed_tokens.weight"] if head_weight is None else head_weight
         # int4 keeps the output projection in int8, as llama.cpp's Q4 formats keep it at higher precision
         dtype = "int8" if self.fmt.dtype == "int4" else self.fmt.dtype
-        return make_linear(weight, None, dtype, self.fmt.int4_group_size, self.fmt.int8_kernel)
+        return make_linear(weight, None, dtype, self.fmt.int4_group_size)
 
 
 def build_model(
@@ -119,8 +118,7 @@ def build_model(
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes held by the model's weights, each storage once (tied embeddings), plus fbgemm-packed weights."""
+    """Bytes held by the model's weights, each storage counted once (tied embeddings share one)."""
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in model.parameters()}
     storages |= {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in model.buffers()}
-    packed = sum(m.q.numel() for m in model.modules() if getattr(m, "_packed", None) is not None)
-    return sum(storages.values()) + packed
+    return sum(storages.values())

@@ -1,0 +1,91 @@
+"""int8 / int4 weight-only layers: kernels agree with their dequantized weights; model quality vs fp32."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from backends.local_engine.config import EngineSettings
+from backends.local_engine.model_runner import ModelRunner
+from backends.local_engine.quality import argmax_agreement, perplexity, teacher_forced_logits
+from backends.local_engine.quant import (
+    KERNEL_MAX_ROWS,
+    Int4Linear,
+    Int8Linear,
+    dequantize_int4,
+    quantize_int4,
+    quantize_int8,
+)
+
+QUALITY_TEXT = Path(__file__).parent / "data" / "quality_text.txt"
+QUALITY_TOKENS = 512
+
+
+def weight(out_features: int = 96, in_features: int = 128) -> torch.Tensor:
+    return torch.randn(out_features, in_features, generator=torch.Generator().manual_seed(0))
+
+
+def test_int8_round_trip_error_is_within_half_a_step():
+    w = weight()
+    q, scale = quantize_int8(w)
+    assert q.dtype == torch.int8 and scale.shape == (96,)
+    assert ((q.float() * scale[:, None] - w).abs() <= scale[:, None] / 2 + 1e-6).all()
+
+
+@pytest.mark.parametrize("group_size", [32, 64])
+def test_int4_round_trip_error_is_within_half_a_step(group_size):
+    w = weight()
+    q, scales_and_zeros = quantize_int4(w, group_size)
+    assert q.min() >= 0 and q.max() <= 15
+    step = scales_and_zeros[..., 0].t().repeat_interleave(group_size, dim=1)
+    assert ((dequantize_int4(q, scales_and_zeros, group_size) - w).abs() <= step / 2 + 1e-5).all()
+
+
+@pytest.mark.parametrize("rows", [1, KERNEL_MAX_ROWS, KERNEL_MAX_ROWS + 5])
+def test_int8_linear_matches_its_dequantized_weight(rows):
+    w, x = weight(), torch.randn(rows, 128)
+    q, scale = quantize_int8(w)
+    expected = x @ (q.float() * scale[:, None]).t()
+    # the packed kernel (decode) takes bf16 activations
+    assert torch.allclose(Int8Linear(w, None)(x), expected, rtol=0.02, atol=0.1)
+
+
+@pytest.mark.parametrize("rows", [1, KERNEL_MAX_ROWS, KERNEL_MAX_ROWS + 5])
+def test_int4_linear_matches_its_dequantized_weight(rows):
+    w, x, bias = weight(), torch.randn(rows, 128), torch.randn(96)
+    expected = x @ dequantize_int4(*quantize_int4(w, 32), 32).t() + bias
+    assert torch.allclose(Int4Linear(w, bias, 32)(x), expected, rtol=0.03, atol=0.1)
+
+
+def test_int4_rejects_a_group_size_that_does_not_divide_the_input():
+    with pytest.raises(ValueError, match="group size"):
+        Int4Linear(weight(96, 100), None, 32)
+
+
+@pytest.fixture(scope="module")
+def quality() -> dict[str, tuple[float, float, int]]:
+    """format -> (perplexity, argmax agreement with fp32, weight bytes) on the shipped English text."""
+    results, reference = {}, None
+    for fmt in ("fp32", "int8", "int4"):
+        runner = ModelRunner(EngineSettings(dtype=fmt, kv_cache_memory_mb=32, max_model_len=QUALITY_TOKENS))
+        ids = runner.tokenizer.encode(QUALITY_TEXT.read_text(), add_special_tokens=False)[:QUALITY_TOKENS]
+        logits = teacher_forced_logits(runner, ids)
+        reference = logits if reference is None else reference
+        results[fmt] = (perplexity(logits, ids), argmax_agreement(logits, reference), runner.weight_bytes)
+        del runner
+    return results
+
+
+def test_quantized_formats_stay_close_to_fp32(quality):
+    fp32_ppl = quality["fp32"][0]
+    assert 2 < fp32_ppl < 60  # a sane perplexity for English prose on a 135M model
+    int8_ppl, int8_agreement, _ = quality["int8"]
+    int4_ppl, int4_agreement, _ = quality["int4"]
+    assert abs(int8_ppl / fp32_ppl - 1) < 0.03 and int8_agreement > 0.93
+    assert abs(int4_ppl / fp32_ppl - 1) < 0.25 and int4_agreement > 0.75
+
+
+def test_quantized_formats_use_less_memory(quality):
+    fp32_bytes, int8_bytes, int4_bytes = (quality[f][2] for f in ("fp32", "int8", "int4"))
+    assert int8_bytes < 0.45 * fp32_bytes
+    assert int4_bytes < int8_bytes
