@@ -62,11 +62,13 @@ class CascadeStage:
         self._metrics.cascade.labels(cascade.alias, outcome).inc()
         return reply
 
-    def bill_prompt(self, ctx: RequestContext, deployment: str | None, prompt_tokens: int) -> None:
-        """Charge prompt tokens an aborted stream never reported (its usage chunk did not come)."""
+    def bill(
+        self, ctx: RequestContext, deployment: str | None, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        """Charge tokens the accounting stage could not see (an aborted stream reports no usage)."""
         config = self._deployments.get(deployment or "")
         if config:
-            ctx.cost_usd += cost_usd(config, prompt_tokens, 0)
+            ctx.cost_usd += cost_usd(config, prompt_tokens, completion_tokens)
 
 
 class ScorerCache:
@@ -183,11 +185,17 @@ class _Run:
             reply = Reply(stream=self._release(held, chunks))
             return self.stage.outcome(self.ctx, self.cascade, "small", reply)
         await small.stream.aclose()
-        usage = self.ctx.usage
-        if not usage.prompt_tokens:  # the stream was cut before its usage chunk
-            usage.prompt_tokens = math.ceil(len(render_prompt(self.ctx.endpoint, self.body)) / 4)
-            self.stage.bill_prompt(self.ctx, deployment, usage.prompt_tokens)
-        return await self._escalate(usage)
+        self._settle_aborted(deployment, generated=len(logprobs))
+        return await self._escalate(self.ctx.usage)
+
+    def _settle_aborted(self, deployment: str | None, generated: int) -> None:
+        """A small stream cut before its usage chunk: count what it generated, estimate its prompt."""
+        charged = self.ctx.usage  # what accounting charged when the stream closed
+        prompt = charged.prompt_tokens or math.ceil(len(render_prompt(self.ctx.endpoint, self.body)) / 4)
+        completion = max(charged.completion_tokens, generated)
+        extra = (prompt - charged.prompt_tokens, completion - charged.completion_tokens)
+        self.stage.bill(self.ctx, deployment, *extra)
+        self.ctx.usage = Usage(prompt, completion, charged.cached_tokens)
 
     async def _hold_prefix(
         self, chunks: AsyncIterator[dict[str, Any]]

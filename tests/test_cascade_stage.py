@@ -1,0 +1,225 @@
+"""Cascade: keeps confident small answers, escalates weak ones; headers, logprobs and billing right."""
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gateway.accounting import AccountingStage
+from gateway.context import Handler, RequestContext
+from gateway.pipeline import chain
+from gateway.settings import ModelConfig, Settings
+from routing.config import CascadePolicy, RoutingSettings
+from routing.factory import RoutingServices, create_routing_stages
+from routing.learned import LogisticModel
+from tests.routing_fakes import Upstream
+
+SMALL_COST = (10 * 1.0 + 4 * 2.0) / 1e6  # 10 prompt tokens, 4 completion tokens at the fake's prices
+LARGE_COST = (10 * 10.0 + 4 * 20.0) / 1e6
+
+
+class Setup:
+    def __init__(self, small: Upstream, large: Upstream, services: RoutingServices, handler: Handler) -> None:
+        self.small, self.large, self.services, self.handler = small, large, services, handler
+
+
+async def build(cascade: dict[str, Any], embedder: Any = None) -> Setup:
+    small = await Upstream("small-dep", answer="Paris is the capital").start()
+    large = await Upstream("large-dep", answer="Paris , of course").start()
+    models = [
+        ModelConfig(name="small", deployments=[small.deployment()]),
+        ModelConfig(
+            name="large", deployments=[large.deployment(input_price_per_1m=10, output_price_per_1m=20)]
+        ),
+    ]
+    routing = RoutingSettings(cascades=[CascadePolicy(alias="auto", small="small", large="large", **cascade)],
+                              health_checks=False, scrape_metrics=False)  # fmt: skip
+    settings = Settings(models=models, routing=routing)
+    pools = {
+        "small": [await small.backend()],
+        "large": [await large.backend(**models[1].deployments[0].model_dump())],
+    }
+    services = await create_routing_stages(settings, pools, embedder=embedder)
+    handler = chain([services.cascade_stage, AccountingStage(settings), services.route_stage])
+    setup = Setup(small, large, services, handler)
+    setup.pools = pools  # type: ignore[attr-defined]
+    return setup
+
+
+@pytest.fixture
+async def make() -> AsyncIterator[Any]:
+    built: list[Setup] = []
+
+    async def factory(**cascade: Any) -> Setup:
+        built.append(await build(cascade, cascade.pop("embedder", None)))
+        return built[-1]
+
+    yield factory
+    for setup in built:
+        await setup.services.aclose()
+        for backend in [b for pool in setup.pools.values() for b in pool]:  # type: ignore[attr-defined]
+            await backend.aclose()
+        await setup.small.stop()
+        await setup.large.stop()
+
+
+def request(stream: bool = False, **body: Any) -> RequestContext:
+    payload = {"model": "auto", "messages": [{"role": "user", "content": "Capital of France?"}], **body}
+    if stream:
+        payload |= {"stream": True, "stream_options": {"include_usage": True}}
+    return RequestContext(
+        request_id="r", endpoint="chat", body=payload, headers={}, model="auto", stream=stream
+    )
+
+
+async def test_confident_small_answer_is_kept(make: Any) -> None:
+    s = await make(confidence={"method": "mean_logprob", "threshold": -0.5}, max_small_tokens=64)
+    s.small.logprobs = [-0.1, -0.2, -0.1, -0.3]
+    ctx = request()
+    reply = await s.handler(ctx)
+    assert reply.headers == {"x-cascade": "small", "x-served-by": "small-dep"}
+    assert ctx.cascade == "small" and ctx.model == "auto"
+    assert reply.body["choices"][0]["message"]["content"] == "Paris is the capital"
+    assert reply.body["choices"][0]["logprobs"] is None  # asked for by the cascade, not by the client
+    sent = s.small.requests[-1]
+    assert sent["logprobs"] is True and sent["max_tokens"] == 64
+    assert not s.large.requests
+    assert ctx.cost_usd == pytest.approx(SMALL_COST)
+
+
+async def test_weak_small_answer_is_escalated_and_both_are_billed(make: Any) -> None:
+    s = await make(confidence={"method": "mean_logprob", "threshold": -0.5})
+    s.small.logprobs = [-0.1, -2.5, -1.9, -0.4]
+    ctx = request(max_tokens=100)
+    reply = await s.handler(ctx)
+    assert reply.headers == {"x-cascade": "escalated", "x-served-by": "large-dep"}
+    assert reply.body["choices"][0]["message"]["content"] == "Paris , of course"
+    assert "logprobs" not in s.large.requests[-1] and s.large.requests[-1]["max_tokens"] == 100
+    assert (ctx.usage.prompt_tokens, ctx.usage.completion_tokens) == (20, 8)
+    assert ctx.cost_usd == pytest.approx(SMALL_COST + LARGE_COST)
+    assert s.services.router.metrics.cascade.labels("auto", "escalated")._value.get() == 1
+
+
+async def test_threshold_is_inclusive(make: Any) -> None:
+    s = await make(confidence={"method": "mean_logprob", "threshold": -0.5})
+    s.small.logprobs = [-0.5, -0.5, -0.5, -0.5]
+    assert (await s.handler(request())).headers["x-cascade"] == "small"
+    s.small.logprobs = [-0.5, -0.5, -0.5, -0.52]
+    assert (await s.handler(request())).headers["x-cascade"] == "escalated"
+
+
+async def test_min_window_catches_a_weak_stretch_the_mean_hides(make: Any) -> None:
+    s = await make(confidence={"method": "min_window", "threshold": -1.0, "window": 2})
+    s.small.answer = "a b c d e f g h"
+    s.small.logprobs = [-0.01, -0.01, -0.01, -1.6, -1.6, -0.01, -0.01, -0.01]  # mean -0.41
+    assert (await s.handler(request())).headers["x-cascade"] == "escalated"
+    s.small.logprobs = [-0.01, -0.01, -0.01, -1.6, -0.3, -0.01, -0.01, -0.01]
+    assert (await s.handler(request())).headers["x-cascade"] == "small"
+
+
+async def test_answer_cut_by_max_small_tokens_is_escalated(make: Any) -> None:
+    s = await make(confidence={"method": "mean_logprob", "threshold": -5}, max_small_tokens=2)
+    reply = await s.handler(request())
+    assert reply.headers["x-cascade"] == "escalated"
+    assert s.small.requests[-1]["max_tokens"] == 2
+
+
+async def test_clients_own_length_limit_is_not_an_escalation(make: Any) -> None:
+    s = await make(confidence={"method": "mean_logprob", "threshold": -5}, max_small_tokens=64)
+    reply = await s.handler(request(max_tokens=2))
+    assert reply.headers["x-cascade"] == "small" and reply.body["choices"][0]["finish_reason"] == "length"
+
+
+async def test_small_model_down_escalates(make: Any) -> None:
+    s = await make(confidence={"method": "mean_logprob", "threshold": -5})
+    s.small.mode = "error_500"
+    ctx = request()
+    reply = await s.handler(ctx)
+    assert reply.headers["x-cascade"] == "escalated" and ctx.cost_usd == pytest.approx(LARGE_COST)
+
+
+async def test_client_logprobs_are_kept_when_asked(make: Any) -> None:
+    s = await make(confidence={"method": "mean_logprob", "threshold": -5})
+    reply = await s.handler(request(logprobs=True))
+    assert len(reply.body["choices"][0]["logprobs"]["content"]) == 4
+
+
+async def test_buffered_stream_sends_the_small_answer_as_chunks(make: Any) -> None:
+    s = await make(confidence={"method": "mean_logprob", "threshold": -0.5})
+    ctx = request(stream=True)
+    reply = await s.handler(ctx)
+    chunks = [c async for c in reply.stream]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text == "Paris is the capital" and chunks[-1]["usage"]["completion_tokens"] == 4
+    assert reply.headers["x-cascade"] == "small" and s.small.requests[-1]["stream"] is False
+    assert all(c["choices"][0].get("logprobs") is None for c in chunks if c["choices"])
+
+
+async def test_escalated_stream_comes_from_the_large_model_and_sums_usage(make: Any) -> None:
+    s = await make(confidence={"method": "mean_logprob", "threshold": -0.5})
+    s.small.logprobs = [-3.0] * 4
+    ctx = request(stream=True)
+    reply = await s.handler(ctx)
+    chunks = [c async for c in reply.stream]
+    assert chunks[0]["model"] == "large-dep" and reply.headers["x-cascade"] == "escalated"
+    assert ctx.usage.completion_tokens == 8
+    assert ctx.cost_usd == pytest.approx(SMALL_COST + LARGE_COST)
+
+
+async def test_prefix_mode_streams_a_confident_small_answer_live(make: Any) -> None:
+    s = await make(
+        confidence={"method": "mean_logprob", "threshold": -0.5}, stream_mode="prefix", prefix_tokens=2
+    )
+    ctx = request(stream=True)
+    reply = await s.handler(ctx)
+    chunks = [c async for c in reply.stream]
+    assert s.small.requests[-1]["stream"] is True and reply.headers["x-cascade"] == "small"
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == (
+        "Paris is the capital"
+    )
+    assert ctx.cost_usd == pytest.approx(SMALL_COST)
+
+
+async def test_prefix_mode_escalates_on_a_weak_prefix_and_bills_the_aborted_attempt(make: Any) -> None:
+    s = await make(
+        confidence={"method": "mean_logprob", "threshold": -0.5}, stream_mode="prefix", prefix_tokens=2
+    )
+    s.small.logprobs = [-2.0, -2.0, -0.1, -0.1]
+    ctx = request(stream=True)
+    reply = await s.handler(ctx)
+    chunks = [c async for c in reply.stream]
+    assert chunks[0]["model"] == "large-dep" and reply.headers["x-cascade"] == "escalated"
+    assert ctx.usage.completion_tokens >= 4 + 2 and ctx.usage.prompt_tokens > 10
+    assert ctx.cost_usd > LARGE_COST
+
+
+async def test_tenant_policy_defines_its_own_cascade(make: Any) -> None:
+    s = await make(confidence={"method": "mean_logprob", "threshold": -0.5})
+    ctx = request()
+    ctx.model = ctx.body["model"] = "tenant-auto"
+    ctx.policy = type("P", (), {"cascade": {"alias": "tenant-auto", "small": "small", "large": "large",
+                                            "confidence": {"method": "mean_logprob", "threshold": 0.5}}})()  # fmt: skip
+    reply = await s.handler(ctx)
+    assert reply.headers["x-cascade"] == "escalated"  # no logprob reaches +0.5
+
+
+class KeywordEmbedder:
+    """Deterministic 2-d 'embedding' so the learned scorer's arithmetic can be checked exactly."""
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return np.array([[1.0, 0.0] if "easy" in t else [0.0, 1.0] for t in texts], dtype=np.float32)
+
+
+async def test_learned_scorer_and_router(make: Any, tmp_path: Any) -> None:
+    path = tmp_path / "router.npz"
+    LogisticModel(np.array([4.0, -4.0]), 0.0, np.zeros(2), np.ones(2), uses_logprobs=False).save(path)
+    s = await make(confidence={"method": "router", "threshold": 0.5, "model_path": str(path)},
+                   embedder=KeywordEmbedder())  # fmt: skip
+    easy, hard = request(), request()
+    easy.body["messages"][0]["content"] = "an easy one"
+    hard.body["messages"][0]["content"] = "a hard one"
+    assert (await s.handler(easy)).headers["x-cascade"] == "small"
+    reply = await s.handler(hard)
+    assert reply.headers == {"x-cascade": "routed", "x-served-by": "large-dep"}
+    assert len(s.small.requests) == 1  # the router decided before calling the small model
