@@ -12,9 +12,9 @@ class PoliciesSettings(BaseModel):
     auto_migrate: bool | None = None  # None = migrate at start for SQLite only
     redis_prefix: str = "llmgw:"  # every Redis key and channel of this package starts with it
     redis_failure_mode: Literal["open", "closed"] = "open"  # Redis down: per-replica limits, or 503
-    redis_timeout_s: float = 0.25  # socket timeout of the rate-limit client
+    redis_timeout_s: float = 5.0  # socket timeout of the rate-limit client; a starved event loop counts too
     redis_max_connections: int = 64  # requests beyond it wait for a free connection (pool timeout)
-    redis_pool_timeout_s: float = 2.0
+    redis_pool_timeout_s: float = 10.0
     redis_retry_s: float = 1.0  # after a Redis failure, use the fallback this long before retrying
     refresh_interval_s: float = 15.0  # backstop reload of keys/policies besides pub/sub invalidation
     window_s: int = 60  # the rolling window of RPM/TPM limits
