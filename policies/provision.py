@@ -1,0 +1,57 @@
+"""Provisioning outside a running gateway (CLI, benchmarks): a store on its own engine, and a
+change announcement so running replicas reload at once."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from redis.asyncio import Redis
+
+from gateway.settings import Settings
+from policies.db import create_engine, session_factory
+from policies.errors import NotFound
+from policies.migrate import upgrade_engine
+from policies.policy import Policy
+from policies.store import Store
+
+
+@asynccontextmanager
+async def open_store(settings: Settings, migrate: bool = True) -> AsyncIterator[Store]:
+    engine = create_engine(settings.database_url, settings.policies.db_schema)
+    try:
+        if migrate:
+            await upgrade_engine(engine)
+        yield Store(session_factory(engine))
+    finally:
+        await engine.dispose()
+    await announce_change(settings)
+
+
+async def announce_change(settings: Settings) -> None:
+    """Tell running replicas to reload (they also catch up on their periodic refresh)."""
+    if settings.redis_url is None:
+        return
+    client = Redis.from_url(settings.redis_url)
+    try:
+        await client.publish(settings.policies.redis_prefix + "changes", "reload")
+    finally:
+        await client.aclose()
+
+
+async def ensure_tenant(store: Store, tenant_id: str, policy: Policy | None = None) -> None:
+    """Create the tenant (with `policy`, if given) unless it exists."""
+    try:
+        await store.get_tenant(tenant_id)
+    except NotFound:
+        policy_id = (await store.create_policy(f"{tenant_id}-policy", policy)).id if policy else None
+        await store.create_tenant(tenant_id, tenant_id, policy_id)
+
+
+async def provision_virtual_key(settings: Settings, tenant_id: str, policy: Policy | None = None) -> str:
+    """A tenant (created with `policy` if missing) and a new key on it; returns the key's secret.
+
+    For benchmarks: `await provision_virtual_key(settings, "bench", Policy(key_limits=Limits(rpm=10**9)))`.
+    """
+    async with open_store(settings) as store:
+        await ensure_tenant(store, tenant_id, policy)
+        _, new = await store.create_key(tenant_id, "provisioned")
+    return new.secret

@@ -1,0 +1,42 @@
+"""`llmgw keys create|list|revoke` and the benchmark provisioning helper."""
+
+import asyncio
+import re
+
+from policies.cli import main
+from policies.directory import Directory
+from policies.keys import hash_key
+from policies.policy import Limits, Policy
+from policies.provision import open_store, provision_virtual_key
+from tests.policies_support import database_fixture, make_settings  # noqa: F401
+
+
+async def test_keys_create_list_revoke(database, capsys):
+    settings = make_settings(database)
+    await _in_thread(
+        main, ["keys", "create", "--tenant", "acme", "--create-tenant", "--name", "ci"], settings
+    )
+    created = capsys.readouterr().out
+    secret = re.search(r"key: (\S+)", created).group(1)
+    key_id = re.search(r"id: (\S+)", created).group(1)
+    assert await _in_thread(main, ["keys", "list", "--tenant", "acme"], settings) == 0
+    listed = capsys.readouterr().out
+    assert key_id in listed and "active" in listed and secret not in listed
+    assert await _in_thread(main, ["keys", "revoke", key_id], settings) == 0
+    assert "revoked" in capsys.readouterr().out
+    assert await _in_thread(main, ["keys", "revoke", "key_nope"], settings) == 1
+
+
+async def test_provision_virtual_key_for_benchmarks(database):
+    settings = make_settings(database)
+    secret = await provision_virtual_key(settings, "bench", Policy(key_limits=Limits(rpm=10)))
+    async with open_store(settings) as store:
+        directory = Directory(store, [])
+        await directory.reload()
+    entry = directory.lookup(hash_key(secret))
+    assert entry.principal.tenant_id == "bench" and entry.policy.key_limits.rpm == 10
+
+
+async def _in_thread(function, argv, settings):
+    """The CLI runs its own event loop, so call it off this test's loop."""
+    return await asyncio.to_thread(function, argv, settings)
