@@ -42,7 +42,7 @@ class SentenceEmbedder:
 
     def __init__(self, model: Any, batch_size: int = 32) -> None:
         self._model = model
-        self.dim = int(model.get_sentence_embedding_dimension())
+        self.dim = int(_dimension(model))
         self._batch_size = batch_size
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-embed")
         self._pending: list[tuple[str, asyncio.Future[np.ndarray]]] = []
@@ -90,3 +90,8 @@ def _settle(
             future.set_result(vectors[i])
         else:
             future.set_exception(error or RuntimeError("embedding failed"))
+
+
+def _dimension(model: Any) -> int:
+    named = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return int(named())

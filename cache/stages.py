@@ -1,0 +1,54 @@
+"""The two pipeline stages. ExactCacheStage must run before SemanticCacheStage: it decides what the
+cache may do for the request (ctx.extra["cache_request"]), answers identical requests, tags every
+reply with x-cache-status and stores complete answers. SemanticCacheStage answers paraphrases."""
+
+from cache.request import plan
+from cache.service import CacheService
+from gateway.context import Handler, Reply, RequestContext
+
+REQUEST_KEY = "cache_request"
+
+
+class ExactCacheStage:
+    def __init__(self, service: CacheService) -> None:
+        self._service = service
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
+        request = plan(ctx, self._service.settings.defaults)
+        if request is None:
+            ctx.cache_status = "bypass"
+            return _tagged(ctx, await call_next(ctx))
+        ctx.extra[REQUEST_KEY] = request
+        if request.lookup and request.policy.exact:
+            entry = await self._service.get_exact(request.key)
+            if entry is not None:
+                return self._service.serve(ctx, entry, "hit")
+        ctx.cache_status = "miss" if request.lookup else "bypass"
+        reply = await call_next(ctx)
+        if request.store and ctx.cache_status in ("miss", "bypass"):
+            reply = self._service.store_when_complete(ctx, request, reply)
+        return _tagged(ctx, reply)
+
+
+class SemanticCacheStage:
+    def __init__(self, service: CacheService) -> None:
+        self._service = service
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
+        request = ctx.extra.get(REQUEST_KEY)
+        if request is None or request.parts is None or not self._service.semantic:
+            return await call_next(ctx)
+        request.vector = await self._service.embed(request.parts.question)
+        if request.lookup:
+            match = await self._service.find_similar(request)
+            if match is not None:
+                reply = self._service.serve(ctx, match.entry, "semantic-hit")
+                ctx.extra["cache"]["similarity"] = match.similarity
+                reply.headers["x-cache-similarity"] = f"{match.similarity:.4f}"
+                return reply
+        return await call_next(ctx)
+
+
+def _tagged(ctx: RequestContext, reply: Reply) -> Reply:
+    reply.headers.setdefault("x-cache-status", ctx.cache_status)
+    return reply
