@@ -32,7 +32,9 @@ def min_window(logprobs: list[float], window: int) -> float:
 
 
 class Embed(Protocol):
-    def embed(self, texts: list[str]) -> np.ndarray: ...
+    """Unit-length sentence vectors; cache.embedder.SentenceEmbedder fits, so one MiniLM is shared."""
+
+    def encode(self, texts: list[str]) -> np.ndarray: ...
 
 
 class Scorer(Protocol):
@@ -67,7 +69,7 @@ class Learned:
         self.needs_answer = model.uses_logprobs
 
     async def score(self, question: str, logprobs: list[float]) -> float:
-        vector = (await asyncio.to_thread(self._embedder.embed, [question]))[0]
+        vector = (await asyncio.to_thread(self._embedder.encode, [question]))[0]
         extra = logprob_features(logprobs) if self._model.uses_logprobs else None
         return float(self._model.predict(vector[None, :], None if extra is None else extra[None, :])[0])
 

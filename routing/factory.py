@@ -9,6 +9,7 @@ Wiring (gateway/services.py):
 import asyncio
 from dataclasses import dataclass
 
+import numpy as np
 from prometheus_client import CollectorRegistry
 
 from backends.base import Backend
@@ -40,7 +41,7 @@ async def create_routing_stages(
     registry: CollectorRegistry | None = None,
     embedder: Embed | None = None,
 ) -> RoutingServices:
-    """`embedder`: a shared MiniLM embedder (e.g. the semantic cache's); loaded here when needed and None."""
+    """`embedder`: the semantic cache's SentenceEmbedder to share one MiniLM; loaded here when needed."""
     config = settings.routing
     metrics = RoutingMetrics(registry)
     fallbacks = {m.name: m.fallbacks for m in settings.models}
@@ -60,9 +61,9 @@ async def create_routing_stages(
 
 
 def _load_embedder() -> Embed:
-    from routing.embedder import Embedder
+    from cache.embedder import SentenceEmbedder, load_sentence_model
 
-    return Embedder(threads=1)
+    return SentenceEmbedder(load_sentence_model(None, torch_threads=1))
 
 
 class _LazyEmbedder:
@@ -71,7 +72,7 @@ class _LazyEmbedder:
     def __init__(self) -> None:
         self._embedder: Embed | None = None
 
-    def embed(self, texts: list[str]):  # noqa: ANN201 - numpy array
+    def encode(self, texts: list[str]) -> np.ndarray:
         if self._embedder is None:
             self._embedder = _load_embedder()
-        return self._embedder.embed(texts)
+        return self._embedder.encode(texts)

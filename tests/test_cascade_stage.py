@@ -207,7 +207,7 @@ async def test_tenant_policy_defines_its_own_cascade(make: Any) -> None:
 class KeywordEmbedder:
     """Deterministic 2-d 'embedding' so the learned scorer's arithmetic can be checked exactly."""
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def encode(self, texts: list[str]) -> np.ndarray:
         return np.array([[1.0, 0.0] if "easy" in t else [0.0, 1.0] for t in texts], dtype=np.float32)
 
 

@@ -1,0 +1,60 @@
+"""Train the learned router (MMLU replay) and the cascade scorer (live task records) as logistic models.
+
+    .venv/bin/python -m bench.train_router router    # → routing/models/router_lr.npz
+    .venv/bin/python -m bench.train_router cascade   # → routing/models/cascade_lr.npz (needs live records)
+
+scikit-learn is used here only; serving reads the weights with numpy (routing/learned.py).
+"""
+
+import argparse
+import os
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+
+from routing.config import MODELS_DIR
+from routing.learned import LogisticModel
+
+
+def fit(features: np.ndarray, labels: np.ndarray, c: float, uses_logprobs: bool) -> LogisticModel:
+    """Standardise, then L2-regularised logistic regression predicting labels == 1 (small is good)."""
+    mean = features.mean(axis=0)
+    scale = features.std(axis=0) + 1e-6
+    model = LogisticRegression(C=c, max_iter=2000).fit((features - mean) / scale, labels)
+    return LogisticModel(
+        model.coef_[0].astype(np.float32), float(model.intercept_[0]), mean, scale, uses_logprobs
+    )
+
+
+def choose_c(train_x: np.ndarray, train_y: np.ndarray, score: "callable", seed: int = 0) -> float:  # type: ignore[valid-type]
+    """Pick the regularisation by a validation slice of the training part: higher score(model, x, idx) wins."""
+    rng = np.random.default_rng(seed)
+    index = rng.permutation(len(train_y))
+    cut = int(len(index) * 0.8)
+    fit_idx, val_idx = index[:cut], index[cut:]
+    results = {
+        c: score(fit(train_x[fit_idx], train_y[fit_idx], c, False), val_idx) for c in (0.001, 0.01, 0.1, 1.0)
+    }
+    return max(results, key=results.get)
+
+
+def main() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("which", choices=["router", "cascade"])
+    args = parser.parse_args()
+    if args.which == "router":
+        from bench.cascade_eval import train_replay_router
+
+        model = train_replay_router()
+        model.save(MODELS_DIR / "router_lr.npz")
+    else:
+        from bench.cascade_live import train_cascade_scorer
+
+        model = train_cascade_scorer()
+        model.save(MODELS_DIR / "cascade_lr.npz")
+    print("saved")
+
+
+if __name__ == "__main__":
+    main()
