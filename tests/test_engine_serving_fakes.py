@@ -48,9 +48,11 @@ class FakeRunner:
         return logits
 
 
-def fake_probs(logits: torch.Tensor, params: SamplingParams, context: list[int]) -> torch.Tensor:
-    temperature = params.temperature if params.temperature > 0 else 1.0
-    return torch.softmax(logits / temperature, dim=-1)
+def fake_probs(
+    logits: torch.Tensor, params: list[SamplingParams], prompts: list[list[int]], outputs: list[list[int]]
+) -> torch.Tensor:
+    temperatures = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params])
+    return torch.softmax(logits / temperatures[:, None], dim=-1)
 
 
 class FakeDetokenizer:
@@ -67,3 +69,6 @@ class FakeDetokenizer:
                 self.text = self.text[: self.text.index(stop)]
                 self.stopped = True
         return self.text[before:]
+
+    def flush(self) -> str:
+        return ""

@@ -124,5 +124,23 @@ def _stop_token_ids(eos_token_ids: tuple[int, ...], params: SamplingParams) -> s
     return set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos_token_ids))
 
 
+# --- serve -------------------------------------------------------------------------------------------
+
+
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from backends.local_engine.serve import add_arguments
+
+    add_arguments(parser)
+
+
+@command(
+    "serve", "Serve the OpenAI-compatible API (settings: --options or LLMGW_ENGINE__*).", _serve_arguments
+)
+def serve_command(args: argparse.Namespace) -> int:
+    from backends.local_engine.serve import run
+
+    return run(args)
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -33,8 +33,13 @@ class Detokenizer(Protocol):
 
     def add(self, token_id: int) -> str: ...
 
+    def flush(self) -> str:
+        """Text held back so far (a possible stop string's start, pending bytes), at the end."""
+        ...
 
-ProbsFn = Callable[[torch.Tensor, SamplingParams, list[int]], torch.Tensor]  # logits row, params, context
+
+# logits [N, vocab], params, prompt ids and output ids per row -> the final sampling distributions [N, vocab]
+ProbsFn = Callable[[torch.Tensor, list[SamplingParams], list[list[int]], list[list[int]]], torch.Tensor]
 DetokenizerFactory = Callable[[list[int], SamplingParams], Detokenizer]
 
 
@@ -139,13 +144,38 @@ class LLMEngine:
         scheduled = self.scheduler.schedule().scheduled
         if not scheduled:
             return []
-        results = self.runner.execute(scheduled)
-        outputs = []
-        for item, result in zip(scheduled, results, strict=True):
-            output = self._advance(item, _logits_of(result))
-            if output is not None:
-                outputs.append(output)
-        return outputs
+        results = [_logits_of(result) for result in self.runner.execute(scheduled)]
+        sampling = [
+            (item, logits) for item, logits in zip(scheduled, results, strict=True) if logits is not None
+        ]
+        for item, logits in zip(scheduled, results, strict=True):
+            if logits is None:  # a prefill chunk that does not reach the end yet
+                self._advance_chunk(item.seq, item.num_new_tokens)
+        all_probs = self._probabilities(sampling)
+        return [
+            self._advance(item, logits, probs)
+            for (item, logits), probs in zip(sampling, all_probs, strict=True)
+        ]
+
+    def _advance_chunk(self, seq: Sequence, num_computed: int) -> None:
+        seq.num_computed_tokens += num_computed
+        self.block_manager.cache_full_blocks(seq)
+
+    def _probabilities(self, sampling: list[tuple[ScheduledSeq, torch.Tensor]]) -> list[torch.Tensor]:
+        """Every logits row's final distribution, in one batched call; row i of a sequence sees drafts < i."""
+        params, prompts, outputs, sizes = [], [], [], []
+        for item, logits in sampling:
+            seq = item.seq
+            first = len(seq) - seq.num_draft_tokens
+            for row in range(len(logits)):
+                params.append(seq.params)
+                prompts.append(seq.token_ids[: seq.num_prompt_tokens])
+                outputs.append(seq.token_ids[seq.num_prompt_tokens : first + row])
+            sizes.append(len(logits))
+        if not sizes:
+            return []
+        probs = self._probs_fn(torch.cat([logits for _, logits in sampling]), params, prompts, outputs)
+        return list(probs.split(sizes))
 
     def _propose_drafts(self) -> None:
         for seq in self.scheduler.running:
@@ -155,35 +185,20 @@ class LLMEngine:
                 seq.token_ids.extend(drafts)
                 seq.num_draft_tokens = len(drafts)
 
-    def _advance(self, item: ScheduledSeq, logits: torch.Tensor | None) -> RequestOutput | None:
+    def _advance(self, item: ScheduledSeq, logits: torch.Tensor, probs: torch.Tensor) -> RequestOutput:
         seq = item.seq
-        if logits is None:  # a prefill chunk that does not reach the end yet
-            seq.num_computed_tokens += item.num_new_tokens
-            self.block_manager.cache_full_blocks(seq)
-            return None
         drafts = seq.token_ids[len(seq) - seq.num_draft_tokens :]
         request = self._requests[seq.seq_id]
-        new_tokens = self._sample(seq, drafts, logits, request.generator)
+        if seq.params.greedy:
+            new_tokens = verify_greedy(drafts, probs)
+        else:
+            new_tokens = verify_sampled(drafts, probs, request.generator)
         accepted = len(new_tokens) - 1
         self.counters.num_draft_tokens += len(drafts)
         self.counters.num_accepted_tokens += accepted
-        seq.num_computed_tokens += item.num_new_tokens - (len(drafts) - accepted)
         seq.trim_drafts()
-        self.block_manager.cache_full_blocks(seq)
+        self._advance_chunk(seq, item.num_new_tokens - (len(drafts) - accepted))
         return self._emit(request, new_tokens, logits)
-
-    def _sample(
-        self, seq: Sequence, drafts: list[int], logits: torch.Tensor, generator: torch.Generator | None
-    ) -> list[int]:
-        first_context = len(seq) - len(drafts)
-        rows = [
-            self._probs_fn(logits[i], seq.params, seq.token_ids[: first_context + i])
-            for i in range(len(logits))
-        ]
-        probs = torch.stack(rows)
-        if seq.params.greedy:
-            return verify_greedy(drafts, probs)
-        return verify_sampled(drafts, probs, generator)
 
     def _emit(self, request: _Request, new_tokens: list[int], logits: torch.Tensor) -> RequestOutput:
         seq = request.seq
@@ -198,6 +213,7 @@ class LLMEngine:
                 out.new_text += request.detokenizer.add(token_id)
                 out.finish_reason = self._length_reason(request)
             if out.finish_reason is not None:
+                out.new_text += request.detokenizer.flush()
                 self._finish(request, out.finish_reason)
                 break
         out.num_output_tokens = len(seq.output_ids)

@@ -1,0 +1,93 @@
+"""`engine serve`: settings from LLMGW_ENGINE__* variables and --options, the model wiring, and uvicorn.
+
+Every EngineSettings field is also an option (--max-num-seqs 16, --speculative-ngram true); options win
+over the environment. The socket opens at once; /health answers 200 once the model is loaded.
+"""
+
+import argparse
+import logging
+import os
+from typing import Any
+
+from backends.local_engine.config import EngineSettings
+from backends.local_engine.server import LoadedEngine, ServedModel, create_app
+
+log = logging.getLogger("llmgw.engine")
+ENV_PREFIX = "LLMGW_ENGINE__"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--log-level", default="info")
+    for name, info in EngineSettings.model_fields.items():
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", dest=name, default=None, help=f"default {info.default}"
+        )
+
+
+def settings_from(args: argparse.Namespace, environ: dict[str, str]) -> EngineSettings:
+    values: dict[str, Any] = {
+        key[len(ENV_PREFIX) :].lower(): value for key, value in environ.items() if key.startswith(ENV_PREFIX)
+    }
+    values.update({name: getattr(args, name) for name in EngineSettings.model_fields if getattr(args, name)})
+    return EngineSettings.model_validate(
+        {k: v for k, v in values.items() if k in EngineSettings.model_fields}
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = settings_from(args, dict(os.environ))
+    app = create_app(lambda: load_local_engine(settings))
+    log.info("engine server listening on http://%s:%s (model loading)", args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    return 0
+
+
+def load_local_engine(settings: EngineSettings) -> LoadedEngine:
+    """Load the model, size the KV pool from the memory setting, and wire engine, metrics and tokenizer."""
+    from backends.local_engine.async_engine import AsyncEngine
+    from backends.local_engine.detokenizer import IncrementalDetokenizer
+    from backends.local_engine.engine import LLMEngine
+    from backends.local_engine.metrics import EngineMetrics
+    from backends.local_engine.model_runner import ModelRunner
+    from backends.local_engine.sampler import probabilities
+
+    runner = ModelRunner(settings)
+    log_capacity(
+        settings, runner.weight_bytes, runner.kv_bytes_per_token, runner.num_blocks, runner.block_size
+    )
+    tokenizer = runner.tokenizer
+
+    def detokenizer(prompt_ids: list[int], params: Any) -> IncrementalDetokenizer:
+        return IncrementalDetokenizer(tokenizer, prompt_ids, params)
+
+    engine = LLMEngine(settings, runner, probabilities, detokenizer)
+    metrics = EngineMetrics(engine, settings.served_model_name)
+    model = ServedModel(
+        settings.served_model_name, tokenizer.encode, tokenizer.encode_chat, tokenizer.token_text
+    )
+    return LoadedEngine(AsyncEngine(engine, metrics), model, metrics)
+
+
+def log_capacity(
+    settings: EngineSettings, weight_bytes: int, kv_bytes_per_token: int, num_blocks: int, block_size: int
+) -> None:
+    tokens = num_blocks * block_size
+    log.info(
+        "capacity: weights %.1f MiB; KV %d bytes/token; %d MiB KV pool = %d blocks x %d tokens = %d tokens;"
+        " %.1f sequences of max_model_len=%d fit",
+        weight_bytes / 2**20,
+        kv_bytes_per_token,
+        settings.kv_cache_memory_mb,
+        num_blocks,
+        block_size,
+        tokens,
+        tokens / settings.max_model_len,
+        settings.max_model_len,
+    )
