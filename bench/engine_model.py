@@ -96,7 +96,7 @@ def attention_table(runner: ModelRunner, args: argparse.Namespace) -> list[dict]
     """Decode step time for B sequences of context C, per attention layout."""
     torch.set_num_threads(args.threads[0])
     rows = []
-    for batch, context in [(1, 256), (8, 256), (32, 128), (8, 1024)]:
+    for batch, context in [(1, 256), (1, 1024), (8, 256), (32, 128)]:
         for layout in ("per_seq", "padded"):
             runner.attention_layout = layout
             seqs = [Sequence(prompt_ids(runner, context)) for _ in range(batch)]
