@@ -22,6 +22,7 @@ they start; `render_metrics` then sums every worker's files (each gauge declares
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -125,7 +126,16 @@ class GatewayMetrics:
         self.labels = labeller
         self.enabled = enabled
         self._prices = prices
+        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
         self._define(self.registry)
+
+    def _at(self, metric: Counter | Gauge | Histogram, *values: str) -> Any:
+        """metric.labels(*values), memoised: labels() costs microseconds, and label values are bounded."""
+        key = (metric._name, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     @classmethod
     def from_settings(cls, settings: Settings, registry: CollectorRegistry | None = None) -> "GatewayMetrics":
@@ -219,7 +229,7 @@ class GatewayMetrics:
     def request_started(self, ctx: RequestContext) -> None:
         if self.enabled:
             ctx.extra["metrics.in_flight"] = self.labels.model(ctx.model)
-            self.in_flight.labels(ctx.extra["metrics.in_flight"]).inc()
+            self._at(self.in_flight, ctx.extra["metrics.in_flight"]).inc()
 
     def request_finished(self, ctx: RequestContext, outcome: Outcome) -> None:
         if not self.enabled:
@@ -227,8 +237,9 @@ class GatewayMetrics:
         model, deployment = self.labels.model(ctx.model), self.labels.deployment(ctx.deployment)
         cache_status = ctx.cache_status if ctx.cache_status in CACHE_STATUSES else "other"
         tenant = self.labels.tenant(ctx)
-        self.in_flight.labels(ctx.extra.get("metrics.in_flight", model)).dec()
-        self.requests.labels(
+        self._at(self.in_flight, ctx.extra.get("metrics.in_flight", model)).dec()
+        self._at(
+            self.requests,
             model,
             deployment,
             ctx.endpoint,
@@ -238,22 +249,22 @@ class GatewayMetrics:
             tenant,
         ).inc()
         stream = "true" if ctx.stream else "false"
-        self.duration.labels(model, deployment, cache_status, stream).observe(outcome.e2e_s)
+        self._at(self.duration, model, deployment, cache_status, stream).observe(outcome.e2e_s)
         self._record_latencies(model, deployment, stream, outcome)
         self._record_usage(ctx, model, deployment, tenant)
         self._record_savings(ctx, model, cache_status)
 
     def inter_token(self, ctx: RequestContext, seconds: float) -> None:
         if self.enabled:
-            self.itl.labels(self.labels.model(ctx.model), self.labels.deployment(ctx.deployment)).observe(
+            self._at(self.itl, self.labels.model(ctx.model), self.labels.deployment(ctx.deployment)).observe(
                 seconds
             )
 
     def _record_latencies(self, model: str, deployment: str, stream: str, outcome: Outcome) -> None:
         if outcome.ttft_s is not None:
-            self.ttft.labels(model, deployment).observe(outcome.ttft_s)
+            self._at(self.ttft, model, deployment).observe(outcome.ttft_s)
         if outcome.overhead_s is not None:
-            self.overhead.labels(model, stream).observe(max(outcome.overhead_s, 0.0))
+            self._at(self.overhead, model, stream).observe(max(outcome.overhead_s, 0.0))
 
     def _record_usage(self, ctx: RequestContext, model: str, deployment: str, tenant: str) -> None:
         usage = ctx.usage
@@ -263,9 +274,9 @@ class GatewayMetrics:
             ("cached", usage.cached_tokens),
         ):
             if count:
-                self.tokens.labels(model, deployment, kind, tenant).inc(count)
+                self._at(self.tokens, model, deployment, kind, tenant).inc(count)
         if ctx.cost_usd:
-            self.cost.labels(model, deployment, tenant).inc(ctx.cost_usd)
+            self._at(self.cost, model, deployment, tenant).inc(ctx.cost_usd)
         self._record_budget(ctx, tenant)
 
     def _record_budget(self, ctx: RequestContext, tenant: str) -> None:
@@ -274,17 +285,17 @@ class GatewayMetrics:
             return
         for period, ceiling in (("day", budget.usd_per_day), ("month", budget.usd_per_month)):
             if ceiling is not None:
-                self.budget.labels(tenant, period).set(ceiling)
+                self._at(self.budget, tenant, period).set(ceiling)
 
     def _record_savings(self, ctx: RequestContext, model: str, cache_status: str) -> None:
         price = self._prices.get(ctx.model)
         if cache_status in CACHE_HITS:
-            self.saved_tokens.labels(model, "input").inc(ctx.usage.prompt_tokens)
-            self.saved_tokens.labels(model, "output").inc(ctx.usage.completion_tokens)
+            self._at(self.saved_tokens, model, "input").inc(ctx.usage.prompt_tokens)
+            self._at(self.saved_tokens, model, "output").inc(ctx.usage.completion_tokens)
             if price:
-                self.saved_usd.labels(model, "cache").inc(price.cost(ctx.usage))
+                self._at(self.saved_usd, model, "cache").inc(price.cost(ctx.usage))
         if ctx.cascade == "small" and price:
-            self.saved_usd.labels(model, "cascade").inc(max(price.cost(ctx.usage) - ctx.cost_usd, 0.0))
+            self._at(self.saved_usd, model, "cascade").inc(max(price.cost(ctx.usage) - ctx.cost_usd, 0.0))
 
     # Recorded by other packages (see the module docstring).
 
@@ -292,9 +303,9 @@ class GatewayMetrics:
         if not self.enabled:
             return
         result = "hit" if hit else "miss"
-        self.cache_lookups.labels(layer, result).inc()
+        self._at(self.cache_lookups, layer, result).inc()
         if similarity is not None:
-            self.cache_similarity.labels(result).observe(similarity)
+            self._at(self.cache_similarity, result).observe(similarity)
 
 
 def _status_class(status: int | str) -> str:
