@@ -105,3 +105,35 @@ def test_logprobs_are_those_of_the_raw_distribution() -> None:
     assert math.isclose(first.logprob, float(expected.max()), rel_tol=1e-5)
     assert [t for t, _ in first.top] == expected.topk(3).indices.tolist()
     assert first.top[0] == (first.token_id, first.logprob)
+
+
+def reference_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Straightforward full-sort version: the behaviour the fast path must reproduce."""
+    ordered, order = logits.sort(descending=True)
+    keep = torch.ones_like(ordered, dtype=torch.bool)
+    if top_k:
+        keep[top_k:] = False
+    probs = torch.softmax(ordered.masked_fill(~keep, float("-inf")), dim=-1)
+    keep &= (probs.cumsum(-1) - probs) < top_p
+    return torch.zeros_like(keep).scatter(0, order, keep)
+
+
+def test_fast_top_p_equals_a_full_sort_also_for_flat_distributions() -> None:
+    vocab = 5000
+    peaked = torch.randn(3, vocab, generator=torch.Generator().manual_seed(1)) * 4
+    flat = torch.randn(3, vocab, generator=torch.Generator().manual_seed(2)) * 0.01  # nucleus >> 256 tokens
+    logits = torch.cat([peaked, flat])
+    settings = [(0, 0.9), (50, 0.95), (2000, 0.99), (0, 0.5), (10, 1.0), (0, 0.97)]
+    params = [SamplingParams(top_k=k, top_p=p) for k, p in settings]
+    probs = probabilities(logits, params, [[]] * 6, [[]] * 6)
+    for row, (k, p) in enumerate(settings):
+        assert torch.equal(probs[row] > 0, reference_top_k_top_p(logits[row], k, p)), (k, p)
+    assert int((probs[3] > 0).sum()) > 256  # the flat row really needed the fallback
+
+
+def test_greedy_and_sampled_rows_mix_in_one_batch() -> None:
+    logits = make_logits(3)
+    params = [SamplingParams(temperature=0.0), SamplingParams(top_k=2), SamplingParams(temperature=0.0)]
+    probs = probabilities(logits, params, [[]] * 3, [[]] * 3)
+    assert probs[0].argmax() == logits[0].argmax() and float(probs[0].max()) == 1.0
+    assert int((probs[1] > 0).sum()) == 2 and math.isclose(float(probs[1].sum()), 1.0, rel_tol=1e-5)

@@ -16,6 +16,7 @@ from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.sequence import Sequence
 
 _SEED_MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: spreads (seed, position) over the seed space
+_CANDIDATES = 256  # tokens examined for top-p before falling back to a full sort of a row
 
 
 @dataclass
@@ -35,6 +36,8 @@ def penalize(
     logits: Tensor, params: list[SamplingParams], prompts: list[list[int]], outputs: list[list[int]]
 ) -> Tensor:
     """Repetition penalty over prompt + output tokens (HF semantics); presence/frequency over outputs (OpenAI)."""
+    if not any(_has_penalty(p) for p in params):
+        return logits
     logits = logits.clone()
     for row, (p, prompt, output) in enumerate(zip(params, prompts, outputs, strict=True)):
         if p.repetition_penalty != 1.0:
@@ -45,6 +48,10 @@ def penalize(
     return logits
 
 
+def _has_penalty(params: SamplingParams) -> bool:
+    return params.repetition_penalty != 1.0 or bool(params.presence_penalty or params.frequency_penalty)
+
+
 def _repetition(row: Tensor, token_ids: list[int], penalty: float) -> None:
     seen = torch.tensor(sorted(set(token_ids)), dtype=torch.long, device=row.device)
     values = row[seen]
@@ -53,10 +60,9 @@ def _repetition(row: Tensor, token_ids: list[int], penalty: float) -> None:
 
 def truncate(logits: Tensor, params: list[SamplingParams]) -> Tensor:
     """Temperature, then top-k, top-p and min-p as -inf masks; rows are independent."""
-    temperatures = torch.tensor(
-        [p.temperature if p.temperature > 0 else 1.0 for p in params], device=logits.device
-    )
-    logits = logits / temperatures[:, None]
+    if any(p.temperature != 1.0 for p in params):
+        temperatures = [p.temperature if p.temperature > 0 else 1.0 for p in params]
+        logits = logits / torch.tensor(temperatures, device=logits.device)[:, None]
     if any(p.top_k > 0 or p.top_p < 1.0 for p in params):
         logits = _top_k_top_p(logits, params)
     if any(p.min_p > 0.0 for p in params):
@@ -68,16 +74,47 @@ def truncate(logits: Tensor, params: list[SamplingParams]) -> Tensor:
 
 
 def _top_k_top_p(logits: Tensor, params: list[SamplingParams]) -> Tensor:
+    """Mask all but each row's top-k, then all but the smallest set of the rest holding top-p of the mass.
+
+    Works on the best `_CANDIDATES` tokens (a partial top-k instead of sorting the whole vocabulary); rows
+    whose nucleus reaches past them are redone over the full sorted row, so the result is exact.
+    """
     vocab = logits.shape[-1]
     top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], device=logits.device)
     top_p = torch.tensor([p.top_p for p in params], device=logits.device)
-    ordered, order = logits.sort(dim=-1, descending=True)
-    ranks = torch.arange(vocab, device=logits.device)
+    wanted = max((p.top_k for p in params if 0 < p.top_k < vocab), default=0)
+    candidates = min(vocab, max(wanted, _CANDIDATES if any(p.top_p < 1.0 for p in params) else 0))
+    values, order = logits.topk(candidates, dim=-1)
+    drop, complete = _nucleus_drop(values, logits, top_k, top_p)
+    if not bool(complete.all()):
+        incomplete = (~complete).nonzero().flatten()
+        full_values, full_order = logits[incomplete].sort(dim=-1, descending=True)
+        full_drop, _ = _nucleus_drop(full_values, logits[incomplete], top_k[incomplete], top_p[incomplete])
+        redone = torch.full_like(logits[incomplete], float("-inf"))
+        redone.scatter_(-1, full_order, full_values.masked_fill(full_drop, float("-inf")))
+    masked = torch.full_like(logits, float("-inf")).scatter_(
+        -1, order, values.masked_fill(drop, float("-inf"))
+    )
+    if not bool(complete.all()):
+        masked[incomplete] = redone
+    return masked
+
+
+def _nucleus_drop(values: Tensor, logits: Tensor, top_k: Tensor, top_p: Tensor) -> tuple[Tensor, Tensor]:
+    """Which of the descending `values` to drop, and per row whether `values` held the whole decision."""
+    ranks = torch.arange(values.shape[-1], device=values.device)
     drop = ranks[None, :] >= top_k[:, None]
-    probs = torch.softmax(ordered.masked_fill(drop, float("-inf")), dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs
-    drop |= mass_before >= top_p[:, None]  # the most likely token always stays (mass_before = 0)
-    return logits.scatter(-1, order, ordered.masked_fill(drop, float("-inf")))
+    kept_all_of_k = top_k <= values.shape[-1]
+    normalizer = torch.where(
+        kept_all_of_k,
+        torch.logsumexp(values.masked_fill(drop, float("-inf")), dim=-1),
+        torch.logsumexp(logits, dim=-1),
+    )
+    probs = torch.exp(values - normalizer[:, None]).masked_fill(drop, 0.0)
+    cumulative = probs.cumsum(dim=-1)
+    drop |= (cumulative - probs) >= top_p[:, None]  # the most likely token always stays
+    complete = kept_all_of_k | (cumulative[:, -1] >= top_p) | (values.shape[-1] == logits.shape[-1])
+    return drop, complete
 
 
 def probabilities(
@@ -88,11 +125,16 @@ def probabilities(
     Speculative rejection sampling needs exactly these.
     """
     processed = penalize(logits.float(), params, prompts, outputs)
-    probs = torch.softmax(truncate(processed, params), dim=-1)
     greedy = [row for row, p in enumerate(params) if p.greedy]
-    if greedy:
-        winners = processed[greedy].argmax(dim=-1)
-        probs[greedy] = torch.nn.functional.one_hot(winners, logits.shape[-1]).to(probs.dtype)
+    sampled = [row for row, p in enumerate(params) if not p.greedy]
+    if not greedy:
+        return torch.softmax(truncate(processed, params), dim=-1)
+    probs = torch.zeros_like(processed)
+    rows = torch.tensor(greedy, device=logits.device)
+    probs[rows, processed[rows].argmax(dim=-1)] = 1.0
+    if sampled:
+        rows = torch.tensor(sampled, device=logits.device)
+        probs[rows] = torch.softmax(truncate(processed[rows], [params[i] for i in sampled]), dim=-1)
     return probs
 
 
