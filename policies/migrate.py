@@ -9,10 +9,9 @@ from alembic.config import Config
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-import migrations
 from policies.db import create_engine
 
-SCRIPT_LOCATION = Path(migrations.__file__).parent
+SCRIPT_LOCATION = Path(__file__).resolve().parents[1] / "migrations"  # installed next to policies/
 
 
 def alembic_config() -> Config:

@@ -7,7 +7,7 @@ from redis.asyncio import Redis
 from policies.ratelimit.buckets import Bucket, BucketState, Decision, Spend
 
 _SCRIPTS = Path(__file__).parent
-_CODES = {"requests": "L", "tokens": "L", "concurrency": "C", "budget": "B"}
+_CODES = {"requests": "R", "tokens": "L", "concurrency": "C", "budget": "B"}
 
 
 class RedisLimiter:
@@ -32,7 +32,7 @@ class RedisLimiter:
         keys: list[str] = []
         args: list[str | int | float] = [member]
         for bucket in buckets:
-            if bucket.kind in ("tokens", "concurrency"):
+            if bucket.kind in ("tokens", "concurrency"):  # request logs and budgets need nothing
                 keys += self._keys(bucket.kind, bucket.scope, bucket.name)
                 args += [_CODES[bucket.kind], tokens, 0]
         for spend in spends:
