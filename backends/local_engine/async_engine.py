@@ -12,9 +12,13 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from backends.local_engine.engine import LLMEngine, RequestOutput
+from backends.local_engine.outputs import RequestOutput
 from backends.local_engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from backends.local_engine.engine import LLMEngine
 
 log = logging.getLogger("llmgw.engine")
 
@@ -54,7 +58,7 @@ class _Stream:
 
 
 class AsyncEngine:
-    def __init__(self, engine: LLMEngine, observer: RequestObserver | None = None) -> None:
+    def __init__(self, engine: "LLMEngine", observer: RequestObserver | None = None) -> None:
         self.engine = engine
         self._observer = observer or RequestObserver()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()

@@ -5,13 +5,14 @@ tokens and text produced in that step, so a caller can stream them.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
 
 from backends.local_engine.block_manager import BlockManager
 from backends.local_engine.config import EngineSettings
+from backends.local_engine.outputs import RequestOutput, TokenLogprob
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.scheduler import Scheduler
 from backends.local_engine.sequence import ScheduledSeq, Sequence
@@ -41,31 +42,6 @@ class Detokenizer(Protocol):
 # logits [N, vocab], params, prompt ids and output ids per row -> the final sampling distributions [N, vocab]
 ProbsFn = Callable[[torch.Tensor, list[SamplingParams], list[list[int]], list[list[int]]], torch.Tensor]
 DetokenizerFactory = Callable[[list[int], SamplingParams], Detokenizer]
-
-
-@dataclass
-class TokenLogprob:
-    token_id: int
-    logprob: float
-    top: list[tuple[int, float]] = field(default_factory=list)
-
-
-@dataclass
-class RequestOutput:
-    """What one request gained in one step."""
-
-    seq_id: int
-    new_token_ids: list[int]
-    new_text: str
-    new_logprobs: list[TokenLogprob]
-    finish_reason: str | None
-    num_prompt_tokens: int
-    num_cached_tokens: int
-    num_output_tokens: int
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
 
 
 @dataclass

@@ -5,13 +5,16 @@ as tokens are delivered. Each server gets its own registry.
 """
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from backends.local_engine.async_engine import RequestObserver, RequestTimes
-from backends.local_engine.engine import LLMEngine
+
+if TYPE_CHECKING:
+    from backends.local_engine.engine import LLMEngine
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
@@ -24,7 +27,7 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
 class EngineStateCollector(Collector):
     """vLLM's gauges and counters, read from the engine when Prometheus scrapes."""
 
-    def __init__(self, engine: LLMEngine, model_name: str) -> None:
+    def __init__(self, engine: "LLMEngine", model_name: str) -> None:
         self.engine = engine
         self.model_name = model_name
 
@@ -59,7 +62,7 @@ class EngineStateCollector(Collector):
 
 
 class EngineMetrics(RequestObserver):
-    def __init__(self, engine: LLMEngine, model_name: str) -> None:
+    def __init__(self, engine: "LLMEngine", model_name: str) -> None:
         self.model_name = model_name
         self.registry = CollectorRegistry()
         self.registry.register(EngineStateCollector(engine, model_name))

@@ -19,8 +19,8 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backends.local_engine.async_engine import AsyncEngine
-from backends.local_engine.engine import RequestOutput
 from backends.local_engine.metrics import EngineMetrics
+from backends.local_engine.outputs import RequestOutput
 from backends.local_engine.protocol import Completion, sampling_params
 from gateway.errors import OpenAIError, bad_request, model_not_found
 from gateway.sse import DONE, event
