@@ -54,3 +54,10 @@ def create_app() -> FastAPI:
         return Response(orjson.dumps(reply.body), reply.status, reply.headers, media_type="application/json")
 
     return app
+
+
+def create_gateway_app() -> FastAPI:
+    """The lead's full gateway, configured by LLMGW_* variables."""
+    from gateway.app import create_app as create_gateway
+
+    return create_gateway(load_settings())
