@@ -1,6 +1,9 @@
 """Incremental detokenization: whole characters only, stop strings spanning tokens are never emitted."""
 
+from pathlib import Path
+
 import pytest
+from tokenizers import SentencePieceBPETokenizer
 
 from backends.local_engine.detokenizer import IncrementalDetokenizer
 from backends.local_engine.gguf_loader import load_gguf, packaged_model_path
@@ -69,3 +72,15 @@ def test_special_tokens_are_skipped(tokenizer: Tokenizer) -> None:
     detok = IncrementalDetokenizer(tokenizer, [], SamplingParams())
     text = "".join(detok.add(i) for i in [*tokenizer.encode("Hi"), 2])
     assert text + detok.flush() == "Hi"
+
+
+def test_sentencepiece_style_word_starts_follow_the_prompt() -> None:
+    """Metaspace tokenizers drop a sequence-initial space when decoding alone; the stream must not."""
+    backend = SentencePieceBPETokenizer()
+    text = (Path(__file__).parent / "data" / "quality_text.txt").read_text()
+    backend.train_from_iterator(text.splitlines(), vocab_size=400, show_progress=False)
+    prompt, output = backend.encode("Answer:").ids, backend.encode("The keeper lit the lamp.").ids
+    detok = IncrementalDetokenizer(backend, prompt, SamplingParams())
+    streamed = "".join(detok.add(i) for i in output) + detok.flush()
+    expected = backend.decode(prompt + output)[len(backend.decode(prompt)) :]
+    assert streamed == expected == " The keeper lit the lamp."
