@@ -1,0 +1,145 @@
+"""Gateway overhead: the same load straight at a fake instant upstream and through the gateway.
+
+Load: wrk (one thread, closed loop) at 1, 16 and 64 connections; direct and gateway runs alternate.
+Gateway CPU per request comes from the gateway process's user+system time over the requests it served.
+Streaming: a raw-socket client measures time to the first SSE byte, direct vs through the gateway.
+
+    .venv/bin/python bench/gateway_overhead.py [--seconds 5] [--rounds 3]
+"""
+
+import argparse
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.harness import Process, start_fake_upstream, start_gateway, write_json, wrk  # noqa: E402
+
+KEY = "sk-bench-master"
+
+
+def chat_body(model: str, stream: bool = False) -> bytes:
+    return orjson.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "hello"}], "stream": stream}
+    )
+
+
+def gateway_config(upstream: Process) -> dict[str, Any]:
+    deployment = {"name": "fake", "base_url": upstream.url + "/v1", "model": "upstream-model"}
+    return {"master_key": KEY, "models": [{"name": "bench-model", "deployments": [deployment]}]}
+
+
+def load_round(upstream: Process, gateway: Process, connections: int, seconds: float) -> dict[str, Any]:
+    direct = wrk(
+        upstream.url + "/v1/chat/completions", chat_body("upstream-model"), KEY, connections, seconds
+    )
+    cpu_before = gateway.cpu_seconds()
+    through = wrk(gateway.url + "/v1/chat/completions", chat_body("bench-model"), KEY, connections, seconds)
+    cpu_us = (gateway.cpu_seconds() - cpu_before) * 1e6 / max(through["requests"], 1)
+    return {"direct": direct, "gateway": through, "gateway_cpu_us_per_request": cpu_us}
+
+
+def summarise(connections: int, rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    def median(side: str, key: str) -> float:
+        return statistics.median(r[side][key] for r in rounds)
+
+    def rps(side: str) -> float:
+        return statistics.median(r[side]["requests"] / (r[side]["duration_us"] / 1e6) for r in rounds)
+
+    return {
+        "connections": connections,
+        "direct_rps": rps("direct"),
+        "gateway_rps": rps("gateway"),
+        "direct_p50_ms": median("direct", "p50_us") / 1e3,
+        "gateway_p50_ms": median("gateway", "p50_us") / 1e3,
+        "direct_p99_ms": median("direct", "p99_us") / 1e3,
+        "gateway_p99_ms": median("gateway", "p99_us") / 1e3,
+        "added_p50_ms": (median("gateway", "p50_us") - median("direct", "p50_us")) / 1e3,
+        "gateway_cpu_us_per_request": statistics.median(r["gateway_cpu_us_per_request"] for r in rounds),
+        "errors": sum(r["gateway"]["errors"] + r["gateway"]["non2xx"] for r in rounds),
+    }
+
+
+def time_to_first_byte(port: int, path: str, body: bytes, count: int) -> list[float]:
+    request = (
+        f"POST {path} HTTP/1.1\r\nhost: bench\r\nauthorization: Bearer {KEY}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    samples = []
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(count):
+            samples.append(_one_stream(sock, request))
+    return samples
+
+
+def _one_stream(sock: socket.socket, request: bytes) -> float:
+    start = time.perf_counter()
+    sock.sendall(request)
+    seen = b""
+    first = 0.0
+    while b"data: [DONE]" not in seen:
+        seen += sock.recv(65536)
+        if not first and b"data:" in seen:
+            first = time.perf_counter() - start
+    return first
+
+
+def streaming_ttfb(upstream: Process, gateway: Process, rounds: int) -> dict[str, float]:
+    direct, through = [], []
+    for _ in range(rounds * 2):
+        direct += time_to_first_byte(
+            upstream.port, "/v1/chat/completions", chat_body("upstream-model", True), 100
+        )
+        through += time_to_first_byte(
+            gateway.port, "/v1/chat/completions", chat_body("bench-model", True), 100
+        )
+    direct_ms, through_ms = statistics.median(direct) * 1e3, statistics.median(through) * 1e3
+    return {
+        "direct_ttfb_p50_ms": direct_ms,
+        "gateway_ttfb_p50_ms": through_ms,
+        "added_ttfb_p50_ms": through_ms - direct_ms,
+    }
+
+
+def print_table(rows: list[dict[str, Any]], streaming: dict[str, float]) -> None:
+    print(f"{'conns':>5} {'direct rps':>10} {'gw rps':>8} {'direct p50':>10} {'gw p50':>8} {'added p50':>9} "
+          f"{'gw p99':>8} {'gw CPU/req':>10} {'errors':>6}")  # fmt: skip
+    for r in rows:
+        print(f"{r['connections']:>5} {r['direct_rps']:>10.0f} {r['gateway_rps']:>8.0f} {r['direct_p50_ms']:>8.3f}ms "
+              f"{r['gateway_p50_ms']:>6.3f}ms {r['added_p50_ms']:>7.3f}ms {r['gateway_p99_ms']:>6.2f}ms "
+              f"{r['gateway_cpu_us_per_request']:>8.0f}µs {r['errors']:>6}")  # fmt: skip
+    print(f"streaming TTFB p50: direct {streaming['direct_ttfb_p50_ms']:.3f} ms, gateway "
+          f"{streaming['gateway_ttfb_p50_ms']:.3f} ms, added {streaming['added_ttfb_p50_ms']:.3f} ms")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, nargs="+", default=[1, 16, 64])
+    args = parser.parse_args()
+    upstream = start_fake_upstream()
+    gateway = start_gateway(gateway_config(upstream))
+    try:
+        wrk(gateway.url + "/v1/chat/completions", chat_body("bench-model"), KEY, 4, 1)  # warm-up
+        rows = [summarise(c, [load_round(upstream, gateway, c, args.seconds) for _ in range(args.rounds)])
+                for c in args.connections]  # fmt: skip
+        streaming = streaming_ttfb(upstream, gateway, args.rounds)
+    finally:
+        gateway.stop()
+        upstream.stop()
+    print_table(rows, streaming)
+    path = write_json("gateway_overhead", {"load_generator": "wrk -t1", "rows": rows, "streaming": streaming})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The hot path: POST /v1/{chat/completions,completions,embeddings} as a bare ASGI handler.
+
+It skips the framework's routing and middleware stack (measured in bench/README.md), reads the body
+with a size limit, runs the pipeline, and writes JSON or SSE. Everything else goes to FastAPI.
+"""
+
+import logging
+import time
+import uuid
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from gateway import validation
+from gateway.context import Handler, Reply, RequestContext
+from gateway.errors import OpenAIError
+from gateway.sse import SSEResponse, sse_body
+
+log = logging.getLogger("llmgw.proxy")
+ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/embeddings": "embeddings"}
+JSON = "application/json"
+
+
+class Proxy:
+    def __init__(self, handler: Handler, max_body_bytes: int) -> None:
+        self._handler = handler
+        self._limit = max_body_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, endpoint: str) -> None:
+        started = time.perf_counter()
+        request_id = uuid.uuid4().hex
+        try:
+            ctx = await self._context(scope, receive, endpoint, request_id, started)
+            response = render(ctx, await self._handler(ctx))
+        except OpenAIError as error:
+            response = error_response(error)
+        except Exception:
+            log.exception("request %s failed", request_id)
+            response = error_response(
+                OpenAIError(500, "The gateway hit an internal error. It has been logged.")
+            )
+        response.headers["x-request-id"] = request_id
+        await response(scope, receive, send)
+
+    async def _context(
+        self, scope: dict[str, Any], receive: Any, endpoint: str, request_id: str, started: float
+    ) -> RequestContext:
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        body = validation.parse_json(await read_body(receive, headers, self._limit))
+        validation.validate(endpoint, body)
+        stream = bool(body.get("stream"))
+        return RequestContext(
+            request_id=request_id,
+            endpoint=endpoint,
+            body=validation.upstream_body(body, stream),
+            headers=headers,
+            model=body["model"],
+            stream=stream,
+            include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
+            started_at=started,
+            options={k: body[k] for k in validation.GATEWAY_EXTENSIONS if k in body},
+        )
+
+
+async def read_body(receive: Any, headers: dict[str, str], limit: int) -> bytes:
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise validation.too_large(limit)
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise OpenAIError(400, "The client disconnected before sending the whole body.")
+        part = message.get("body", b"")
+        size += len(part)
+        if size > limit:
+            raise validation.too_large(limit)
+        parts.append(part)
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+def render(ctx: RequestContext, reply: Reply) -> Response | SSEResponse:
+    if reply.stream is None:
+        return Response(
+            orjson.dumps(reply.body), status_code=reply.status, headers=reply.headers, media_type=JSON
+        )
+    return SSEResponse(sse_body(ctx, reply.stream), reply.headers)
+
+
+def error_response(error: OpenAIError) -> Response:
+    return Response(error.to_json(), status_code=error.status, headers=dict(error.headers), media_type=JSON)
