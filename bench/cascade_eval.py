@@ -17,7 +17,7 @@ import numpy as np
 from bench.routellm_data import RESULTS, Records, cached_embeddings, load_records
 from bench.routing_curves import Curve, oracle_scores, print_table, random_curve, routing_curve, summary
 from bench.train_router import choose_c, fit
-from routing.learned import LogisticModel
+from routing.learned import GainModel, LogisticModel
 
 TEST_SHARE = 0.2
 
@@ -42,20 +42,22 @@ def splits(records: Records, seed: int = 0) -> dict[str, np.ndarray]:
             "by-subject": np.isin(records.subjects, list(held_subjects))}  # fmt: skip
 
 
-def strong_need(model: LogisticModel, x: np.ndarray) -> np.ndarray:
-    """The router's score: how unlikely the weak model is to answer correctly."""
-    return 1.0 - model.predict(x)
+def strong_need(model: GainModel, x: np.ndarray) -> np.ndarray:
+    """The router's score: the expected gain of sending the question to the strong model."""
+    return -model.confidence(x)
 
 
-def train(x: np.ndarray, records: Records) -> LogisticModel:
+def train(x: np.ndarray, records: Records) -> GainModel:
+    """One logistic model per model's correctness; regularisation chosen on a validation slice."""
+
     def val_apgr(model: LogisticModel, idx: np.ndarray) -> float:
-        return routing_curve(strong_need(model, x[idx]), records.weak[idx], records.strong[idx]).apgr()
+        return routing_curve(-model.predict(x[idx]), records.weak[idx], records.strong[idx]).apgr()
 
     c = choose_c(x, records.weak, val_apgr)
-    return fit(x, records.weak, c, uses_logprobs=False)
+    return GainModel(fit(x, records.weak, c, False), fit(x, records.strong, c, False))
 
 
-def train_replay_router() -> LogisticModel:
+def train_replay_router() -> GainModel:
     """The shipped router: trained on the random split's training part."""
     records = load_records()
     x = embeddings(records)

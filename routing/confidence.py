@@ -8,7 +8,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from routing.config import MODELS_DIR, ConfidenceConfig
-from routing.learned import LogisticModel, logprob_features
+from routing.learned import GainModel, LogisticModel, load_model, logprob_features
 
 
 def choice_logprobs(choice: dict[str, Any]) -> list[float]:
@@ -61,9 +61,10 @@ class MinWindow:
 
 
 class Learned:
-    """P(the small answer is good) from a logistic model on the question's embedding (+ logprob stats)."""
+    """A learned confidence from the question's embedding (+ logprob stats): P(small answer is good) for
+    a LogisticModel, P(small correct) − P(large correct) for a GainModel (the MMLU-trained router)."""
 
-    def __init__(self, model: LogisticModel, embedder: Embed) -> None:
+    def __init__(self, model: LogisticModel | GainModel, embedder: Embed) -> None:
         self._model = model
         self._embedder = embedder
         self.needs_answer = model.uses_logprobs
@@ -71,7 +72,7 @@ class Learned:
     async def score(self, question: str, logprobs: list[float]) -> float:
         vector = (await asyncio.to_thread(self._embedder.encode, [question]))[0]
         extra = logprob_features(logprobs) if self._model.uses_logprobs else None
-        return float(self._model.predict(vector[None, :], None if extra is None else extra[None, :])[0])
+        return float(self._model.confidence(vector[None, :], None if extra is None else extra[None, :])[0])
 
 
 def default_model_path(method: str) -> Path:
@@ -85,5 +86,5 @@ def build_scorer(config: ConfidenceConfig, embedder: Embed | None) -> Scorer:
         return MinWindow(config.window)
     if embedder is None:
         raise ValueError(f"confidence method {config.method!r} needs the embedding model")
-    model = LogisticModel.load(Path(config.model_path or default_model_path(config.method)))
+    model = load_model(Path(config.model_path or default_model_path(config.method)))
     return Learned(model, embedder)

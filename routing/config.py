@@ -20,7 +20,8 @@ class ConfidenceConfig(BaseModel):
     mean_logprob: mean token logprob of the small answer (threshold is a logprob, e.g. -0.4).
     min_window:   the lowest mean logprob over any `window` consecutive tokens (e.g. -1.5).
     learned:      P(small answer is good) from the logistic model in `model_path` (threshold 0..1).
-    router:       the same kind of model on the question alone, decided BEFORE calling the small model.
+    router:       a model on the question alone, decided BEFORE calling the small model; the shipped
+                  routing/models/router_lr.npz scores P(small correct) − P(large correct) (threshold -1..1).
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -5,6 +5,7 @@ Trained by bench/train_router.py (scikit-learn at training time only); stored as
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,14 +35,47 @@ class LogisticModel:
         z = ((features - self.mean) / self.scale) @ self.weights + self.bias
         return 1.0 / (1.0 + np.exp(-z))
 
-    def save(self, path: Path) -> None:
-        np.savez_compressed(path, weights=self.weights.astype(np.float32), bias=np.float64(self.bias),
-                            mean=self.mean.astype(np.float32), scale=self.scale.astype(np.float32),
-                            uses_logprobs=np.bool_(self.uses_logprobs))  # fmt: skip
+    def confidence(self, embeddings: np.ndarray, logprob_stats: np.ndarray | None = None) -> np.ndarray:
+        """P(the small model's answer is good)."""
+        return self.predict(embeddings, logprob_stats)
+
+    def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
+        return {prefix + "weights": self.weights.astype(np.float32), prefix + "bias": np.float64(self.bias),
+                prefix + "mean": self.mean.astype(np.float32), prefix + "scale": self.scale.astype(np.float32),
+                prefix + "uses_logprobs": np.bool_(self.uses_logprobs)}  # fmt: skip
 
     @classmethod
-    def load(cls, path: Path) -> "LogisticModel":
-        with np.load(path) as data:
-            return cls(
-                data["weights"], float(data["bias"]), data["mean"], data["scale"], bool(data["uses_logprobs"])
+    def from_arrays(cls, data: Any, prefix: str = "") -> "LogisticModel":
+        return cls(data[prefix + "weights"], float(data[prefix + "bias"]), data[prefix + "mean"],
+                   data[prefix + "scale"], bool(data[prefix + "uses_logprobs"]))  # fmt: skip
+
+    def save(self, path: Path) -> None:
+        np.savez_compressed(path, **self.arrays())
+
+
+@dataclass
+class GainModel:
+    """Two logistic models, P(small correct) and P(large correct); confidence = P(small) − P(large).
+
+    Ranking by the expected gain of escalating beats ranking by P(small correct) alone: it does not
+    escalate questions that the large model is as likely to miss.
+    """
+
+    small: LogisticModel
+    large: LogisticModel
+    uses_logprobs: bool = False
+
+    def confidence(self, embeddings: np.ndarray, logprob_stats: np.ndarray | None = None) -> np.ndarray:
+        return self.small.predict(embeddings) - self.large.predict(embeddings)
+
+    def save(self, path: Path) -> None:
+        np.savez_compressed(path, **self.small.arrays("small_"), **self.large.arrays("large_"))
+
+
+def load_model(path: Path) -> LogisticModel | GainModel:
+    with np.load(path) as data:
+        if "small_weights" in data:
+            return GainModel(
+                LogisticModel.from_arrays(data, "small_"), LogisticModel.from_arrays(data, "large_")
             )
+        return LogisticModel.from_arrays(data)

@@ -8,7 +8,7 @@ import pytest
 from bench.cascade_live import is_correct, load_tasks
 from bench.routing_curves import oracle_scores, random_curve, routing_curve
 from routing.confidence import mean_logprob, min_window
-from routing.learned import LogisticModel, logprob_features
+from routing.learned import GainModel, LogisticModel, load_model, logprob_features
 
 
 def test_task_set_is_large_and_varied() -> None:
@@ -67,6 +67,15 @@ def test_confidence_statistics() -> None:
 def test_logistic_model_round_trips(tmp_path) -> None:  # noqa: ANN001
     model = LogisticModel(np.array([1.0, -2.0]), 0.5, np.array([0.0, 1.0]), np.array([1.0, 2.0]), False)
     model.save(tmp_path / "m.npz")
-    loaded = LogisticModel.load(tmp_path / "m.npz")
+    loaded = load_model(tmp_path / "m.npz")
     x = np.array([[1.0, 3.0]])
     assert loaded.predict(x)[0] == pytest.approx(1 / (1 + np.exp(-(1.0 - 2.0 + 0.5))))
+
+
+def test_gain_model_confidence_is_the_difference(tmp_path) -> None:  # noqa: ANN001
+    small = LogisticModel(np.array([1.0]), 0.0, np.zeros(1), np.ones(1), False)
+    large = LogisticModel(np.array([-1.0]), 0.0, np.zeros(1), np.ones(1), False)
+    GainModel(small, large).save(tmp_path / "g.npz")
+    loaded = load_model(tmp_path / "g.npz")
+    x = np.array([[2.0]])
+    assert loaded.confidence(x)[0] == pytest.approx(small.predict(x)[0] - large.predict(x)[0])
