@@ -123,12 +123,14 @@ def test_fast_top_p_equals_a_full_sort_also_for_flat_distributions() -> None:
     peaked = torch.randn(3, vocab, generator=torch.Generator().manual_seed(1)) * 4
     flat = torch.randn(3, vocab, generator=torch.Generator().manual_seed(2)) * 0.01  # nucleus >> 256 tokens
     logits = torch.cat([peaked, flat])
-    settings = [(0, 0.9), (50, 0.95), (2000, 0.99), (0, 0.5), (10, 1.0), (0, 0.97)]
+    logits = torch.cat([logits, flat[:1]])
+    settings = [(0, 0.9), (50, 0.95), (2000, 0.99), (0, 0.5), (10, 1.0), (0, 0.97), (0, 1.0)]
     params = [SamplingParams(top_k=k, top_p=p) for k, p in settings]
-    probs = probabilities(logits, params, [[]] * 6, [[]] * 6)
+    probs = probabilities(logits, params, [[]] * 7, [[]] * 7)
     for row, (k, p) in enumerate(settings):
         assert torch.equal(probs[row] > 0, reference_top_k_top_p(logits[row], k, p)), (k, p)
     assert int((probs[3] > 0).sum()) > 256  # the flat row really needed the fallback
+    assert bool((probs[6] > 0).all())  # no top-k, top-p 1: nothing is dropped
 
 
 def test_greedy_and_sampled_rows_mix_in_one_batch() -> None:

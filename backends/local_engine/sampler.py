@@ -74,6 +74,18 @@ def truncate(logits: Tensor, params: list[SamplingParams]) -> Tensor:
 
 
 def _top_k_top_p(logits: Tensor, params: list[SamplingParams]) -> Tensor:
+    """Apply top-k/top-p to the rows that ask for it; the other rows stay untouched."""
+    vocab = logits.shape[-1]
+    rows = [row for row, p in enumerate(params) if 0 < p.top_k < vocab or p.top_p < 1.0]
+    if len(rows) == len(params):
+        return _truncate_rows(logits, params)
+    index = torch.tensor(rows, device=logits.device)
+    result = logits.clone()
+    result[index] = _truncate_rows(logits[index], [params[row] for row in rows])
+    return result
+
+
+def _truncate_rows(logits: Tensor, params: list[SamplingParams]) -> Tensor:
     """Mask all but each row's top-k, then all but the smallest set of the rest holding top-p of the mass.
 
     Works on the best `_CANDIDATES` tokens (a partial top-k instead of sorting the whole vocabulary); rows
