@@ -11,6 +11,7 @@ import argparse
 import socket
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,9 @@ def chat_body(model: str, stream: bool = False) -> bytes:
 
 def gateway_config(upstream: Process) -> dict[str, Any]:
     deployment = {"name": "fake", "base_url": upstream.url + "/v1", "model": "upstream-model"}
-    return {"master_key": KEY, "models": [{"name": "bench-model", "deployments": [deployment]}]}
+    database = f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='llmgw-bench-')}/llmgw.db"
+    models = [{"name": "bench-model", "deployments": [deployment]}]
+    return {"master_key": KEY, "models": models, "database_url": database}
 
 
 def load_round(upstream: Process, gateway: Process, connections: int, seconds: float) -> dict[str, Any]:

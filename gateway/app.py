@@ -41,6 +41,8 @@ def create_app(settings: Settings) -> GatewayApp:
     async def lifespan(app: GatewayApp) -> AsyncIterator[None]:
         services = await start_services(settings)
         app.state.services = services
+        if not any(getattr(r, "path", "").startswith("/admin/v1") for r in app.routes):
+            app.include_router(services.admin_router)
         app.proxy = Proxy(services.handler, settings.max_body_bytes)
         try:
             yield
@@ -68,6 +70,10 @@ def _add_info_routes(app: FastAPI) -> None:
         ]
         return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
 
+    async def metrics(request: Request) -> Response:
+        body, content_type = _services(request).observability.render()
+        return Response(body, headers={"content-type": content_type})
+
     async def live() -> Response:
         return Response(b'{"status":"ok"}', media_type=JSON)
 
@@ -76,6 +82,7 @@ def _add_info_routes(app: FastAPI) -> None:
         return Response(orjson.dumps(report), status_code=200 if report["ready"] else 503, media_type=JSON)
 
     app.add_api_route("/v1/models", models, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
     app.add_api_route("/health/live", live, methods=["GET"])
     app.add_api_route("/health/ready", ready, methods=["GET"])
 

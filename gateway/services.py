@@ -1,35 +1,51 @@
-"""Everything with a lifetime (backends, stores, background tasks), built once at start-up from settings."""
+"""Everything with a lifetime (backends, stores, background tasks), built once at start-up from settings.
+
+The stage list below IS the request pipeline, in order (see gateway/pipeline.py for what each does).
+"""
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastapi import APIRouter
+
 from backends.base import Backend
 from backends.registry import build_pools
+from cache.factory import CacheComponents, create_cache
 from gateway.accounting import AccountingStage
-from gateway.auth import MasterKeyAuth
 from gateway.context import Handler, RequestContext, Stage
+from gateway.observe import Observability, create_observability
 from gateway.pipeline import chain
 from gateway.settings import Settings
-from routing.stage import RouteStage
+from policies.service import PolicyServices, create_policy_services
+from routing.factory import RoutingServices, create_routing_stages
 
 
 @dataclass
 class Services:
     settings: Settings
     pools: dict[str, list[Backend]]
+    observability: Observability
+    policy: PolicyServices
+    routing: RoutingServices
+    cache: CacheComponents | None
     stages: list[Stage]
     handler: Handler
-    closers: list[Any] = field(default_factory=list)
+    closers: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
+
+    @property
+    def admin_router(self) -> APIRouter:
+        return self.policy.admin_router
 
     def model_names(self) -> list[str]:
-        return sorted(self.pools)
+        return sorted(self.routing.router.pools)
 
-    async def authenticate(self, headers: Mapping[str, str]) -> None:
-        """Runs the pipeline's auth stage alone (for routes outside the pipeline, e.g. /v1/models)."""
+    async def authenticate(self, headers: Mapping[str, str]) -> RequestContext:
+        """Runs the auth stage alone, for routes outside the pipeline (e.g. /v1/models)."""
         ctx = RequestContext(request_id="", endpoint="models", body={}, headers=dict(headers), model="")
-        await self.stages[0](ctx, _accept)
+        await self.policy.stages[0](ctx, _accept)
+        return ctx
 
     async def readiness(self) -> dict[str, Any]:
         backends = [b for pool in self.pools.values() for b in pool]
@@ -38,8 +54,8 @@ class Services:
         return {"ready": any(healthy) or not backends, "deployments": status}
 
     async def aclose(self) -> None:
-        for closer in reversed(self.closers):
-            await closer()
+        for close in reversed(self.closers):
+            await close()
 
 
 async def _accept(ctx: RequestContext) -> Any:
@@ -50,10 +66,23 @@ async def start_services(settings: Settings) -> Services:
     pools = build_pools(settings)
     backends = [b for pool in pools.values() for b in pool]
     await asyncio.gather(*(b.start() for b in backends))
+    closers: list[Callable[[], Awaitable[Any]]] = [b.aclose for b in backends]
+    observability = create_observability(settings)
+    cache = await create_cache(settings.cache, settings.redis_url)
+    if cache:
+        closers.append(cache.aclose)
+    embedder = cache.service.embedder if cache else None
+    routing = await create_routing_stages(settings, pools, observability.metrics.registry, embedder)
+    closers.append(routing.aclose)
+    policy = await create_policy_services(settings, cache.service.flush if cache else None)
+    closers.append(policy.aclose)
     stages: list[Stage] = [
-        MasterKeyAuth(settings.master_key.get_secret_value()),
-        AccountingStage(settings),
-        RouteStage(pools),
+        observability.stage,  # metrics and the access log see every outcome
+        *policy.stages,  # authenticate → resolve policy → rate limits and budget
+        *(cache.stages if cache else []),  # exact cache → semantic cache
+        routing.cascade_stage,  # small → large, when the alias is a cascade
+        AccountingStage(settings),  # tokens × the serving deployment's prices
+        observability.upstream_timer,  # time spent waiting on deployments
+        routing.route_stage,  # load balancing, affinity, retries, fallbacks → backend call
     ]
-    closers = [b.aclose for b in backends]
-    return Services(settings, pools, stages, chain(stages), closers)
+    return Services(settings, pools, observability, policy, routing, cache, stages, chain(stages), closers)

@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from backends.local_engine.config import EngineSettings
 from cache.config import CacheSettings
+from gateway.observability_config import ObservabilitySettings
 from policies.config import PoliciesSettings
 from routing.config import RoutingSettings
 
@@ -82,6 +83,7 @@ class Settings(BaseSettings):
     cache: CacheSettings = Field(default_factory=CacheSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     policies: PoliciesSettings = Field(default_factory=PoliciesSettings)
+    observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
     @classmethod
     def settings_customise_sources(

@@ -1,7 +1,9 @@
 """Shared fixtures: a fake upstream and a gateway in front of it, both under uvicorn on free ports."""
 
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +36,13 @@ def fake_models(base_url: str) -> list[ModelConfig]:
 
 
 def gateway_settings(base_url: str, **overrides: object) -> Settings:
-    values = {"master_key": MASTER_KEY, "models": fake_models(base_url), "max_body_bytes": 64 * 1024}
+    database = Path(tempfile.mkdtemp(prefix="llmgw-test-")) / "llmgw.db"
+    values = {
+        "master_key": MASTER_KEY,
+        "models": fake_models(base_url),
+        "max_body_bytes": 64 * 1024,
+        "database_url": f"sqlite+aiosqlite:///{database}",
+    }
     return Settings(**{**values, **overrides})
 
 
