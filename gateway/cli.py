@@ -32,6 +32,18 @@ def _engine(args: argparse.Namespace, rest: list[str]) -> int:
     return engine_main(rest)
 
 
+def _migrate(args: argparse.Namespace, rest: list[str]) -> int:
+    from policies.migrate import main as migrate_main
+
+    return migrate_main(rest)
+
+
+def _keys(args: argparse.Namespace, rest: list[str]) -> int:
+    from policies.cli import main as keys_main
+
+    return keys_main(["keys", *rest])
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llmgw",
@@ -47,6 +59,12 @@ def _parser() -> argparse.ArgumentParser:
         "engine", help="the local engine: `engine generate PROMPT`, `engine serve`", add_help=False
     )
     engine.set_defaults(run=_engine)
+    migrate = commands.add_parser(
+        "migrate", help="upgrade the database schema (LLMGW_DATABASE_URL)", add_help=False
+    )
+    migrate.set_defaults(run=_migrate)
+    keys = commands.add_parser("keys", help="virtual keys: `keys create|list|revoke`", add_help=False)
+    keys.set_defaults(run=_keys)
     return parser
 
 
