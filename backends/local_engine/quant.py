@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 KERNEL_MAX_ROWS = 8
 _INT4_INNER_K_TILES = 8
+_INT4_BLOCK_ROWS = 32
 
 
 class DenseLinear(nn.Module):
@@ -71,22 +72,23 @@ def dequantize_int4(q: Tensor, scales_and_zeros: Tensor, group_size: int) -> Ten
 
 
 class Int4Linear(nn.Module):
-    """The unpacked codes (uint8) are kept for the prefill GEMM path; the packed copy serves decode."""
+    """Decode uses the packed kernel; CPU prefill unpacks the codes from that same packed tensor."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, group_size: int) -> None:
         super().__init__()
         q, scales_and_zeros = quantize_int4(weight.float(), group_size)
         self.group_size = group_size
-        self.register_buffer("codes", q.to(torch.uint8))
         self.register_buffer("packed", _pack_int4(q))
         self.register_buffer("scales_and_zeros", scales_and_zeros)
         self.register_buffer("scales_and_zeros_bf16", scales_and_zeros.bfloat16())
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
+        # codes kept unpacked only when the CPU packing is not the layout unpack_int4_cpu knows
+        known_layout = not q.is_cpu or _unpacks_to(self.packed, q)
+        self.register_buffer("codes", None if known_layout else q.to(torch.uint8))
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.shape[0] > KERNEL_MAX_ROWS:
-            weight = dequantize_int4(self.codes, self.scales_and_zeros, self.group_size)
-            out = F.linear(x, weight.to(x.dtype))
+        if self.packed.is_cpu and x.shape[0] > KERNEL_MAX_ROWS:
+            out = F.linear(x, self._dequantized().to(x.dtype))
         elif self.packed.is_cpu:
             out = torch.ops.aten._weight_int4pack_mm_for_cpu(
                 x.bfloat16(), self.packed, self.group_size, self.scales_and_zeros_bf16
@@ -97,12 +99,30 @@ class Int4Linear(nn.Module):
             ).to(x.dtype)
         return out if self.bias is None else out + self.bias.to(x.dtype)
 
+    def _dequantized(self) -> Tensor:
+        codes = self.codes if self.codes is not None else unpack_int4_cpu(self.packed)
+        return dequantize_int4(codes, self.scales_and_zeros, self.group_size)
+
 
 def _pack_int4(q: Tensor) -> Tensor:
     if q.is_cpu:
         return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, _INT4_INNER_K_TILES)
     nibbles = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
     return torch.ops.aten._convert_weight_to_int4pack(nibbles, _INT4_INNER_K_TILES)
+
+
+def unpack_int4_cpu(packed: Tensor) -> Tensor:
+    """Codes [N, K] from the CPU int4pack layout: blocks of 32 rows; byte j of a column holds rows j, j + 16."""
+    out_features, in_features = packed.shape[0], packed.shape[1] * 2
+    blocks = packed.view(out_features // _INT4_BLOCK_ROWS, in_features, _INT4_BLOCK_ROWS // 2)
+    codes = torch.cat([blocks & 15, blocks >> 4], dim=-1)
+    return codes.transpose(1, 2).reshape(out_features, in_features)
+
+
+def _unpacks_to(packed: Tensor, q: Tensor) -> bool:
+    if packed.shape != (q.shape[0], q.shape[1] // 2) or q.shape[0] % _INT4_BLOCK_ROWS:
+        return False
+    return torch.equal(unpack_int4_cpu(packed).to(torch.int32), q)
 
 
 def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int) -> nn.Module:
