@@ -7,6 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from policies.db import create_engine
@@ -20,9 +21,17 @@ def alembic_config() -> Config:
     return config
 
 
-async def upgrade_engine(engine: AsyncEngine, revision: str = "head") -> None:
-    async with engine.begin() as conn:
-        await conn.run_sync(_upgrade, revision)
+async def upgrade_engine(engine: AsyncEngine, revision: str = "head", attempts: int = 3) -> None:
+    """Upgrade; retried because replicas (or workers) starting together may race on a fresh database."""
+    for attempt in range(attempts):
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(_upgrade, revision)
+            return
+        except DBAPIError:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.5 * (attempt + 1))
 
 
 def _upgrade(connection: Connection, revision: str) -> None:

@@ -2,10 +2,15 @@
 
 import asyncio
 import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 from policies.cli import main
 from policies.directory import Directory
 from policies.keys import hash_key
+from policies.migrate import main as migrate_main
 from policies.policy import Limits, Policy
 from policies.provision import open_store, provision_virtual_key
 from tests.policies_support import database_fixture, make_settings  # noqa: F401
@@ -40,3 +45,23 @@ async def test_provision_virtual_key_for_benchmarks(database):
 async def _in_thread(function, argv, settings):
     """The CLI runs its own event loop, so call it off this test's loop."""
     return await asyncio.to_thread(function, argv, settings)
+
+
+def test_migrate_main_upgrades_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    database = tmp_path / "m.db"
+    assert migrate_main(["--database-url", f"sqlite+aiosqlite:///{database}"]) == 0
+    tables = sqlite3.connect(database).execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+    assert {"tenants", "api_keys", "policies", "usage_records", "alembic_version"} <= {
+        name for (name,) in tables
+    }
+
+
+def test_replicas_migrating_a_fresh_database_together_all_succeed(tmp_path):
+    url = f"sqlite+aiosqlite:///{tmp_path / 'race.db'}"
+    code = f"from policies.migrate import upgrade; upgrade({url!r})"
+    root = Path(__file__).resolve().parents[1]
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code], cwd=root, stderr=subprocess.PIPE) for _ in range(3)
+    ]
+    assert [(run.wait(timeout=120), run.stderr.read()) for run in runs] == [(0, b"")] * 3

@@ -194,3 +194,16 @@ async def test_unreachable_redis_fails_open_on_the_real_client(tmp_path):
         assert refused.value.status == 429
     finally:
         await services.aclose()
+
+
+async def test_per_model_limits_apply_to_that_model_only(services):
+    policy = Policy(tenant_limits=Limits(rpm=100), model_limits={"m": Limits(rpm=1)})
+    _, secret = await provision(services, policy)
+    handler = pipeline(services)
+    assert (await handler(chat(secret))).headers["x-ratelimit-remaining-requests"] == "0"  # the tightest: model m
+    with pytest.raises(OpenAIError) as refused:
+        await handler(chat(secret))
+    assert "model m" in refused.value.message
+    other = chat(secret)
+    other.model = other.body["model"] = "other"
+    assert (await handler(other)).headers["x-ratelimit-remaining-requests"] == "98"
