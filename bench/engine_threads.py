@@ -1,4 +1,4 @@
-"""How PyTorch thread settings hold up when another process keeps a core busy (SmolLM2-135M shapes).
+"""How PyTorch thread settings hold up when another process keeps a core busy (SmolLM2-135M linear layers).
 
 Each configuration runs in a fresh process (OMP_WAIT_POLICY is read when torch starts), alternating
 configurations run by run, with and without a busy-looping neighbour process.
@@ -24,22 +24,27 @@ CONFIGS = [
 ]
 
 WORKER = """
-import time, torch, sys
-from transformers import LlamaConfig, LlamaForCausalLM
+import sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))
-config = LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                     num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True)
-model = LlamaForCausalLM(config).eval()
-decode = torch.randint(0, 49152, (16, 1))
-prefill = torch.randint(0, 49152, (1, 256))
-def timed(ids, n):
-    with torch.inference_mode():
-        model(ids)
-        start = time.perf_counter()
-        for _ in range(n):
-            model(ids)
+torch.manual_seed(0)
+# the linear layers of SmolLM2-135M (30 layers: q, k, v, o, gate, up, down) plus the LM head
+layers = [[torch.randn(i, o) * 0.02 for i, o in ((576, 576), (576, 192), (576, 192), (576, 576),
+           (576, 1536), (576, 1536), (1536, 576))] for _ in range(30)]
+head = torch.randn(576, 49152) * 0.02
+def forward(x):
+    for wq, wk, wv, wo, wg, wu, wd in layers:
+        q, k, v = x @ wq, x @ wk, x @ wv
+        x = x + q @ wo
+        x = x + ((x @ wg) * (x @ wu)) @ wd
+    return x @ head
+def timed(rows, n):
+    x = torch.randn(rows, 576)
+    forward(x)
+    start = time.perf_counter()
+    for _ in range(n):
+        forward(x)
     return (time.perf_counter() - start) / n
-print(timed(decode, 20), timed(prefill, 5))
+print(timed(16, 10), timed(256, 3))
 """
 
 
@@ -69,6 +74,7 @@ def main() -> None:
             for busy in (False, True):
                 key = (config["threads"], config["wait_policy"] or "default", busy)
                 samples.setdefault(key, []).append(run(config, busy))
+                print(key, samples[key][-1], flush=True)
                 time.sleep(0.5)
     print(
         f"{'threads':>7} {'OMP_WAIT_POLICY':>15} {'neighbour':>9} {'decode b16 ms':>13} {'prefill 256 ms':>14}"
