@@ -81,7 +81,7 @@ def test_quantized_formats_stay_close_to_fp32(quality):
     assert 2 < fp32_ppl < 60  # a sane perplexity for English prose on a 135M model
     int8_ppl, int8_agreement, _ = quality["int8"]
     int4_ppl, int4_agreement, _ = quality["int4"]
-    assert abs(int8_ppl / fp32_ppl - 1) < 0.03 and int8_agreement > 0.93
+    assert abs(int8_ppl / fp32_ppl - 1) < 0.03 and int8_agreement > 0.9
     assert abs(int4_ppl / fp32_ppl - 1) < 0.25 and int4_agreement > 0.75
 
 
