@@ -290,10 +290,16 @@ class GatewayMetrics:
     def _record_savings(self, ctx: RequestContext, model: str, cache_status: str) -> None:
         price = self._prices.get(ctx.model)
         if cache_status in CACHE_HITS:
-            self._at(self.saved_tokens, model, "input").inc(ctx.usage.prompt_tokens)
-            self._at(self.saved_tokens, model, "output").inc(ctx.usage.completion_tokens)
-            if price:
-                self._at(self.saved_usd, model, "cache").inc(price.cost(ctx.usage))
+            saved = ctx.extra.get("cache") or {}
+            self._at(self.saved_tokens, model, "input").inc(saved.get("saved_prompt_tokens", 0))
+            self._at(self.saved_tokens, model, "output").inc(saved.get("saved_completion_tokens", 0))
+            saved_usage = Usage(saved.get("saved_prompt_tokens", 0), saved.get("saved_completion_tokens", 0))
+            saved_usd = saved.get("saved_cost_usd") or (price.cost(saved_usage) if price else 0.0)
+            self._at(self.saved_usd, model, "cache").inc(saved_usd)
+        if cache_status != "bypass":
+            hit = cache_status in CACHE_HITS
+            layer = "semantic" if cache_status == "semantic-hit" else "exact"
+            self.record_cache_lookup(layer, hit, (ctx.extra.get("cache") or {}).get("similarity"))
         if ctx.cascade == "small" and price:
             self._at(self.saved_usd, model, "cascade").inc(max(price.cost(ctx.usage) - ctx.cost_usd, 0.0))
 

@@ -201,7 +201,8 @@ async def test_cache_hits_record_tokens_and_cost_saved_at_the_alias_price() -> N
     h = Harness()
 
     async def cached(ctx: RequestContext) -> Reply:
-        ctx.cache_status, ctx.usage = "semantic-hit", Usage(1000, 2000)
+        ctx.cache_status = "semantic-hit"  # the cache's contract: usage stays zero, savings in extra
+        ctx.extra["cache"] = {"saved_prompt_tokens": 1000, "saved_completion_tokens": 2000, "similarity": 0.97}
         return Reply(body={})
 
     handler = chain([h.stage, lambda ctx, _next: cached(ctx)])
@@ -210,6 +211,8 @@ async def test_cache_hits_record_tokens_and_cost_saved_at_the_alias_price() -> N
     # 1000 input tokens at $1/1M + 2000 output tokens at $3/1M.
     assert h.value("llmgw_saved_usd_total", model="alias", source="cache") == pytest.approx(0.007)
     assert h.value("llmgw_gateway_overhead_seconds_count", model="alias", stream="false") == 0
+    assert h.value("llmgw_cache_lookups_total", layer="semantic", result="hit") == 1
+    assert h.value("llmgw_cache_similarity_bucket", result="hit", le="0.98") == 1
 
 
 async def test_cascades_kept_small_record_the_saving_against_the_alias_price() -> None:

@@ -9,6 +9,7 @@ threshold). Metrics that only another package records while it is not wired into
 listed in PRODUCED_ELSEWHERE; their expressions must still parse.
 """
 
+import asyncio
 import json
 import re
 import shutil
@@ -24,11 +25,10 @@ import pytest
 import yaml
 
 from backends.local_engine.server import create_app as create_engine_app
-from gateway import app as gateway_app
 from gateway.app import create_app
-from gateway.observe import ObserveStage, create_observability
-from gateway.pipeline import chain
 from gateway.settings import DeploymentConfig, ModelConfig, Settings
+from policies.policy import Budget, Limits, Policy
+from policies.provision import provision_virtual_key
 from routing.config import CascadePolicy, RoutingSettings
 from tests.fakes import FakeUpstream, ServerThread, free_port
 
@@ -37,20 +37,14 @@ DEPLOY = ROOT / "deploy"
 KEY = "sk-proof-master"
 RATE_INTERVAL, RANGE = "10s", "1m"
 # metric or selector → what must record it. Remove an entry once its producer is wired into gateway/services.py.
-PRODUCED_ELSEWHERE = {
-    "llmgw_cache_similarity_bucket": "cache/: GatewayMetrics.record_cache_lookup from the semantic cache",
-    "llmgw_cache_saved_tokens_total": "cache/: the cache stages, answering hits",
-    'cache_status!="bypass"': "cache/: the cache stages, setting ctx.cache_status",
-    "llmgw_ratelimit_rejections_total": "policies/: RateLimitStage with a tenant limit",
-    "llmgw_tenant_budget_usd": "policies/: PolicyStage setting ctx.policy with a tenant budget",
-}
+PRODUCED_ELSEWHERE: dict[str, str] = {}
 
 
 def find_prometheus() -> str | None:
     return shutil.which("prometheus") or next((p for p in ("/usr/bin/prometheus",) if Path(p).exists()), None)
 
 
-def settings(upstream_url: str, engine_url: str) -> Settings:
+def settings(upstream_url: str, engine_url: str, database: Path) -> Settings:
     def deployment(name: str, url: str, model: str, price: float) -> DeploymentConfig:
         return DeploymentConfig(name=name, base_url=url + "/v1", model=model, input_price_per_1m=price,
                                 output_price_per_1m=2 * price, read_timeout_s=10, connect_timeout_s=1)  # fmt: skip
@@ -69,35 +63,11 @@ def settings(upstream_url: str, engine_url: str) -> Settings:
     routing = RoutingSettings(cascades=[escalating, kept], scrape_interval_s=0.5, health_interval_s=1.0)
     values: dict[str, Any] = {"master_key": KEY, "models": models, "routing": routing}
     values["observability"] = {"tenant_label": True}
+    values["database_url"] = f"sqlite+aiosqlite:///{database}"
     return Settings(**values)
 
 
-def _wire_observability_if_missing(start):  # noqa: ANN001, ANN202 - transitional, see the module docstring
-    """Until gateway/services.py builds the observe stages itself: put them where they belong."""
-
-    async def start_services(settings: Settings):  # noqa: ANN202
-        services = await start(settings)
-        if not any(isinstance(stage, ObserveStage) for stage in services.stages):
-            obs = create_observability(settings)
-            services.stages = [obs.stage, *services.stages[:-1], obs.upstream_timer, services.stages[-1]]
-            services.handler = chain(services.stages)
-            services.observability = obs
-        return services
-
-    return start_services
-
-
-def observed_gateway(settings: Settings) -> Any:
-    app = create_app(settings)
-    if not any(getattr(route, "path", None) == "/metrics" for route in app.routes):
-        from starlette.responses import Response
-
-        async def metrics(request: Any) -> Response:
-            body, content_type = request.app.state.services.observability.render()
-            return Response(body, headers={"content-type": content_type})
-
-        app.add_route("/metrics", metrics, methods=["GET"])
-    return app
+TENANT_POLICY = Policy(tenant_limits=Limits(rpm=20), tenant_budget=Budget(usd_per_day=5.0))
 
 
 @pytest.fixture(scope="module")
@@ -106,14 +76,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
     binary = find_prometheus()
     assert binary, "Prometheus is missing: apt-get install -y prometheus"
-    patch = pytest.MonkeyPatch()
-    patch.setattr(gateway_app, "start_services", _wire_observability_if_missing(gateway_app.start_services))
     with ServerThread(FakeUpstream()) as upstream, ServerThread(create_engine_app(fake_load)) as engine:
         wait_for(f"{engine.url}/health")
-        gateway = ServerThread(observed_gateway(settings(upstream.url, engine.url)))
+        config = settings(upstream.url, engine.url, tmp_path_factory.mktemp("db") / "llmgw.db")
+        tenant_key = asyncio.run(provision_virtual_key(config, "acme", TENANT_POLICY))
+        gateway = ServerThread(create_app(config))
         with gateway, prometheus(binary, tmp_path_factory.mktemp("prom"), gateway.port, engine.port) as prom:
-            yield {"gateway": gateway.url, "engine": engine.url, "prometheus": prom}
-    patch.undo()
+            yield {"gateway": gateway.url, "engine": engine.url, "prometheus": prom, "tenant_key": tenant_key}
 
 
 def wait_for(url: str, timeout: float = 60.0) -> None:
@@ -167,19 +136,30 @@ REQUESTS: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
-def load(gateway: str, stop: threading.Event) -> None:
+# Deterministic questions from a tenant with limits: exact hits, paraphrases (semantic hits), and 429s.
+TENANT_REQUESTS = ["What is the capital of France?", "Which city is the capital of France?"]
+
+
+def load(gateway: str, tenant_key: str, stop: threading.Event) -> None:
     with httpx.Client(base_url=gateway, timeout=15) as client:
         while not stop.is_set():
             for model, extra, text in REQUESTS:
                 body = {"model": model, "messages": [{"role": "user", "content": text}], **extra}
                 client.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {KEY}"})
+            for text in TENANT_REQUESTS:
+                body = {"model": "echo", "messages": [{"role": "user", "content": text}], "temperature": 0}
+                client.post(
+                    "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {tenant_key}"}
+                )
             client.post("/v1/chat/completions", json={"model": "echo", "messages": []})  # 401
 
 
 @pytest.fixture(scope="module")
 def loaded(fleet: dict[str, Any]) -> Iterator[dict[str, Any]]:
     stop = threading.Event()
-    workers = [threading.Thread(target=load, args=(fleet["gateway"], stop)) for _ in range(3)]
+    workers = [
+        threading.Thread(target=load, args=(fleet["gateway"], fleet["tenant_key"], stop)) for _ in range(3)
+    ]
     for worker in workers:
         worker.start()
     time.sleep(12)  # several scrapes and rule evaluations with traffic in every rate window
