@@ -83,6 +83,8 @@ async def read_body(receive: Any, headers: dict[str, str], limit: int) -> bytes:
 
 
 def render(ctx: RequestContext, reply: Reply) -> Response | SSEResponse:
+    if ctx.deployment:
+        reply.headers.setdefault("x-served-by", ctx.deployment)
     if reply.stream is None:
         return Response(
             orjson.dumps(reply.body), status_code=reply.status, headers=reply.headers, media_type=JSON

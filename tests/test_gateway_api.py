@@ -22,6 +22,7 @@ def test_chat_completion_sync(client: openai.OpenAI, upstream: tuple[FakeUpstrea
     assert completion.choices[0].message.content == "echo: hello there"
     assert completion.usage.prompt_tokens == 7
     assert len(response.headers["x-request-id"]) == 32
+    assert response.headers["x-served-by"] == "fake-1"
     assert upstream[0].requests[-1]["body"]["model"] == "upstream-model"
 
 
