@@ -191,7 +191,10 @@ async def _until_done_or_disconnect(
                 await task
             await outputs.aclose()
             return Response(status_code=499)
-    task.result()
+    try:
+        task.result()
+    except RuntimeError as error:  # the engine loop died mid-request
+        raise OpenAIError(503, str(error), code="engine_unavailable") from error
     return _json(completion.response())
 
 
