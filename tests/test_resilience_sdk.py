@@ -22,7 +22,11 @@ def gateway() -> Iterator[ServerThread]:
             ),
             DeploymentConfig(name="live", base_url=live.url + "/v1", model="m", read_timeout_s=5),
         ]
-        settings = Settings(master_key=KEY, models=[ModelConfig(name="pool", deployments=deployments)])
+        settings = Settings(
+            master_key=KEY,
+            models=[ModelConfig(name="pool", deployments=deployments)],
+            cache={"semantic_enabled": False},
+        )  # no MiniLM load: routing only
         with ServerThread(create_app(settings)) as server:
             yield server
 
