@@ -128,3 +128,24 @@ def test_tokenizer_json_folder(ours: Tokenizer, tmp_path) -> None:
     from_json = load_tokenizer(TokenizerSource(tokenizer_json=path, eos_token_ids=(2,), bos_token_id=1))
     for text in varied_strings(50, seed=3):
         assert from_json.encode(text) == ours.encode(text)
+
+
+def test_token_bytes_rebuild_the_utf8_text(ours: Tokenizer) -> None:
+    for text in ["emoji 😀🎉 and 日本語", "plain words", " spaced\ttext\n"]:
+        ids = ours.encode(text)
+        assert b"".join(ours.token_bytes(i) for i in ids) == text.encode("utf-8")
+    partial = ours.encode("😀")[0]
+    assert ours.token_text(partial) == "\ufffd" and len(ours.token_bytes(partial)) < 4
+    assert ours.token_bytes(2) == b"<|im_end|>"
+
+
+def test_token_bytes_of_a_sentencepiece_style_vocabulary(tmp_path) -> None:
+    from tokenizers import SentencePieceBPETokenizer
+
+    backend = SentencePieceBPETokenizer()
+    backend.train_from_iterator(["The lamp was lit at dusk."] * 5, vocab_size=60, show_progress=False)
+    path = tmp_path / "tokenizer.json"
+    backend.save(str(path))
+    tokenizer = load_tokenizer(TokenizerSource(tokenizer_json=path))
+    ids = tokenizer.encode("The lamp")
+    assert b"".join(tokenizer.token_bytes(i) for i in ids) == b" The lamp"

@@ -6,6 +6,7 @@ used by SmolLM, Llama 3 and Qwen2) we rebuild it from the vocabulary, the merges
 produce the same ids.
 """
 
+import re
 from functools import cache
 from typing import Any
 
@@ -16,6 +17,7 @@ from backends.local_engine.chat_template import ChatTemplate
 from backends.local_engine.checkpoint import TokenizerSource
 
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
+_BYTE_FALLBACK = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -42,6 +44,7 @@ class Tokenizer:
         self.eos_token_ids = source.eos_token_ids
         self.add_bos = add_bos and source.bos_token_id is not None
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
+        self.byte_level = backend.decoder is not None and b"ByteLevel" in backend.decoder.__getstate__()
         self.chat_template = ChatTemplate(source.chat_template, self._token(self.bos_token_id), self._eos())
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -57,6 +60,18 @@ class Tokenizer:
     def token_text(self, token_id: int) -> str:
         """One token's text as it would be printed (a partial UTF-8 character shows as '\ufffd')."""
         return self.backend.decode([token_id], skip_special_tokens=False)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes a token stands for (OpenAI logprobs' `bytes`), also for a partial UTF-8 character."""
+        token = self.backend.id_to_token(token_id) or ""
+        if self.is_special(token_id):
+            return token.encode("utf-8")
+        if _BYTE_FALLBACK.fullmatch(token):  # sentencepiece byte fallback: <0xE2>
+            return bytes([int(token[3:5], 16)])
+        if self.byte_level and set(token) <= _byte_alphabet():
+            decoder = _unicode_to_bytes()
+            return bytes(decoder[char] for char in token)
+        return token.replace("▁", " ").encode("utf-8")
 
     def is_special(self, token_id: int) -> bool:
         return token_id in self._special_ids()
@@ -149,6 +164,11 @@ def _bytes_to_unicode() -> dict[int, str]:
         else:
             mapping[byte], extra = chr(256 + extra), extra + 1
     return mapping
+
+
+@cache
+def _unicode_to_bytes() -> dict[str, int]:
+    return {char: byte for byte, char in _bytes_to_unicode().items()}
 
 
 @cache
