@@ -42,6 +42,7 @@ def gateway_settings(base_url: str, **overrides: object) -> Settings:
         "models": fake_models(base_url),
         "max_body_bytes": 64 * 1024,
         "database_url": f"sqlite+aiosqlite:///{database}",
+        "cache": {"semantic_enabled": False},  # the semantic cache has its own tests; MiniLM loads slowly
     }
     return Settings(**{**values, **overrides})
 
