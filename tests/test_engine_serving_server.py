@@ -170,3 +170,23 @@ async def test_client_disconnect_aborts_the_stream_and_frees_blocks(server):
         await asyncio.sleep(0.01)
     assert engine.num_requests == 0
     assert engine.block_manager.num_free_blocks == 64
+
+
+def test_health_is_503_until_the_model_is_loaded():
+    from fastapi.testclient import TestClient
+
+    release = threading.Event()
+
+    def slow_load() -> LoadedEngine:
+        release.wait(10)
+        return fake_load()
+
+    with TestClient(create_app(slow_load)) as http:
+        assert http.get("/health").status_code == 503
+        assert http.post("/v1/completions", json={"model": "fake", "prompt": "x"}).status_code == 503
+        release.set()
+        for _ in range(500):
+            if http.get("/health").status_code == 200:
+                break
+            time.sleep(0.01)
+        assert http.get("/health").status_code == 200
