@@ -139,3 +139,11 @@ def test_greedy_and_sampled_rows_mix_in_one_batch() -> None:
     probs = probabilities(logits, params, [[]] * 3, [[]] * 3)
     assert probs[0].argmax() == logits[0].argmax() and float(probs[0].max()) == 1.0
     assert int((probs[1] > 0).sum()) == 2 and math.isclose(float(probs[1].sum()), 1.0, rel_tol=1e-5)
+
+
+def test_penalties_apply_per_row_in_a_batch() -> None:
+    logits = torch.tensor([[2.0, -2.0, 1.0], [2.0, -2.0, 1.0]])
+    params = [SamplingParams(), SamplingParams(repetition_penalty=2.0, frequency_penalty=1.0)]
+    out = penalize(logits, params, [[0], [0]], [[2, 2], [2, 2]])
+    assert torch.equal(out[0], logits[0])  # no penalties asked: untouched although it saw the same tokens
+    assert torch.allclose(out[1], torch.tensor([1.0, -2.0, 0.5 - 2.0]))

@@ -35,27 +35,41 @@ class SamplerOutput:
 def penalize(
     logits: Tensor, params: list[SamplingParams], prompts: list[list[int]], outputs: list[list[int]]
 ) -> Tensor:
-    """Repetition penalty over prompt + output tokens (HF semantics); presence/frequency over outputs (OpenAI)."""
+    """Repetition penalty over prompt + output tokens (HF semantics); presence/frequency over outputs (OpenAI).
+
+    Batched and sparse: only the logits of tokens that occurred are read and written.
+    """
     if not any(_has_penalty(p) for p in params):
         return logits
     logits = logits.clone()
-    for row, (p, prompt, output) in enumerate(zip(params, prompts, outputs, strict=True)):
-        if p.repetition_penalty != 1.0:
-            _repetition(logits[row], prompt + output, p.repetition_penalty)
-        if output and (p.presence_penalty or p.frequency_penalty):
-            counts = torch.bincount(torch.tensor(output, device=logits.device), minlength=logits.shape[-1])
-            logits[row] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0)
+    flat, vocab = logits.view(-1), logits.shape[-1]
+    if any(p.repetition_penalty != 1.0 for p in params):
+        contexts = [prompt + output for prompt, output in zip(prompts, outputs, strict=True)]
+        seen = _flat_index(contexts, vocab, logits.device).unique()
+        penalty = _per_row([p.repetition_penalty for p in params], logits)[seen // vocab]
+        values = flat[seen]
+        flat[seen] = torch.where(values > 0, values / penalty, values * penalty)
+    if any(p.presence_penalty or p.frequency_penalty for p in params):
+        occurred, counts = _flat_index(outputs, vocab, logits.device).unique(return_counts=True)
+        rows = occurred // vocab
+        frequency = _per_row([p.frequency_penalty for p in params], logits)[rows]
+        presence = _per_row([p.presence_penalty for p in params], logits)[rows]
+        flat[occurred] -= frequency * counts + presence
     return logits
+
+
+def _flat_index(token_lists: list[list[int]], vocab: int, device: torch.device) -> Tensor:
+    """row * vocab + token for every token of every row (indexes the flattened [N, vocab] logits)."""
+    parts = [torch.tensor(tokens, dtype=torch.long) + row * vocab for row, tokens in enumerate(token_lists)]
+    return torch.cat(parts).to(device) if parts else torch.empty(0, dtype=torch.long, device=device)
+
+
+def _per_row(values: list[float], like: Tensor) -> Tensor:
+    return torch.tensor(values, dtype=like.dtype, device=like.device)
 
 
 def _has_penalty(params: SamplingParams) -> bool:
     return params.repetition_penalty != 1.0 or bool(params.presence_penalty or params.frequency_penalty)
-
-
-def _repetition(row: Tensor, token_ids: list[int], penalty: float) -> None:
-    seen = torch.tensor(sorted(set(token_ids)), dtype=torch.long, device=row.device)
-    values = row[seen]
-    row[seen] = torch.where(values > 0, values / penalty, values * penalty)
 
 
 def truncate(logits: Tensor, params: list[SamplingParams]) -> Tensor:
