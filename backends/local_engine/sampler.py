@@ -131,11 +131,9 @@ def _nucleus_drop(values: Tensor, logits: Tensor, top_k: Tensor, top_p: Tensor) 
     ranks = torch.arange(values.shape[-1], device=values.device)
     drop = ranks[None, :] >= top_k[:, None]
     kept_all_of_k = top_k <= values.shape[-1]
-    normalizer = torch.where(
-        kept_all_of_k,
-        torch.logsumexp(values.masked_fill(drop, float("-inf")), dim=-1),
-        torch.logsumexp(logits, dim=-1),
-    )
+    normalizer = torch.logsumexp(values.masked_fill(drop, float("-inf")), dim=-1)
+    if not bool(kept_all_of_k.all()):  # rows without top-k normalize over the whole vocabulary
+        normalizer = torch.where(kept_all_of_k, normalizer, torch.logsumexp(logits, dim=-1))
     probs = torch.exp(values - normalizer[:, None]).masked_fill(drop, 0.0)
     cumulative = probs.cumsum(dim=-1)
     drop |= (cumulative - probs) >= top_p[:, None]  # the most likely token always stays
