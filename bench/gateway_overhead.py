@@ -3,11 +3,15 @@
 Load: wrk (one thread, closed loop) at 1, 16 and 64 connections; direct and gateway runs alternate.
 Gateway CPU per request comes from the gateway process's user+system time over the requests it served.
 Streaming: a raw-socket client measures time to the first SSE byte, direct vs through the gateway.
+Modes (each its own gateway process): `master` (master key, in-process stores), `no-metrics` (the same
+with metrics and access log off: the observability cost), `virtual-key` (a virtual key whose policy
+has RPM/TPM/concurrency limits checked in Redis, usage records written to the database).
 
-    .venv/bin/python bench/gateway_overhead.py [--seconds 5] [--rounds 3]
+    .venv/bin/python bench/gateway_overhead.py [--seconds 5] [--rounds 3] [--modes master virtual-key]
 """
 
 import argparse
+import asyncio
 import socket
 import statistics
 import sys
@@ -20,8 +24,12 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.harness import Process, start_fake_upstream, start_gateway, write_json, wrk  # noqa: E402
+from gateway.settings import Settings  # noqa: E402
+from policies.policy import Limits, Policy  # noqa: E402
+from policies.provision import provision_virtual_key  # noqa: E402
 
 KEY = "sk-bench-master"
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def chat_body(model: str, stream: bool = False) -> bytes:
@@ -30,19 +38,39 @@ def chat_body(model: str, stream: bool = False) -> bytes:
     )
 
 
-def gateway_config(upstream: Process) -> dict[str, Any]:
+def gateway_config(upstream: Process, mode: str) -> dict[str, Any]:
     deployment = {"name": "fake", "base_url": upstream.url + "/v1", "model": "upstream-model"}
     database = f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='llmgw-bench-')}/llmgw.db"
     models = [{"name": "bench-model", "deployments": [deployment]}]
-    return {"master_key": KEY, "models": models, "database_url": database}
+    config: dict[str, Any] = {"master_key": KEY, "models": models, "database_url": database}
+    config["cache"] = {"semantic_enabled": False}  # measures the proxy path; see bench/cache_latency.py
+    if mode == "no-metrics":
+        config["observability"] = {"metrics_enabled": False, "access_log": False}
+    if mode == "virtual-key":
+        config["redis_url"] = REDIS_URL
+        config["policies"] = {"redis_prefix": f"llmgw-bench-{time.time_ns()}:"}
+    return config
 
 
-def load_round(upstream: Process, gateway: Process, connections: int, seconds: float) -> dict[str, Any]:
+def start_mode(upstream: Process, mode: str) -> tuple[Process, str]:
+    """A gateway for `mode`, and the bearer key to load it with."""
+    config = gateway_config(upstream, mode)
+    key = KEY
+    if mode == "virtual-key":
+        unlimited = Limits(rpm=10**9, tpm=10**12, max_concurrent=10**6)
+        policy = Policy(key_limits=unlimited, tenant_limits=unlimited)
+        key = asyncio.run(provision_virtual_key(Settings(**config), "bench", policy))
+    return start_gateway(config), key
+
+
+def load_round(
+    upstream: Process, gateway: Process, key: str, connections: int, seconds: float
+) -> dict[str, Any]:
     direct = wrk(
         upstream.url + "/v1/chat/completions", chat_body("upstream-model"), KEY, connections, seconds
     )
     cpu_before = gateway.cpu_seconds()
-    through = wrk(gateway.url + "/v1/chat/completions", chat_body("bench-model"), KEY, connections, seconds)
+    through = wrk(gateway.url + "/v1/chat/completions", chat_body("bench-model"), key, connections, seconds)
     cpu_us = (gateway.cpu_seconds() - cpu_before) * 1e6 / max(through["requests"], 1)
     return {"direct": direct, "gateway": through, "gateway_cpu_us_per_request": cpu_us}
 
@@ -110,15 +138,28 @@ def streaming_ttfb(upstream: Process, gateway: Process, rounds: int) -> dict[str
     }
 
 
-def print_table(rows: list[dict[str, Any]], streaming: dict[str, float]) -> None:
-    print(f"{'conns':>5} {'direct rps':>10} {'gw rps':>8} {'direct p50':>10} {'gw p50':>8} {'added p50':>9} "
-          f"{'gw p99':>8} {'gw CPU/req':>10} {'errors':>6}")  # fmt: skip
+def print_table(rows: list[dict[str, Any]], streaming: dict[str, float] | None) -> None:
+    print(f"{'mode':>11} {'conns':>5} {'direct rps':>10} {'gw rps':>8} {'direct p50':>10} {'gw p50':>8} "
+          f"{'added p50':>9} {'gw p99':>8} {'gw CPU/req':>10} {'errors':>6}")  # fmt: skip
     for r in rows:
-        print(f"{r['connections']:>5} {r['direct_rps']:>10.0f} {r['gateway_rps']:>8.0f} {r['direct_p50_ms']:>8.3f}ms "
-              f"{r['gateway_p50_ms']:>6.3f}ms {r['added_p50_ms']:>7.3f}ms {r['gateway_p99_ms']:>6.2f}ms "
-              f"{r['gateway_cpu_us_per_request']:>8.0f}µs {r['errors']:>6}")  # fmt: skip
-    print(f"streaming TTFB p50: direct {streaming['direct_ttfb_p50_ms']:.3f} ms, gateway "
-          f"{streaming['gateway_ttfb_p50_ms']:.3f} ms, added {streaming['added_ttfb_p50_ms']:.3f} ms")  # fmt: skip
+        print(f"{r['mode']:>11} {r['connections']:>5} {r['direct_rps']:>10.0f} {r['gateway_rps']:>8.0f} "
+              f"{r['direct_p50_ms']:>8.3f}ms {r['gateway_p50_ms']:>6.3f}ms {r['added_p50_ms']:>7.3f}ms "
+              f"{r['gateway_p99_ms']:>6.2f}ms {r['gateway_cpu_us_per_request']:>8.0f}µs {r['errors']:>6}")  # fmt: skip
+    if streaming:
+        print(f"streaming TTFB p50 (master): direct {streaming['direct_ttfb_p50_ms']:.3f} ms, gateway "
+              f"{streaming['gateway_ttfb_p50_ms']:.3f} ms, added {streaming['added_ttfb_p50_ms']:.3f} ms")  # fmt: skip
+
+
+def run_mode(upstream: Process, mode: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], Any]:
+    gateway, key = start_mode(upstream, mode)
+    try:
+        wrk(gateway.url + "/v1/chat/completions", chat_body("bench-model"), key, 4, 1)  # warm-up
+        rounds = {c: [load_round(upstream, gateway, key, c, args.seconds) for _ in range(args.rounds)]
+                  for c in args.connections}  # fmt: skip
+        streaming = streaming_ttfb(upstream, gateway, args.rounds) if mode == "master" else None
+    finally:
+        gateway.stop()
+    return [{"mode": mode, **summarise(c, r)} for c, r in rounds.items()], streaming
 
 
 def main() -> None:
@@ -128,20 +169,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--modes", nargs="+", default=["master", "no-metrics", "virtual-key"])
     args = parser.parse_args()
     upstream = start_fake_upstream()
-    gateway = start_gateway(gateway_config(upstream))
+    rows, streaming = [], None
     try:
-        wrk(gateway.url + "/v1/chat/completions", chat_body("bench-model"), KEY, 4, 1)  # warm-up
-        rows = [summarise(c, [load_round(upstream, gateway, c, args.seconds) for _ in range(args.rounds)])
-                for c in args.connections]  # fmt: skip
-        streaming = streaming_ttfb(upstream, gateway, args.rounds)
+        for mode in args.modes:
+            mode_rows, mode_streaming = run_mode(upstream, mode, args)
+            rows += mode_rows
+            streaming = streaming or mode_streaming
     finally:
-        gateway.stop()
         upstream.stop()
     print_table(rows, streaming)
-    path = write_json("gateway_overhead", {"load_generator": "wrk -t1", "rows": rows, "streaming": streaming})
-    print(f"wrote {path}")
+    payload = {"load_generator": "wrk -t1", "rows": rows, "streaming": streaming}
+    print(f"wrote {write_json('gateway_overhead', payload)}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ access_log_body_chars. The structured dict also travels as `record.access` for c
 
 import logging
 import sys
+import threading
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -103,10 +104,47 @@ def configure_access_logger(stream: TextIO = sys.stdout) -> logging.Logger:
     """The `llmgw.access` logger writing bare JSON lines to `stream` (idempotent)."""
     logger = logging.getLogger(LOGGER_NAME)
     if not any(getattr(h, "_llmgw_access", False) for h in logger.handlers):
-        handler = logging.StreamHandler(stream)
+        handler = BufferedLineHandler(stream)
         handler.setFormatter(logging.Formatter("%(message)s"))
         handler._llmgw_access = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False
     return logger
+
+
+class BufferedLineHandler(logging.Handler):
+    """Writes lines in batches: one write per `batch` lines or `interval_s`, not one syscall per request.
+
+    A background thread flushes what waits at least every `interval_s`; close() flushes the rest.
+    """
+
+    def __init__(self, stream: TextIO, batch: int = 256, interval_s: float = 0.2) -> None:
+        super().__init__()
+        self._stream = stream
+        self._batch = batch
+        self._lines: list[str] = []
+        self._closed = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_every, args=(interval_s,), daemon=True)
+        self._flusher.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._lines.append(self.format(record))
+        if len(self._lines) >= self._batch:
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            lines, self._lines = self._lines, []
+            if lines:
+                self._stream.write("\n".join(lines) + "\n")
+                self._stream.flush()
+
+    def _flush_every(self, interval_s: float) -> None:
+        while not self._closed.wait(interval_s):
+            self.flush()
+
+    def close(self) -> None:
+        self._closed.set()
+        self.flush()
+        super().close()

@@ -3,13 +3,14 @@
 import io
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.access_log import AccessLog, configure_access_logger, prompt_text
+from gateway.access_log import AccessLog, BufferedLineHandler, configure_access_logger, prompt_text
 from gateway.context import Principal, Reply, RequestContext, Usage
 from gateway.errors import OpenAIError
 from gateway.metrics import GatewayMetrics
@@ -106,5 +107,25 @@ def test_access_logger_is_named_and_writes_bare_json_lines() -> None:
     logger = configure_access_logger(stream)
     configure_access_logger(stream)  # idempotent: still one handler
     logger.info('{"a": 1}')
+    for handler in logger.handlers:
+        handler.flush()
     assert logger.name == "llmgw.access" and stream.getvalue() == '{"a": 1}\n'
+
+
+def test_buffered_handler_writes_in_batches_and_flushes_on_its_own() -> None:
+    stream = io.StringIO()
+    handler = BufferedLineHandler(stream, batch=3, interval_s=0.05)
+    logger = logging.getLogger("test.access_log.buffered")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.info("one")
+    logger.info("two")
+    assert stream.getvalue() == ""
+    logger.info("three")
+    assert stream.getvalue() == "one\ntwo\nthree\n"
+    logger.info("four")
+    time.sleep(0.3)
+    assert stream.getvalue().endswith("three\nfour\n")
+    handler.close()
+    logger.removeHandler(handler)
     assert prompt_text({"input": ["x", "y"]}) == '["x","y"]'
