@@ -31,6 +31,8 @@ class CacheComponents:
 
     async def aclose(self) -> None:
         await self.service.aclose()
+        if self.service.embedder is not None:
+            await self.service.embedder.aclose()
         if self.redis is not None:
             await self.redis.aclose()
 

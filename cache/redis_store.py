@@ -33,10 +33,11 @@ class RedisStore:
         self._maxlen = stream_maxlen
         self._listener: IndexListener = NoListener()
         self._follower: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def start(self, listener: IndexListener | None) -> None:
         """Load every live entry into the listener, then follow the event stream from that moment."""
-        self._listener = listener or NoListener()
+        self._listener = listener if listener is not None else NoListener()
         if listener is None:
             return
         last_id = await self._last_event_id()
@@ -87,6 +88,7 @@ class RedisStore:
         return 0  # Redis expires entries itself; each replica's index sweeps its own vectors
 
     async def aclose(self) -> None:
+        self._closed = True
         if self._follower is not None:
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -156,12 +158,14 @@ class RedisStore:
     # --- following ----------------------------------------------------------------------------
 
     async def _follow(self, last_id: str) -> None:
-        while True:
+        while not self._closed:
             try:
                 last_id = await self._follow_once(last_id)
             except asyncio.CancelledError:
                 raise
             except Exception:
+                if self._closed:
+                    return
                 log.exception("cache: following Redis events failed; retrying")
                 await asyncio.sleep(1.0)
 

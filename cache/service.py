@@ -61,8 +61,6 @@ class CacheService:
                 await self._sweeper
         await self.settle()
         await self.store.aclose()
-        if self.embedder is not None:
-            await self.embedder.aclose()
 
     async def flush(self, tenant_id: str | None = None, model: str | None = None) -> int:
         """Drops the entries of one tenant and/or model alias (None = all); returns how many."""

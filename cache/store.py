@@ -60,7 +60,7 @@ class MemoryStore:
         self._listener: IndexListener = NoListener()
 
     async def start(self, listener: IndexListener | None) -> None:
-        self._listener = listener or NoListener()
+        self._listener = listener if listener is not None else NoListener()
 
     async def get(self, key: str) -> CacheEntry | None:
         entries = self._by_tenant.get(self._tenant_of.get(key, ""))
