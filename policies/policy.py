@@ -2,7 +2,10 @@
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from cache.config import CachePolicy
+from routing.config import CascadePolicy, RoutingPolicy
 
 
 class Limits(BaseModel):
@@ -30,8 +33,9 @@ class Budget(BaseModel):
 class Policy(BaseModel):
     """Attached to a tenant (all its keys) or to a single key (overrides the tenant's policy).
 
-    `cache`, `routing` and `cascade` are validated dicts until the cache/routing packages publish
-    `CachePolicy` / `RoutingPolicy` / `CascadePolicy`; the lead swaps the types in.
+    `cache`, `routing` and `cascade` hold the fields of the cache and routing packages' own section
+    models (CachePolicy, RoutingPolicy, CascadePolicy), validated here and kept as given, so the
+    cache can merge them over its process-wide defaults; empty means those defaults.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -47,9 +51,23 @@ class Policy(BaseModel):
     default_max_tokens: int | None = Field(
         default=None, ge=1, description="TPM reservation when the request sets no max_tokens"
     )
-    cache: dict[str, Any] = Field(default_factory=dict)
-    routing: dict[str, Any] = Field(default_factory=dict)
-    cascade: dict[str, Any] = Field(default_factory=dict)
+    cache: dict[str, Any] = Field(default_factory=dict, description="cache.config.CachePolicy fields")
+    routing: dict[str, Any] = Field(default_factory=dict, description="routing.config.RoutingPolicy fields")
+    cascade: dict[str, Any] = Field(default_factory=dict, description="routing.config.CascadePolicy fields")
+
+    @field_validator("cache", "routing", "cascade")
+    @classmethod
+    def _valid_section(cls, value: dict[str, Any], info: Any) -> dict[str, Any]:
+        if value:
+            _SECTIONS[info.field_name].model_validate(value)
+        return value
 
     def allows(self, model: str) -> bool:
         return self.allowed_models is None or model in self.allowed_models
+
+
+_SECTIONS: dict[str, type[BaseModel]] = {
+    "cache": CachePolicy,
+    "routing": RoutingPolicy,
+    "cascade": CascadePolicy,
+}

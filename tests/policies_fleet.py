@@ -83,7 +83,8 @@ class Fleet:
         env |= {"LLMGW_POLICIES__REDIS_PREFIX": self.prefix, "LLMGW_POLICIES__AUTO_MIGRATE": "false"}
         if self.schema:
             env["LLMGW_POLICIES__DB_SCHEMA"] = self.schema
-        if self.upstream_url:
+        if self.upstream_url:  # the full gateway, without the semantic cache's model load
+            env["LLMGW_CACHE__ENABLED"] = "false"
             deployment = {"name": "fake-1", "base_url": self.upstream_url + "/v1", "model": "upstream-model"}
             env["LLMGW_MODELS"] = json.dumps([{"name": "m", "deployments": [deployment]}])
         return env
@@ -95,7 +96,7 @@ class Fleet:
 
 
 def _wait_ready(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         assert process.poll() is None, "replica exited"
         try:
