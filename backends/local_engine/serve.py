@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = settings_from(args, dict(os.environ))
+    # OpenMP threads that spin while waiting slow down badly next to a busy neighbour (bench/README.md,
+    # "Engine serving"); torch is not imported yet, so this still takes effect.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     app = create_app(lambda: load_local_engine(settings))
     log.info("engine server listening on http://%s:%s (model loading)", args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
