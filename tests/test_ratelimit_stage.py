@@ -12,6 +12,7 @@ from policies.metrics import REDIS_FAILURES
 from policies.policy import Budget, Limits, Policy
 from policies.ratelimit.failover import FailoverLimiter
 from policies.ratelimit.local_limiter import LocalLimiter
+from policies.ratelimit.responses import duration
 from policies.usage_query import aggregate_usage
 from tests.policies_support import Database, make_settings, provision, redis_prefix_fixture, start  # noqa: F401
 from tests.test_ratelimit_limiters import rpm
@@ -208,3 +209,8 @@ async def test_per_model_limits_apply_to_that_model_only(services):
     other = chat(secret)
     other.model = other.body["model"] = "other"
     assert (await handler(other)).headers["x-ratelimit-remaining-requests"] == "98"
+
+
+def test_reset_durations_use_openais_format():
+    cases = {0.02: "20ms", 1.5: "1.5s", 2.0: "2s", 59.94: "59.9s", 59.97: "1m0s", 360.4: "6m0s"}
+    assert {seconds: duration(seconds) for seconds in cases} == cases

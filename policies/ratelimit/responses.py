@@ -42,10 +42,11 @@ def duration(seconds: float) -> str:
     """OpenAI's format: 20ms, 1.5s, 6m0s."""
     if seconds < 1:
         return f"{max(0, round(seconds * 1000))}ms"
-    minutes, rest = divmod(seconds, 60)
-    if minutes:
-        return f"{int(minutes)}m{int(rest)}s"
-    return f"{rest:.3g}s"
+    rounded = round(seconds, 1)
+    if rounded < 60:
+        return f"{rounded:g}s"
+    minutes, rest = divmod(int(rounded), 60)
+    return f"{minutes}m{rest}s"
 
 
 def _type_and_code(failed: BucketState) -> dict[str, str]:
