@@ -64,6 +64,8 @@ def main() -> None:
         ("decode", [1, 2, 4, 8, 16, 32, 64], decode_batch),
     ):
         for size in sizes:
+            if kind == "decode" and size * (CONTEXT + 1) > runner.num_blocks * runner.block_size:
+                continue  # does not fit the KV pool
             seconds = timed(runner, make(runner, size), args.repeats)
             rows.append({"kind": kind, "size": size, "step_ms": seconds * 1000, "tok_s": size / seconds})
             print(f"{kind:>8} {size:>5} {seconds * 1000:>8.1f} {size / seconds:>8.1f}", flush=True)

@@ -13,7 +13,7 @@ class EngineSettings(BaseModel):
     block_size: int = 16
     kv_cache_memory_mb: int = 512
     max_model_len: int = 2048
-    max_num_batched_tokens: int = 512
+    max_num_batched_tokens: int = 256  # prefill tok/s peaks at 128-256 per step on 2 cores (bench/README.md)
     max_num_seqs: int = 32
     num_threads: int = 1
     enable_prefix_caching: bool = True
