@@ -1,6 +1,7 @@
 """The rate-limit stage against the real Redis: headers, 429s, settlement of streams, budgets, failover."""
 
 import asyncio
+import gc
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -214,3 +215,16 @@ async def test_per_model_limits_apply_to_that_model_only(services):
 def test_reset_durations_use_openais_format():
     cases = {0.02: "20ms", 1.5: "1.5s", 2.0: "2s", 59.94: "59.9s", 59.97: "1m0s", 360.4: "6m0s"}
     assert {seconds: duration(seconds) for seconds in cases} == cases
+
+
+async def test_stream_dropped_before_its_first_chunk_still_frees_its_slot(services):
+    _, secret = await provision(services, Policy(key_limits=Limits(max_concurrent=1)))
+    handler = pipeline(services)
+    reply = await handler(chat(secret, stream=True))
+    with pytest.raises(OpenAIError):
+        await handler(chat(secret, stream=True))
+    del reply  # the client left before the body started: nobody iterates or closes the stream
+    gc.collect()
+    await asyncio.sleep(0.05)
+    second = await handler(chat(secret, stream=True))
+    assert [c async for c in second.stream] == [{"i": 0}, {"i": 1}, {"i": 2}]

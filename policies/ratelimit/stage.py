@@ -3,15 +3,15 @@
 Admission reserves the estimated prompt plus the completion allowance on TPM buckets; settlement
 re-weights them to the real usage, releases concurrency, adds the cost to the spend counters and
 queues the usage record. Streams settle when they end, including cancelled ones (what was
-produced, as ctx.usage says). Rate-limit headers travel on every reply and error.
+produced, as ctx.usage says) and never-started ones (see settling.py). Rate-limit headers travel on every reply and error.
 """
 
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from gateway.context import Handler, Reply, RequestContext
@@ -20,10 +20,9 @@ from policies.metrics import RATE_LIMITED
 from policies.ratelimit import estimate, plan
 from policies.ratelimit.buckets import Bucket, Limiter
 from policies.ratelimit.responses import rate_headers, rejection
+from policies.ratelimit.settling import CLIENT_CLOSED, SettlingStream
 from policies.tables import utcnow
 from policies.usage_writer import UsageWriter
-
-CLIENT_CLOSED = 499
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class RateLimitStage:
         if reply.stream is None:
             await self._settle(ctx, admission, reply.status)
         else:
-            reply.stream = self._settle_at_end(ctx, admission, reply.stream)
+            reply.stream = SettlingStream(reply.stream, partial(self._settle, ctx, admission))
         return reply
 
     async def _admit(self, ctx: RequestContext) -> Admission:
@@ -72,21 +71,6 @@ class RateLimitStage:
             RATE_LIMITED.labels(kind=decision.failed.bucket.kind).inc()
             raise rejection(decision)
         return Admission(admission.member, buckets, rate_headers(decision), prompt)
-
-    async def _settle_at_end(
-        self, ctx: RequestContext, admission: Admission, stream: AsyncIterator[dict[str, Any]]
-    ) -> AsyncIterator[dict[str, Any]]:
-        status = CLIENT_CLOSED
-        try:
-            async for chunk in stream:
-                yield chunk
-            status = 200
-        except OpenAIError as exc:
-            status = exc.status
-            raise
-        finally:
-            await _close(stream)  # let inner stages account for what was produced first
-            await asyncio.shield(self._settle(ctx, admission, status))
 
     async def _settle(self, ctx: RequestContext, admission: Admission, status: int) -> None:
         principal = ctx.principal
@@ -126,9 +110,3 @@ def usage_record(ctx: RequestContext, status: int) -> dict[str, Any]:
         "latency_ms": latency,
         "cache_status": ctx.cache_status,
     }
-
-
-async def _close(stream: AsyncIterator[dict[str, Any]]) -> None:
-    aclose = getattr(stream, "aclose", None)
-    if aclose is not None:
-        await aclose()
