@@ -125,6 +125,15 @@ class Store:
         async with self._tx() as session:
             return await self._get(session, ApiKeyRow, key_id)
 
+    async def update_key(self, key_id: str, changes: dict[str, Any]) -> ApiKeyRow:
+        """Change name, policy_id or expires_at (the secret never changes: create a new key instead)."""
+        async with self._tx() as session:
+            row = await self._get(session, ApiKeyRow, key_id)
+            await self._check_policy(session, changes.get("policy_id"))
+            for field, value in changes.items():
+                setattr(row, field, value)
+        return row
+
     async def revoke_key(self, key_id: str) -> ApiKeyRow:
         async with self._tx() as session:
             row = await self._get(session, ApiKeyRow, key_id)

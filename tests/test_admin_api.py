@@ -80,6 +80,17 @@ async def test_tenant_key_policy_lifecycle(admin):
     assert patched.json()["name"] == "Acme Inc" and patched.json()["policy_id"] == policy_id
     assert_openai_error(await client.delete(f"/admin/v1/policies/{policy_id}", headers=AUTH), 409)
 
+    own = (
+        await client.post("/admin/v1/policies", headers=AUTH, json={"name": "own", "key_limits": {"rpm": 9}})
+    ).json()
+    patched_key = await client.patch(f"/admin/v1/keys/{key_id}", headers=AUTH, json={"policy_id": own["id"]})
+    assert (
+        patched_key.json()["policy_id"] == own["id"]
+        and services.directory.policy_for(key_id).key_limits.rpm == 9
+    )
+    assert_openai_error(
+        await client.patch(f"/admin/v1/keys/{key_id}", headers=AUTH, json={"policy_id": "pol_x"}), 404
+    )
     revoked = await client.post(f"/admin/v1/keys/{key_id}/revoke", headers=AUTH)
     assert revoked.json()["revoked_at"] is not None and services.directory.policy_for(key_id) is None
     assert (await client.delete("/admin/v1/tenants/acme", headers=AUTH)).status_code == 200

@@ -19,6 +19,7 @@ from policies.admin.schemas import (
     KeyCreated,
     KeyIn,
     KeyOut,
+    KeyPatch,
     ModelOut,
     PolicyIn,
     PolicyOut,
@@ -158,6 +159,17 @@ def _key_routes(router: APIRouter, deps: AdminDeps) -> None:
     @router.get("/keys/{key_id}", response_model=KeyOut)
     async def get_key(key_id: str) -> Any:
         return KeyOut.model_validate(await deps.store.get_key(key_id), from_attributes=True)
+
+    @router.patch("/keys/{key_id}", response_model=KeyOut)
+    async def update_key(key_id: str, body: KeyPatch) -> Any:
+        changes = body.model_dump(include=body.model_fields_set)
+        if "expires_at" in changes:
+            changes["expires_at"] = _naive_utc(changes["expires_at"])
+        if changes.get("name", "") is None:
+            raise bad_request("name cannot be null", param="name")
+        row = await deps.store.update_key(key_id, changes)
+        await deps.notifier.changed()
+        return KeyOut.model_validate(row, from_attributes=True)
 
     @router.post("/keys/{key_id}/revoke", response_model=KeyOut)
     async def revoke_key(key_id: str) -> Any:

@@ -54,6 +54,14 @@ class KeyIn(BaseModel):
     expires_at: datetime | None = None
 
 
+class KeyPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, max_length=200)
+    policy_id: str | None = Field(default=None, description="null: the tenant's policy applies")
+    expires_at: datetime | None = Field(default=None, description="null: never expires")
+
+
 class KeyOut(BaseModel):
     id: str
     tenant_id: str
