@@ -3,10 +3,12 @@
 Admission reserves the estimated prompt plus the completion allowance on TPM buckets; settlement
 re-weights them to the real usage, releases concurrency, adds the cost to the spend counters and
 queues the usage record. Streams settle when they end, including cancelled ones (what was
-produced, as ctx.usage says) and never-started ones (see settling.py). Rate-limit headers travel on every reply and error.
+produced, as ctx.usage says) and never-started ones (see settling.py). Rate-limit headers travel
+on every reply and error.
 """
 
 import asyncio
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,6 +25,8 @@ from policies.ratelimit.responses import rate_headers, rejection
 from policies.ratelimit.settling import CLIENT_CLOSED, SettlingStream
 from policies.tables import utcnow
 from policies.usage_writer import UsageWriter
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,10 @@ class RateLimitStage:
         spends = plan.spends(principal, ctx.cost_usd, datetime.now(UTC)) if ctx.cost_usd > 0 else []
         if admission.buckets or (spends and principal.tenant_id != "master"):
             tokens = settled_tokens(ctx, admission.prompt_estimate, status)
-            await self._limiter.settle(admission.member, admission.buckets, tokens, spends)
+            try:
+                await self._limiter.settle(admission.member, admission.buckets, tokens, spends)
+            except Exception:  # the answer is already out; limits heal as their windows roll
+                log.exception("settling request %s failed", ctx.request_id)
         self._usage.submit(usage_record(ctx, status))
 
 
