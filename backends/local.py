@@ -38,7 +38,8 @@ class LocalEngineBackend:
         self._engine = config.engine or engine
         self._startup_timeout_s = startup_timeout_s
         self._port = free_port()
-        self._http = OpenAICompatBackend(config, base_url=f"http://127.0.0.1:{self._port}/v1")
+        self.base_url = f"http://127.0.0.1:{self._port}/v1"
+        self._http = OpenAICompatBackend(config, base_url=self.base_url)
         self._process: asyncio.subprocess.Process | None = None
         self._ready = asyncio.Event()
 

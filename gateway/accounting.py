@@ -1,6 +1,7 @@
 """Turns token usage into cost with the serving deployment's prices, when the reply has ended."""
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from gateway.context import Handler, Reply, RequestContext
@@ -23,8 +24,9 @@ class AccountingStage:
         self, ctx: RequestContext, chunks: AsyncIterator[dict[str, Any]]
     ) -> AsyncIterator[dict[str, Any]]:
         try:
-            async for chunk in chunks:
-                yield chunk
+            async with aclosing(chunks):
+                async for chunk in chunks:
+                    yield chunk
         finally:
             self._charge(ctx)
 

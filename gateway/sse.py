@@ -3,6 +3,7 @@
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import orjson
@@ -24,12 +25,13 @@ async def track_usage(
     """Fill ctx.usage from the usage chunk; count content chunks so a cut stream still settles."""
     produced = 0
     try:
-        async for chunk in chunks:
-            if chunk.get("usage"):
-                ctx.usage = Usage.from_openai(chunk["usage"])
-            elif chunk.get("choices"):
-                produced += 1
-            yield chunk
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                if chunk.get("usage"):
+                    ctx.usage = Usage.from_openai(chunk["usage"])
+                elif chunk.get("choices"):
+                    produced += 1
+                yield chunk
     finally:
         if not ctx.usage.completion_tokens:
             ctx.usage.completion_tokens = produced
