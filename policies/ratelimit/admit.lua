@@ -1,7 +1,7 @@
 -- Admission of one request against all its buckets: all pass and are charged, or nothing changes.
 -- KEYS, per bucket: R (request log): zset | L (weighted log): zset, weights hash (field _sum = total)
 --                   C (concurrency): lease zset | B (budget): spend counter
--- ARGV: member, window_ms, lease_ms, then per bucket: kind, limit, cost
+-- ARGV: member, window_ms, lease_ms, bucket specs ("kind limit cost" per bucket, space-separated)
 -- Returns: admitted, failed index (0 = none), then per bucket: used, reset_ms, retry_ms
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -77,8 +77,8 @@ local function charge(b)
 end
 
 local buckets, k, failed = {}, 1, 0
-for i = 4, #ARGV, 3 do
-  local b = {kind = ARGV[i], limit = tonumber(ARGV[i + 1]), cost = tonumber(ARGV[i + 2]), key = KEYS[k]}
+for kind, limit, cost in string.gmatch(ARGV[4], '(%S+) (%S+) (%S+)') do
+  local b = {kind = kind, limit = tonumber(limit), cost = tonumber(cost), key = KEYS[k]}
   k = k + 1
   if b.kind == 'L' then
     b.weights = KEYS[k]

@@ -20,26 +20,29 @@ class RedisLimiter:
         self._settle = redis.register_script((_SCRIPTS / "settle.lua").read_text())
 
     async def admit(self, member: str, buckets: list[Bucket]) -> Decision:
+        keys, args = self.admission_call(member, buckets)
+        return _decision(buckets, await self._admit(keys=keys, args=args))
+
+    def admission_call(self, member: str, buckets: list[Bucket]) -> tuple[list[str], list[str | int]]:
+        """KEYS and ARGV of admit.lua; the bucket specs travel as one string (cheaper to send)."""
         keys: list[str] = []
-        args: list[str | int | float] = [member, self._window_ms, self._lease_ms]
         for bucket in buckets:
             keys += self._keys(bucket.kind, bucket.scope, bucket.name)
-            args += [_CODES[bucket.kind], bucket.limit, bucket.cost]
-        reply = await self._admit(keys=keys, args=args)
-        return _decision(buckets, reply)
+        spec = " ".join(f"{_CODES[b.kind]} {b.limit!r} {b.cost!r}" for b in buckets)
+        return keys, [member, self._window_ms, self._lease_ms, spec]
 
     async def settle(self, member: str, buckets: list[Bucket], tokens: int, spends: list[Spend]) -> None:
         keys: list[str] = []
-        args: list[str | int | float] = [member]
+        specs: list[str] = []
         for bucket in buckets:
             if bucket.kind in ("tokens", "concurrency"):  # request logs and budgets need nothing
                 keys += self._keys(bucket.kind, bucket.scope, bucket.name)
-                args += [_CODES[bucket.kind], tokens, 0]
+                specs.append(f"{_CODES[bucket.kind]} {tokens} 0")
         for spend in spends:
             keys.append(self._key(spend.scope, spend.name))
-            args += ["S", repr(spend.amount_usd), spend.ttl_s * 1000]
+            specs.append(f"S {spend.amount_usd!r} {spend.ttl_s * 1000}")
         if keys:
-            await self._settle(keys=keys, args=args)
+            await self._settle(keys=keys, args=[member, " ".join(specs)])
 
     async def seed_spend(self, spends: list[Spend]) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
