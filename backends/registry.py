@@ -1,9 +1,13 @@
-"""Builds one backend object per configured deployment."""
+"""Builds one backend object per configured deployment, and keeps them in step with the model list."""
+
+import logging
 
 from backends.base import Backend
 from backends.local import LocalEngineBackend
 from backends.openai_compat import OpenAICompatBackend
-from gateway.settings import DeploymentConfig, Settings
+from gateway.settings import DeploymentConfig, ModelConfig, Settings
+
+log = logging.getLogger("llmgw.backends")
 
 
 def build_backend(config: DeploymentConfig, settings: Settings) -> Backend:
@@ -12,6 +16,34 @@ def build_backend(config: DeploymentConfig, settings: Settings) -> Backend:
     return OpenAICompatBackend(config)
 
 
-def build_pools(settings: Settings) -> dict[str, list[Backend]]:
-    """Model alias → its deployments' backends."""
-    return {model.name: [build_backend(d, settings) for d in model.deployments] for model in settings.models}
+class Backends:
+    """One started backend per deployment name; `apply` starts new ones and closes removed or changed ones."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._by_name: dict[str, Backend] = {}
+
+    async def apply(self, models: list[ModelConfig]) -> dict[str, list[Backend]]:
+        """Model alias → its deployments' backends, for this model list."""
+        wanted = {d.name: d for m in models for d in m.deployments}
+        for name, backend in list(self._by_name.items()):
+            if wanted.get(name) != backend.config:
+                await self._by_name.pop(name).aclose()
+        for name, config in wanted.items():
+            if name not in self._by_name:
+                self._by_name[name] = await self._start(config)
+        return {m.name: [self._by_name[d.name] for d in m.deployments] for m in models}
+
+    async def _start(self, config: DeploymentConfig) -> Backend:
+        backend = build_backend(config, self._settings)
+        await backend.start()
+        log.info("deployment %s (%s) is in the pool", config.name, config.backend)
+        return backend
+
+    def all(self) -> list[Backend]:
+        return list(self._by_name.values())
+
+    async def aclose(self) -> None:
+        for backend in self._by_name.values():
+            await backend.aclose()
+        self._by_name.clear()

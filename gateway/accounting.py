@@ -5,12 +5,15 @@ from contextlib import aclosing
 from typing import Any
 
 from gateway.context import Handler, Reply, RequestContext
-from gateway.settings import DeploymentConfig, Settings
+from gateway.settings import DeploymentConfig, ModelConfig, Settings
 
 
 class AccountingStage:
     def __init__(self, settings: Settings) -> None:
-        self._deployments = {d.name: d for m in settings.models for d in m.deployments}
+        self.set_models(settings.models)
+
+    def set_models(self, models: list[ModelConfig]) -> None:
+        self._deployments = {d.name: d for m in models for d in m.deployments}
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
         reply = await call_next(ctx)

@@ -144,6 +144,11 @@ class GatewayMetrics:
         prices = alias_prices(settings)
         return cls(Labeller(obs, prices, deployments), prices, registry, enabled=obs.metrics_enabled)
 
+    def set_models(self, settings: Settings) -> None:
+        """Aliases and deployments changed (admin API): new ones get their own label values and prices."""
+        fresh = GatewayMetrics.from_settings(settings, CollectorRegistry())
+        self.labels, self._prices = fresh.labels, fresh._prices
+
     def _define(self, r: CollectorRegistry) -> None:
         self.requests = Counter("llmgw_requests", "Requests answered", REQUEST_LABELS, registry=r)
         self.duration = Histogram(

@@ -10,14 +10,13 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from backends.base import Backend
-from backends.registry import build_pools
+from backends.registry import Backends
 from cache.factory import CacheComponents, create_cache
 from gateway.accounting import AccountingStage
 from gateway.context import Handler, RequestContext, Stage
 from gateway.observe import Observability, create_observability
 from gateway.pipeline import chain
-from gateway.settings import Settings
+from gateway.settings import ModelConfig, Settings
 from policies.service import PolicyServices, create_policy_services
 from routing.factory import RoutingServices, create_routing_stages
 
@@ -25,13 +24,14 @@ from routing.factory import RoutingServices, create_routing_stages
 @dataclass
 class Services:
     settings: Settings
-    pools: dict[str, list[Backend]]
+    backends: Backends
     observability: Observability
     policy: PolicyServices
     routing: RoutingServices
     cache: CacheComponents | None
     stages: list[Stage]
     handler: Handler
+    accounting: AccountingStage
     closers: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
 
     @property
@@ -47,8 +47,18 @@ class Services:
         await self.policy.stages[0](ctx, _accept)
         return ctx
 
+    async def apply_models(self, models: list[ModelConfig]) -> None:
+        """Model aliases changed (admin API, on every replica): re-pool, re-route, re-price."""
+        pools = await self.backends.apply(models)
+        self.routing.router.set_pools(pools)
+        self.routing.monitor.set_replicas(self.routing.router.all_replicas())
+        deployments = {d.name: d for m in models for d in m.deployments}
+        self.routing.cascade_stage.set_deployments(deployments)
+        self.accounting.set_models(models)
+        self.observability.metrics.set_models(self.settings.model_copy(update={"models": models}))
+
     async def readiness(self) -> dict[str, Any]:
-        backends = [b for pool in self.pools.values() for b in pool]
+        backends = self.backends.all()
         healthy = await asyncio.gather(*(b.health() for b in backends))
         status = {b.name: ok for b, ok in zip(backends, healthy, strict=True)}
         return {"ready": any(healthy) or not backends, "deployments": status}
@@ -63,10 +73,9 @@ async def _accept(ctx: RequestContext) -> Any:
 
 
 async def start_services(settings: Settings) -> Services:
-    pools = build_pools(settings)
-    backends = [b for pool in pools.values() for b in pool]
-    await asyncio.gather(*(b.start() for b in backends))
-    closers: list[Callable[[], Awaitable[Any]]] = [b.aclose for b in backends]
+    backends = Backends(settings)
+    pools = await backends.apply(settings.models)
+    closers: list[Callable[[], Awaitable[Any]]] = [backends.aclose]
     observability = create_observability(settings)
     cache = await create_cache(settings.cache, settings.redis_url)
     if cache:
@@ -76,13 +85,19 @@ async def start_services(settings: Settings) -> Services:
     closers.append(routing.aclose)
     policy = await create_policy_services(settings, cache.service.flush if cache else None)
     closers.append(policy.aclose)
+    accounting = AccountingStage(settings)
     stages: list[Stage] = [
         observability.stage,  # metrics and the access log see every outcome
         *policy.stages,  # authenticate → resolve policy → rate limits and budget
         *(cache.stages if cache else []),  # exact cache → semantic cache
         routing.cascade_stage,  # small → large, when the alias is a cascade
-        AccountingStage(settings),  # tokens × the serving deployment's prices
+        accounting,  # tokens × the serving deployment's prices
         observability.upstream_timer,  # time spent waiting on deployments
         routing.route_stage,  # load balancing, affinity, retries, fallbacks → backend call
     ]
-    return Services(settings, pools, observability, policy, routing, cache, stages, chain(stages), closers)
+    services = Services(settings, backends, observability, policy, routing, cache, stages, chain(stages), accounting,
+                        closers)  # fmt: skip
+    policy.on_models_changed(services.apply_models)
+    if policy.directory.models != settings.models:
+        await services.apply_models(policy.directory.models)
+    return services

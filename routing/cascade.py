@@ -40,6 +40,9 @@ class CascadeStage:
         self._deployments = deployments
         self._metrics = metrics
 
+    def set_deployments(self, deployments: dict[str, DeploymentConfig]) -> None:
+        self._deployments = deployments
+
     def cascade_for(self, ctx: RequestContext) -> CascadePolicy | None:
         tenant = policy_section(ctx.policy, "cascade", CascadePolicy)
         if tenant and tenant.alias == ctx.model:

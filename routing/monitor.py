@@ -58,21 +58,26 @@ class Monitor:
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
+    def set_replicas(self, replicas: list[Replica]) -> None:
+        self._replicas = replicas
+
+    def _scraped(self) -> list[Replica]:
+        return [r for r in self._replicas if r.engine_pool and base_url(r)]
+
     async def start(self) -> None:
-        scraped = [r for r in self._replicas if r.engine_pool and base_url(r)]
-        if self._scrape_interval_s and scraped:
+        if self._scrape_interval_s:
             timeout = aiohttp.ClientTimeout(total=max(self._scrape_interval_s, 0.5))
             self._session = aiohttp.ClientSession(timeout=timeout)
-            self._spawn(self._every(self._scrape_interval_s, scraped, self.scrape))
-        if self._health_interval_s and self._replicas:
-            self._spawn(self._every(self._health_interval_s, self._replicas, self.check_health))
+            self._spawn(self._every(self._scrape_interval_s, self._scraped, self.scrape))
+        if self._health_interval_s:
+            self._spawn(self._every(self._health_interval_s, lambda: self._replicas, self.check_health))
 
     def _spawn(self, loop: Coroutine[Any, Any, None]) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(loop))
 
-    async def _every(self, interval: float, replicas: list[Replica], action: Callable) -> None:
+    async def _every(self, interval: float, replicas: Callable[[], list[Replica]], action: Callable) -> None:
         while True:
-            await asyncio.gather(*(action(r) for r in replicas), return_exceptions=True)
+            await asyncio.gather(*(action(r) for r in replicas()), return_exceptions=True)
             await asyncio.sleep(interval)
 
     async def scrape(self, replica: Replica) -> None:

@@ -72,6 +72,13 @@ class Router:
             "engine_score": EngineScore(self.prefixes, s.score_weights, s.metrics_stale_s, rng),
         }
 
+    def set_pools(self, pools: dict[str, list[Backend]]) -> None:
+        """New aliases/deployments (admin API); replicas of backends kept keep their breaker and load state."""
+        known = {id(r.backend): r for r in self.all_replicas()}
+        fresh = self._replicas({a: [b for b in bs if id(b) not in known] for a, bs in pools.items()})
+        by_backend = {**known, **{id(r.backend): r for rs in fresh.values() for r in rs}}
+        self.pools = {alias: [by_backend[id(b)] for b in backends] for alias, backends in pools.items()}
+
     def all_replicas(self) -> list[Replica]:
         return list({id(r): r for pool in self.pools.values() for r in pool}.values())
 

@@ -140,12 +140,25 @@ def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
     usage = _usage(body, len(answer.split(" ")))
     if "messages" in body:
         message = {"role": "assistant", "content": answer}
-        choice = {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
+        choice = {
+            "index": 0,
+            "message": message,
+            "finish_reason": "stop",
+            "logprobs": _logprobs(body, answer),
+        }
         return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": body["model"],
                 "choices": [choice], "usage": usage}  # fmt: skip
     choice = {"index": 0, "text": answer, "finish_reason": "stop", "logprobs": None}
     return {"id": "cmpl-fake", "object": "text_completion", "created": 1, "model": body["model"],
             "choices": [choice], "usage": usage}  # fmt: skip
+
+
+def _logprobs(body: dict[str, Any], answer: str) -> dict[str, Any] | None:
+    """A sure-of-itself model: every token at logprob -0.1."""
+    if not body.get("logprobs"):
+        return None
+    return {"content": [{"token": w, "logprob": -0.1, "bytes": list(w.encode()), "top_logprobs": []}
+                        for w in answer.split(" ")]}  # fmt: skip
 
 
 def _chunks(body: dict[str, Any], words: list[str]) -> list[dict[str, Any]]:
