@@ -73,9 +73,19 @@ async def _accept(ctx: RequestContext) -> Any:
 
 
 async def start_services(settings: Settings) -> Services:
+    closers: list[Callable[[], Awaitable[Any]]] = []
+    try:
+        return await _start(settings, closers)
+    except BaseException:
+        for close in reversed(closers):  # a half-started gateway leaves no child process or socket behind
+            await close()
+        raise
+
+
+async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]) -> Services:
     backends = Backends(settings)
+    closers.append(backends.aclose)
     pools = await backends.apply(settings.models)
-    closers: list[Callable[[], Awaitable[Any]]] = [backends.aclose]
     observability = create_observability(settings)
     cache = await create_cache(settings.cache, settings.redis_url)
     if cache:
