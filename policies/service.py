@@ -43,6 +43,7 @@ class PolicyServices:
     notifier: ChangeNotifier
     usage: UsageWriter
     limiter: Limiter
+    ratelimit_stage: RateLimitStage
     stages: list[Stage]  # auth, policy, rate limit & budget: in this order, first in the pipeline
     admin: AdminDeps
     admin_router: APIRouter
@@ -56,6 +57,7 @@ class PolicyServices:
         self.admin.cache_flush = flush
 
     async def aclose(self) -> None:
+        await self.ratelimit_stage.drain()
         await self.notifier.aclose()
         await self.usage.aclose()
         for client in self.redis_clients:
@@ -82,14 +84,25 @@ async def create_policy_services(settings: Settings, cache_flush: CacheFlush | N
         engine, config.usage_queue_size, config.usage_batch_size, config.usage_flush_interval_s
     )
     usage.start()
+    ratelimit = RateLimitStage(limiter, usage, config.default_max_tokens)
     stages: list[Stage] = [
         AuthStage(directory, settings.master_key.get_secret_value()),
         PolicyStage(directory),
-        RateLimitStage(limiter, usage, config.default_max_tokens),
+        ratelimit,
     ]
     admin = AdminDeps(store, engine, directory, notifier, settings.admin_token, cache_flush)
     return PolicyServices(
-        engine, store, directory, notifier, usage, limiter, stages, admin, create_admin_router(admin), clients
+        engine,
+        store,
+        directory,
+        notifier,
+        usage,
+        limiter,
+        ratelimit,
+        stages,
+        admin,
+        create_admin_router(admin),
+        clients,
     )
 
 

@@ -4,13 +4,15 @@ Admission reserves the estimated prompt plus the completion allowance on TPM buc
 re-weights them to the real usage, releases concurrency, adds the cost to the spend counters and
 queues the usage record. Streams settle when they end, including cancelled ones (what was
 produced, as ctx.usage says) and never-started ones (see settling.py). Rate-limit headers travel
-on every reply and error.
+on every reply and error. The settlement's Redis call runs in the background (off the reply's
+latency) unless the request holds a concurrency slot, which must be free before the reply ends.
 """
 
 import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -20,7 +22,7 @@ from gateway.context import Handler, Reply, RequestContext
 from gateway.errors import OpenAIError
 from policies.metrics import RATE_LIMITED
 from policies.ratelimit import estimate, plan
-from policies.ratelimit.buckets import Bucket, Limiter
+from policies.ratelimit.buckets import Bucket, Limiter, Spend
 from policies.ratelimit.responses import rate_headers, rejection
 from policies.ratelimit.settling import CLIENT_CLOSED, SettlingStream
 from policies.tables import utcnow
@@ -42,6 +44,12 @@ class RateLimitStage:
         self._limiter = limiter
         self._usage = usage
         self._default_max_tokens = default_max_tokens
+        self._background: set[asyncio.Task] = set()
+
+    async def drain(self) -> None:
+        """Wait for background settlements (on shutdown, and in tests)."""
+        while self._background:
+            await asyncio.gather(*list(self._background))
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
         admission = await self._admit(ctx)
@@ -83,11 +91,25 @@ class RateLimitStage:
         spends = plan.spends(principal, ctx.cost_usd, datetime.now(UTC)) if ctx.cost_usd > 0 else []
         if admission.buckets or (spends and principal.tenant_id != "master"):
             tokens = settled_tokens(ctx, admission.prompt_estimate, status)
-            try:
-                await self._limiter.settle(admission.member, admission.buckets, tokens, spends)
-            except Exception:  # the answer is already out; limits heal as their windows roll
-                log.exception("settling request %s failed", ctx.request_id)
+            settling = self._settle_limits(ctx, admission, tokens, spends)
+            if any(bucket.kind == "concurrency" for bucket in admission.buckets):
+                await settling
+            else:
+                self._in_background(settling)
         self._usage.submit(usage_record(ctx, status))
+
+    async def _settle_limits(
+        self, ctx: RequestContext, admission: Admission, tokens: int, spends: list[Spend]
+    ) -> None:
+        try:
+            await self._limiter.settle(admission.member, admission.buckets, tokens, spends)
+        except Exception:  # the answer is already out; limits heal as their windows roll
+            log.exception("settling request %s failed", ctx.request_id)
+
+    def _in_background(self, settling: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(settling)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
 
 def settled_tokens(ctx: RequestContext, prompt_estimate: int, status: int) -> int:
