@@ -136,6 +136,11 @@ class Response:
         finally:
             self._finish(reuse=False)
 
+    async def drain(self) -> None:
+        """Read what is left (e.g. the chunked terminator after an SSE [DONE]) so the connection is reused."""
+        async for _ in self.iter_chunks():
+            pass
+
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.iter_chunks()])
 

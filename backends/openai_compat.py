@@ -89,6 +89,7 @@ class OpenAICompatBackend:
                 continue
             payload = line[len(_DATA) :].strip()
             if payload == b"[DONE]":
+                await self._guard(response.drain())
                 return
             chunk = orjson.loads(payload)
             if "error" in chunk:
