@@ -63,11 +63,8 @@ def _services(request: Request) -> Services:
 
 def _add_info_routes(app: FastAPI) -> None:
     async def models(request: Request) -> Response:
-        services = _services(request)
-        await services.authenticate(request.headers)
-        data = [
-            {"id": m, "object": "model", "created": 0, "owned_by": "llmgw"} for m in services.model_names()
-        ]
+        names = await _services(request).visible_models(request.headers)
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "llmgw"} for m in names]
         return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
 
     async def metrics(request: Request) -> Response:

@@ -41,11 +41,12 @@ class Services:
     def model_names(self) -> list[str]:
         return sorted(self.routing.router.pools)
 
-    async def authenticate(self, headers: Mapping[str, str]) -> RequestContext:
-        """Runs the auth stage alone, for routes outside the pipeline (e.g. /v1/models)."""
+    async def visible_models(self, headers: Mapping[str, str]) -> list[str]:
+        """The aliases this caller may use (GET /v1/models): the auth and policy stages, run alone."""
         ctx = RequestContext(request_id="", endpoint="models", body={}, headers=dict(headers), model="")
         await self.policy.stages[0](ctx, _accept)
-        return ctx
+        policy = self.policy.directory.policy_for(ctx.principal.key_id) if ctx.principal else None
+        return [name for name in self.model_names() if policy is None or policy.allows(name)]
 
     async def apply_models(self, models: list[ModelConfig]) -> None:
         """Model aliases changed (admin API, on every replica): re-pool, re-route, re-price."""
