@@ -1,10 +1,6 @@
 """Turns token usage into cost with the serving deployment's prices, when the reply has ended."""
 
-from collections.abc import AsyncIterator
-from contextlib import aclosing
-from typing import Any
-
-from gateway.context import Handler, Reply, RequestContext
+from gateway.context import Handler, Reply, RequestContext, after_stream
 from gateway.settings import DeploymentConfig, ModelConfig, Settings
 
 
@@ -20,18 +16,8 @@ class AccountingStage:
         if reply.stream is None:
             self._charge(ctx)
         else:
-            reply.stream = self._charge_at_end(ctx, reply.stream)
+            reply.stream = after_stream(reply.stream, lambda: self._charge(ctx))
         return reply
-
-    async def _charge_at_end(
-        self, ctx: RequestContext, chunks: AsyncIterator[dict[str, Any]]
-    ) -> AsyncIterator[dict[str, Any]]:
-        try:
-            async with aclosing(chunks):
-                async for chunk in chunks:
-                    yield chunk
-        finally:
-            self._charge(ctx)
 
     def _charge(self, ctx: RequestContext) -> None:
         deployment = self._deployments.get(ctx.deployment or "")

@@ -1,6 +1,7 @@
 """What travels through the request pipeline: the request context and the reply."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -70,6 +71,18 @@ class Reply:
 
 
 Handler = Callable[[RequestContext], Awaitable[Reply]]
+
+
+async def after_stream(
+    chunks: AsyncIterator[dict[str, Any]], on_end: Callable[[], None]
+) -> AsyncIterator[dict[str, Any]]:
+    """Pass the chunks through; call `on_end` however the stream ends (done, failed, cancelled, closed)."""
+    try:
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk
+    finally:
+        on_end()
 
 
 class Stage(Protocol):

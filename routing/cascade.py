@@ -17,7 +17,7 @@ from typing import Any
 
 from backends.base import UpstreamError
 from gateway.accounting import cost_usd
-from gateway.context import Handler, Reply, RequestContext, Usage
+from gateway.context import Handler, Reply, RequestContext, Usage, after_stream
 from gateway.settings import DeploymentConfig
 from routing.cascade_stream import as_chunks, strip_logprobs
 from routing.confidence import Scorer, choice_logprobs
@@ -160,18 +160,11 @@ class _Run:
         if reply.stream is None:
             self.ctx.usage = _sum(self.ctx.usage, small_usage)
         else:
-            reply.stream = self._add_usage_at_end(reply.stream, small_usage)
+            reply.stream = after_stream(reply.stream, lambda: self._add_usage(small_usage))
         return self.stage.outcome(self.ctx, self.cascade, "escalated", reply)
 
-    async def _add_usage_at_end(
-        self, chunks: AsyncIterator[dict[str, Any]], small_usage: Usage
-    ) -> AsyncIterator[dict[str, Any]]:
-        try:
-            async with aclosing(chunks):
-                async for chunk in chunks:
-                    yield chunk
-        finally:
-            self.ctx.usage = _sum(self.ctx.usage, small_usage)
+    def _add_usage(self, small_usage: Usage) -> None:
+        self.ctx.usage = _sum(self.ctx.usage, small_usage)
 
     async def _prefix_streamed(self) -> Reply:
         small = await self._try_small(stream=True)
