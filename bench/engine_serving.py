@@ -345,10 +345,13 @@ async def main() -> None:
     parser.add_argument("--repeats", type=int, help="override the number of repeats")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both systems")
     parser.add_argument("--only", default="closed16,poisson,baseline,prefix,spec")
+    parser.add_argument("--max-output", type=int, help="override the longest output (tokens)")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     if args.repeats:
         plan.repeats = args.repeats
+    if args.max_output:
+        plan.output = (plan.output[0], args.max_output)
     only = set(args.only.split(","))
     rows: list[Row] = []
     print(f"{'scenario':<12} {'system':<18} {'reqs':>4} {'out tok/s':>9} {'ttft p50':>8} {'ttft p99':>8} "
