@@ -29,7 +29,7 @@ class KVCache:
         self.block_size = block_size
         shape = (config.num_layers, 2, num_blocks * block_size, config.num_kv_heads, config.head_dim)
         self.pool = torch.zeros(shape, dtype=dtype, device=device)
-        self.layers: list[tuple[Tensor, Tensor]] = [(layer[0], layer[1]) for layer in self.pool]
+        self.layers: list[Tensor] = list(self.pool)  # per layer [2, num_slots, kv_heads, head_dim]
 
     @property
     def nbytes(self) -> int:
@@ -44,3 +44,15 @@ def slots_for(block_table: Tensor, start: int, end: int, block_size: int) -> Ten
     """Slot indices of token positions [start, end) of a sequence whose blocks are `block_table`."""
     positions = torch.arange(start, end, device=block_table.device)
     return block_table[positions // block_size] * block_size + positions % block_size
+
+
+def block_slots(tables: list[list[int]], lengths: list[int], block_size: int, device: torch.device) -> Tensor:
+    """[batch, max(lengths)] slot indices of positions 0.. of each sequence, built with a few batched ops.
+
+    Positions past a sequence's own length point at arbitrary valid slots (callers mask them).
+    """
+    num_blocks = -(-max(lengths) // block_size)
+    rows = [table[:num_blocks] + [0] * (num_blocks - len(table[:num_blocks])) for table in tables]
+    offsets = torch.arange(block_size, device=device)
+    blocks = torch.tensor(rows, dtype=torch.long, device=device)
+    return (blocks[:, :, None] * block_size + offsets).flatten(1)[:, : max(lengths)]

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from backends.local_engine.attention import AttentionMetadata, paged_attention
 from backends.local_engine.kv_cache import KVCache
 from backends.local_engine.model_config import ModelConfig
-from backends.local_engine.rope import RotaryTable, apply_rotary
+from backends.local_engine.rope import RotaryTable, rotate_
 
 
 class DecoderLayer(nn.Module):
@@ -24,29 +24,23 @@ class DecoderLayer(nn.Module):
         self.qkv, self.o_proj, self.gate_up, self.down = qkv, o_proj, gate_up, down
         self.eps = config.rms_norm_eps
         self.heads, self.kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
-        self.intermediate = config.intermediate_size
 
     def forward(
-        self, hidden: Tensor, residual: Tensor, rotary: tuple[Tensor, Tensor], meta: AttentionMetadata,
-        kv: tuple[Tensor, Tensor],
-    ) -> tuple[Tensor, Tensor]:  # fmt: skip
-        residual = residual + hidden
-        hidden = self._attention(
-            F.rms_norm(residual, residual.shape[-1:], self.input_norm, self.eps), rotary, meta, kv
-        )
-        residual = residual + hidden
-        gate, up = self.gate_up(F.rms_norm(residual, residual.shape[-1:], self.post_norm, self.eps)).chunk(
-            2, -1
-        )
-        return self.down(F.silu(gate) * up), residual
-
-    def _attention(
-        self, x: Tensor, rotary: tuple[Tensor, Tensor], meta: AttentionMetadata, kv: tuple[Tensor, Tensor]
+        self, residual: Tensor, rotations: Tensor, meta: AttentionMetadata, kv_pool: Tensor
     ) -> Tensor:
+        """Pre-norm block: residual stream in, residual stream out."""
+        residual = residual + self._attention(self._norm(residual, self.input_norm), rotations, meta, kv_pool)
+        gate, up = self.gate_up(self._norm(residual, self.post_norm)).chunk(2, -1)
+        return residual + self.down(F.silu(gate) * up)
+
+    def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
+        return F.rms_norm(x, weight.shape, weight, self.eps)
+
+    def _attention(self, x: Tensor, rotations: Tensor, meta: AttentionMetadata, kv_pool: Tensor) -> Tensor:
         qkv = self.qkv(x).view(x.shape[0], self.heads + 2 * self.kv_heads, self.head_dim)
-        qk = apply_rotary(qkv[:, : self.heads + self.kv_heads], *rotary)
-        q, k, v = qk[:, : self.heads], qk[:, self.heads :], qkv[:, self.heads + self.kv_heads :]
-        out = paged_attention(q, k, v, kv[0], kv[1], meta)
+        rotate_(qkv[:, : self.heads + self.kv_heads], rotations)
+        kv = qkv[:, self.heads :].view(x.shape[0], 2, self.kv_heads, self.head_dim)
+        out = paged_attention(qkv[:, : self.heads], kv, kv_pool, meta)
         return self.o_proj(out.reshape(x.shape[0], self.heads * self.head_dim))
 
 
@@ -73,19 +67,18 @@ class LlamaModel(nn.Module):
         self.config = config
         self.embed, self.layers, self.lm_head = embed, nn.ModuleList(layers), lm_head
         self.norm = nn.Parameter(norm, requires_grad=False)
-        self.rotary = RotaryTable(config, max_positions, embed.dtype, norm.device)
+        self.rotary = RotaryTable(config, max_positions, norm.device)
 
     @torch.inference_mode()
     def forward(
         self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata, kv_cache: KVCache
     ) -> Tensor:
         """Final hidden states [T, hidden] of the flat batch; K/V of every token is written to the pool."""
-        hidden = self.embed(input_ids)
-        residual = torch.zeros_like(hidden)
-        rotary = self.rotary.lookup(positions)
-        for layer, kv in zip(self.layers, kv_cache.layers, strict=True):
-            hidden, residual = layer(hidden, residual, rotary, meta, kv)
-        return F.rms_norm(residual + hidden, hidden.shape[-1:], self.norm, self.config.rms_norm_eps)
+        residual = self.embed(input_ids)
+        rotations = self.rotary.lookup(positions)
+        for layer, kv_pool in zip(self.layers, kv_cache.layers, strict=True):
+            residual = layer(residual, rotations, meta, kv_pool)
+        return F.rms_norm(residual, self.norm.shape, self.norm, self.config.rms_norm_eps)
 
     @torch.inference_mode()
     def logits(self, hidden: Tensor) -> Tensor:

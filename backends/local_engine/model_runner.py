@@ -63,7 +63,7 @@ class ModelRunner:
     def execute(self, batch: list[ScheduledSeq]) -> list[StepOutput]:
         input_ids: list[int] = []
         positions: list[int] = []
-        spans: list[tuple[Tensor, int, int]] = []
+        spans: list[tuple[list[int], int, int]] = []
         logit_rows: list[int] = []
         for item in batch:
             seq, start = item.seq, item.seq.num_computed_tokens
@@ -78,7 +78,7 @@ class ModelRunner:
                 )
             input_ids.extend(seq.token_ids[start:end])
             positions.extend(range(start, end))
-            spans.append((torch.tensor(seq.block_table, device=self.device), start, item.num_new_tokens))
+            spans.append((seq.block_table, start, item.num_new_tokens))
         meta = build_metadata(spans, self.block_size, self.device, self.attention_layout)
         hidden = self.model(self._tensor(input_ids), self._tensor(positions), meta, self.kv_cache)
         logits = self.model.logits(hidden[self._tensor(logit_rows)]) if logit_rows else None

@@ -34,21 +34,34 @@ def _llama3_scaled(inv_freq: Tensor, scaling: dict) -> Tensor:
 
 
 class RotaryTable:
-    """cos/sin for every position up to `max_positions`, looked up once per step and shared by all layers."""
+    """Rotation e^(i * position * frequency) for every position up to `max_positions`, complex64.
 
-    def __init__(
-        self, config: ModelConfig, max_positions: int, dtype: torch.dtype, device: torch.device
-    ) -> None:
+    Looked up once per step and shared by all layers. Q/K weights are reordered at load time
+    (`interleave_rope_rows`) so each rotated pair is adjacent and RoPE is one complex multiply.
+    """
+
+    def __init__(self, config: ModelConfig, max_positions: int, device: torch.device) -> None:
         angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inverse_frequencies(config))
-        self.cos = angles.cos().to(dtype=dtype, device=device)
-        self.sin = angles.sin().to(dtype=dtype, device=device)
+        self.rotations = torch.polar(torch.ones_like(angles), angles).to(torch.complex64).to(device)
 
-    def lookup(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """[T] positions → cos, sin of shape [T, 1, head_dim / 2] (broadcast over heads)."""
-        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+    def lookup(self, positions: Tensor) -> Tensor:
+        """[T] positions → [T, 1, head_dim / 2] rotations (broadcast over heads)."""
+        return self.rotations[positions].unsqueeze(1)
 
 
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x [T, heads, head_dim] rotated in the rotate-half convention."""
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+def interleave_rope_rows(weight: Tensor, head_dim: int) -> Tensor:
+    """Reorder each head's rows (or bias entries) from rotate-half pairs (j, j + D/2) to adjacent (2j, 2j+1).
+
+    Attention scores are unchanged (q and k get the same order); the KV cache holds keys in this order.
+    """
+    order = torch.arange(head_dim, device=weight.device).view(2, head_dim // 2).t().flatten()
+    return weight.unflatten(0, (-1, head_dim))[:, order].flatten(0, 1)
+
+
+def rotate_(x: Tensor, rotations: Tensor) -> None:
+    """Rotate x [T, heads, head_dim] (adjacent pairs, any strides with unit last stride) in place."""
+    pairs = x.unflatten(-1, (-1, 2))
+    if x.dtype == torch.float32:
+        torch.view_as_complex(pairs).mul_(rotations)
+    else:
+        pairs.copy_(torch.view_as_real(torch.view_as_complex(pairs.float()) * rotations))

@@ -14,6 +14,7 @@ from backends.local_engine.checkpoint import Checkpoint
 from backends.local_engine.model import DecoderLayer, Embedding, LlamaModel
 from backends.local_engine.model_config import ModelConfig
 from backends.local_engine.quant import DenseLinear, make_linear, quantize_int8
+from backends.local_engine.rope import interleave_rope_rows
 
 _LAYER_WEIGHTS = (
     "input_layernorm.weight",
@@ -64,9 +65,15 @@ class ModelBuilder:
         fmt = self.fmt
         return make_linear(weight, bias, fmt.dtype, fmt.int4_group_size)
 
+    def _fused_qkv(self, t: dict[str, Tensor], kind: str) -> Tensor:
+        """q, k, v stacked; q and k rows in the adjacent-pair order RoPE uses (rope.interleave_rope_rows)."""
+        q, k, v = (t[f"self_attn.{p}_proj.{kind}"] for p in "qkv")
+        head_dim = self.config.head_dim
+        return torch.cat([interleave_rope_rows(q, head_dim), interleave_rope_rows(k, head_dim), v])
+
     def _layer(self, t: dict[str, Tensor]) -> DecoderLayer:
-        qkv = torch.cat([t[f"self_attn.{p}_proj.weight"] for p in "qkv"])
-        qkv_bias = torch.cat([t[name] for name in _QKV_BIASES]) if self.config.attention_bias else None
+        qkv = self._fused_qkv(t, "weight")
+        qkv_bias = self._fused_qkv(t, "bias") if self.config.attention_bias else None
         gate_up = torch.cat([t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"]])
         norms = tuple(t[n].to(self.fmt.activation_dtype) for n in _LAYER_WEIGHTS[:2])
         return DecoderLayer(
