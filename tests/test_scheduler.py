@@ -174,3 +174,15 @@ def test_request_larger_than_the_pool_is_refused():
     sched = make_scheduler(num_blocks=4)
     with pytest.raises(ValueError, match="exceeds the KV cache"):
         sched.add(Sequence(list(range(10)), SamplingParams(max_tokens=10)))
+
+
+def test_speculative_drafts_that_do_not_fit_the_budget_are_dropped():
+    sched = make_scheduler(num_blocks=20, budget=3)
+    seq = Sequence([1, 2, 3], SamplingParams(max_tokens=10))
+    sched.add(seq)
+    simulate_step(sched)  # prefill; one token appended
+    seq.token_ids.extend([7, 8, 9, 10])
+    seq.num_draft_tokens = 4
+    item = sched.schedule().scheduled[0]
+    assert (item.num_new_tokens, item.num_logits, seq.num_draft_tokens) == (3, 3, 2)
+    assert seq.token_ids[-2:] == [7, 8]
