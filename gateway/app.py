@@ -1,7 +1,6 @@
 """The HTTP application: the proxy hot path in front of a FastAPI app for everything else."""
 
 import logging
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,7 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from gateway.errors import OpenAIError
-from gateway.proxy import ENDPOINTS, JSON, Proxy, error_response
+from gateway.proxy import ENDPOINTS, JSON, Proxy, error_response, next_request_id
 from gateway.services import Services, start_services
 from gateway.settings import Settings
 
@@ -30,7 +29,7 @@ class GatewayApp(FastAPI):
         if endpoint and self.proxy is not None:
             if scope["method"] != "POST":
                 error = OpenAIError(405, f"Method not allowed: use POST for {scope['path']}.")
-                error.headers["x-request-id"] = uuid.uuid4().hex
+                error.headers["x-request-id"] = next_request_id()
                 return await error_response(error)(scope, receive, send)
             return await self.proxy(scope, receive, send, endpoint)
         return await super().__call__(scope, receive, send)
@@ -122,7 +121,7 @@ class RequestIdMiddleware:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        header = (b"x-request-id", uuid.uuid4().hex.encode())
+        header = (b"x-request-id", next_request_id().encode())
 
         async def send_with_id(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
