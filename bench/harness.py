@@ -81,9 +81,8 @@ def start_gateway(config: dict[str, Any], env: dict[str, str] | None = None) -> 
     path = Path(tempfile.mkstemp(suffix=".yaml")[1])
     path.write_text(yaml.safe_dump(config))
     child_env = {**os.environ, "LLMGW_CONFIG_FILE": str(path), "LLMGW_LOG_LEVEL": "warning", **(env or {})}
-    popen = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)], env=child_env
-    )
+    command = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)]
+    popen = subprocess.Popen(command, env=child_env, stdout=subprocess.DEVNULL)  # stdout: the access log
     wait_for_port(port)
     return Process(popen, port)
 

@@ -48,7 +48,14 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     app = create_app(lambda: load_local_engine(settings))
     log.info("engine server listening on http://%s:%s (model loading)", args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=5,
+        access_log=False,
+    )
     return 0
 
 
