@@ -12,6 +12,7 @@ from backends.local_engine.quant import (
     KERNEL_MAX_ROWS,
     Int4Linear,
     Int8Linear,
+    cuda_inner_k_tiles,
     dequantize_int4,
     quantize_int4,
     quantize_int8,
@@ -60,6 +61,17 @@ def test_int4_linear_matches_its_dequantized_weight(rows):
 def test_int4_rejects_a_group_size_that_does_not_divide_the_input():
     with pytest.raises(ValueError, match="group size"):
         Int4Linear(weight(96, 100), None, 32)
+
+
+@pytest.mark.parametrize(("in_features", "tiles"), [(1536, 8), (576, 4), (192, 4), (96, 2)])
+def test_cuda_int4_packing_picks_k_tiles_that_divide_the_input(in_features, tiles):
+    # SmolLM2's 576 inputs are not a multiple of 8 tiles x 16 (the H200 check failed with 8 for every layer)
+    assert cuda_inner_k_tiles(in_features) == tiles
+
+
+def test_cuda_int4_packing_rejects_inputs_no_tiling_divides():
+    with pytest.raises(ValueError, match="divisible by 32"):
+        cuda_inner_k_tiles(80)
 
 
 @pytest.fixture(scope="module")

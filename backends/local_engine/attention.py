@@ -143,7 +143,7 @@ def _decode_attention(q: Tensor, pool: Tensor, decode: DecodeBatch) -> Tensor:
     out = F.scaled_dot_product_attention(
         queries, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=decode.mask
     )
-    return out.view(batch, heads, head_dim)
+    return out.reshape(batch, heads, head_dim)  # CUDA kernels may return [batch, group, kv_heads] strides
 
 
 def _span_attention(q: Tensor, kv: Tensor, pool: Tensor, span: SeqSpan) -> Tensor:

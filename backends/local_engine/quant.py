@@ -14,6 +14,7 @@ from torch import Tensor, nn
 KERNEL_MAX_ROWS = 8
 _INT4_INNER_K_TILES = 8
 _INT4_BLOCK_ROWS = 32
+_INT4_K_TILE = 16
 
 
 class DenseLinear(nn.Module):
@@ -108,7 +109,15 @@ def _pack_int4(q: Tensor) -> Tensor:
     if q.is_cpu:
         return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, _INT4_INNER_K_TILES)
     nibbles = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
-    return torch.ops.aten._convert_weight_to_int4pack(nibbles, _INT4_INNER_K_TILES)
+    return torch.ops.aten._convert_weight_to_int4pack(nibbles, cuda_inner_k_tiles(q.shape[1]))
+
+
+def cuda_inner_k_tiles(in_features: int) -> int:
+    """The CUDA int4pack layout tiles the input in 8, 4 or 2 tiles of 16: the largest that divides it."""
+    for tiles in (8, 4, 2):
+        if in_features % (tiles * _INT4_K_TILE) == 0:
+            return tiles
+    raise ValueError(f"int4 on CUDA needs in_features divisible by 32, got {in_features}")
 
 
 def unpack_int4_cpu(packed: Tensor) -> Tensor:
