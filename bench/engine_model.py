@@ -1,7 +1,7 @@
 """Engine model benchmark: prefill and batch-1 decode tok/s per weight format next to HF transformers.
 
 Runs every system in the same process, alternating them run by run; also times the attention layouts
-(per-sequence gather + SDPA vs padded batched SDPA) and, if tests/data/quality_text.txt exists, the
+(decode: one SDPA over the padded batch with query-head groups; per-sequence gather + SDPA; padded SDPA) and, if tests/data/quality_text.txt exists, the
 perplexity and greedy agreement of each format against fp32. Prints tables, writes
 bench/results/engine_model.json.
 
@@ -89,6 +89,15 @@ def speed_table(systems: dict[str, Callable], args: argparse.Namespace) -> list[
                     "decode_tok_s": (args.new_tokens - 1) / decode,
                 }
             )
+    return with_ratio_to_hf(rows)
+
+
+def with_ratio_to_hf(rows: list[dict]) -> list[dict]:
+    """Adds decode_vs_hf: decode tok/s over HF generate's at the same thread count."""
+    hf = {row["threads"]: row["decode_tok_s"] for row in rows if row["system"].startswith("hf_")}
+    for row in rows:
+        if row["threads"] in hf:
+            row["decode_vs_hf"] = row["decode_tok_s"] / hf[row["threads"]]
     return rows
 
 
@@ -97,7 +106,7 @@ def attention_table(runner: ModelRunner, args: argparse.Namespace) -> list[dict]
     torch.set_num_threads(args.threads[0])
     rows = []
     for batch, context in [(1, 256), (1, 1024), (8, 256), (32, 128)]:
-        for layout in ("per_seq", "padded"):
+        for layout in ("auto", "per_seq", "padded"):  # auto = the decode layout for decode-only steps
             runner.attention_layout = layout
             seqs = [Sequence(prompt_ids(runner, context)) for _ in range(batch)]
             per_seq_blocks = -(-context // runner.block_size)
