@@ -5,6 +5,7 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from policies.ratelimit.buckets import Bucket, BucketState, Decision, Spend
+from policies.ratelimit.resp import LuaScript, RespPool
 
 _SCRIPTS = Path(__file__).parent
 _CODES = {"requests": "R", "tokens": "L", "concurrency": "C", "budget": "B"}
@@ -16,8 +17,9 @@ class RedisLimiter:
         self._prefix = prefix
         self._window_ms = window_s * 1000
         self._lease_ms = lease_s * 1000
-        self._admit = redis.register_script((_SCRIPTS / "admit.lua").read_text())
-        self._settle = redis.register_script((_SCRIPTS / "settle.lua").read_text())
+        scripts = RespPool.like(redis)  # the hot path; redis-py stays for the rare pipeline calls
+        self._admit = LuaScript(scripts, (_SCRIPTS / "admit.lua").read_text())
+        self._settle = LuaScript(scripts, (_SCRIPTS / "settle.lua").read_text())
 
     async def admit(self, member: str, buckets: list[Bucket]) -> Decision:
         keys, args = self.admission_call(member, buckets)
