@@ -202,7 +202,11 @@ async def test_cache_hits_record_tokens_and_cost_saved_at_the_alias_price() -> N
 
     async def cached(ctx: RequestContext) -> Reply:
         ctx.cache_status = "semantic-hit"  # the cache's contract: usage stays zero, savings in extra
-        ctx.extra["cache"] = {"saved_prompt_tokens": 1000, "saved_completion_tokens": 2000, "similarity": 0.97}
+        ctx.extra["cache"] = {
+            "saved_prompt_tokens": 1000,
+            "saved_completion_tokens": 2000,
+            "similarity": 0.97,
+        }
         return Reply(body={})
 
     handler = chain([h.stage, lambda ctx, _next: cached(ctx)])
