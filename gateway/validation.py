@@ -13,9 +13,14 @@ _SAMPLING = {
 _CHAT_ONLY = {
     "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
     "functions", "function_call", "store", "service_tier", "modalities", "reasoning_effort", "prediction",
+    "audio", "prompt_cache_key", "safety_identifier", "verbosity", "web_search_options",
 }  # fmt: skip
 _COMPLETIONS_ONLY = {"prompt", "echo", "best_of", "suffix"}
-_VLLM_EXTRAS = {"top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids", "min_tokens"}
+_VLLM_EXTRAS = {
+    "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids", "min_tokens", "skip_special_tokens",
+    "include_stop_str_in_output", "spaces_between_special_tokens", "chat_template_kwargs", "add_generation_prompt",
+    "continue_final_message", "guided_json", "guided_regex", "guided_choice", "guided_grammar", "priority",
+}  # fmt: skip
 GATEWAY_EXTENSIONS = {"cache"}  # our own request options; never sent upstream
 _ALLOWED = {
     "chat": _SAMPLING | _CHAT_ONLY | _VLLM_EXTRAS | GATEWAY_EXTENSIONS,
