@@ -28,11 +28,6 @@ FACTORIES = {
 }
 
 
-def gateway_wires_policies() -> bool:
-    sources = [ROOT / "gateway" / name for name in ("services.py", "app.py")]
-    return any("create_policy_services" in path.read_text() for path in sources if path.exists())
-
-
 @dataclass
 class Fleet:
     app: str

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from tests.fakes import FakeUpstream, ServerThread
-from tests.policies_fleet import Fleet, gateway_wires_policies
+from tests.policies_fleet import Fleet
 from tests.policies_support import ADMIN_TOKEN
 
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -28,8 +28,6 @@ VARIANTS = [("policies", "sqlite"), ("policies", "postgresql"), ("gateway", "sql
 @pytest.fixture(scope="module", params=VARIANTS, ids=["-".join(v) for v in VARIANTS])
 def fleet(request, tmp_path_factory) -> Iterator[Fleet]:
     app, db = request.param
-    if app == "gateway" and not gateway_wires_policies():
-        pytest.skip("gateway.app does not wire the policies package yet")
     fleet = Fleet(app, db, tmp_path_factory.mktemp("fleet"))
     with contextlib.ExitStack() as stack:
         if app == "gateway":
