@@ -48,17 +48,30 @@ def engine_generate(runner: ModelRunner, prompt: list[int], new_tokens: int) -> 
     return prefill, time.perf_counter() - start - prefill
 
 
+class TokenClock:
+    """A generate() streamer that records when each put() arrives (the prompt first, then each new token)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def put(self, value) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
 def hf_generate(model, prompt: list[int], new_tokens: int) -> tuple[float, float]:
-    ids = torch.tensor([prompt])
+    """(prefill seconds up to the first new token, seconds for the other new_tokens - 1), one generate()."""
+    clock = TokenClock()
     with torch.inference_mode():
         start = time.perf_counter()
-        model(ids, use_cache=True)
-        prefill = time.perf_counter() - start
-        start = time.perf_counter()
         model.generate(
-            ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, use_cache=True
-        )
-    return prefill, time.perf_counter() - start - prefill
+            torch.tensor([prompt]), max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+            use_cache=True, streamer=clock,
+        )  # fmt: skip
+    first_token = clock.times[1]
+    return first_token - start, clock.times[-1] - first_token
 
 
 def load_hf():
