@@ -8,9 +8,11 @@ Wiring (gateway/services.py):
 """
 
 import asyncio
+import importlib.util
+import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import faiss
 from redis.asyncio import Redis
 
 from cache.config import CacheSettings
@@ -19,8 +21,12 @@ from cache.redis_store import RedisStore
 from cache.service import CacheService
 from cache.stages import ExactCacheStage, SemanticCacheStage
 from cache.store import CacheStore, MemoryStore
-from cache.vector_index import SemanticIndex
 from gateway.context import Stage
+
+if TYPE_CHECKING:  # FAISS comes with the optional `semantic` extra
+    from cache.vector_index import SemanticIndex
+
+log = logging.getLogger("llmgw.cache")
 
 
 @dataclass
@@ -48,10 +54,11 @@ async def create_cache(
         return None
     redis = _redis(settings, redis_url)
     store: CacheStore = RedisStore(redis, settings.key_prefix) if redis is not None else MemoryStore()
-    if settings.semantic_enabled and embedder is None:
+    semantic = settings.semantic_enabled and _semantic_installed()
+    if semantic and embedder is None:
         embedder = await load_embedder(settings)
-    index = _index(settings, embedder) if settings.semantic_enabled else None
-    service = CacheService(settings, store, index, embedder if settings.semantic_enabled else None)
+    index = _index(settings, embedder) if semantic else None
+    service = CacheService(settings, store, index, embedder if semantic else None)
     await service.start()
     stages: list[Stage] = [ExactCacheStage(service)]
     if service.semantic:
@@ -64,7 +71,20 @@ async def load_embedder(settings: CacheSettings) -> SentenceEmbedder:
     return SentenceEmbedder(model, settings.embedding_batch_size)
 
 
-def _index(settings: CacheSettings, embedder: Embedder | None) -> SemanticIndex | None:
+def _semantic_installed() -> bool:
+    missing = [m for m in ("faiss", "sentence_transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        log.warning(
+            "semantic cache off: %s not installed (pip install 'llmgw[semantic]')", ", ".join(missing)
+        )
+    return not missing
+
+
+def _index(settings: CacheSettings, embedder: Embedder | None) -> "SemanticIndex | None":
+    import faiss
+
+    from cache.vector_index import SemanticIndex
+
     if embedder is None:
         return None
     faiss.omp_set_num_threads(1)  # one query at a time is faster single-threaded; keeps cores for serving

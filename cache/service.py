@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,8 +19,10 @@ from cache.guard import conflict, parse
 from cache.replay import replay_body, replay_stream
 from cache.request import CacheRequest
 from cache.store import CacheStore
-from cache.vector_index import SemanticIndex
 from gateway.context import Reply, RequestContext, Usage
+
+if TYPE_CHECKING:  # FAISS comes with the optional `semantic` extra
+    from cache.vector_index import SemanticIndex
 
 log = logging.getLogger("llmgw.cache")
 
@@ -36,7 +38,7 @@ class CacheService:
         self,
         settings: CacheSettings,
         store: CacheStore,
-        index: SemanticIndex | None = None,
+        index: "SemanticIndex | None" = None,
         embedder: Embedder | None = None,
     ) -> None:
         self.settings = settings
