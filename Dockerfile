@@ -14,7 +14,9 @@ COPY cache cache
 COPY backends backends
 COPY policies policies
 COPY migrations migrations
-RUN pip install ".${EXTRAS:+[$EXTRAS]}"
+# sentence-transformers needs torch: take the CPU build (the gateway only embeds short questions), not CUDA's GBs
+RUN if [ -n "$EXTRAS" ]; then pip install torch --index-url https://download.pytorch.org/whl/cpu; fi \
+ && pip install ".${EXTRAS:+[$EXTRAS]}"
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --create-home --home-dir /home/llmgw llmgw
