@@ -14,7 +14,7 @@ from starlette.responses import Response
 from gateway.errors import OpenAIError
 from gateway.proxy import ENDPOINTS, JSON, Proxy, error_response, next_request_id
 from gateway.services import Services, start_services
-from gateway.settings import Settings
+from gateway.settings import Settings, load_settings
 
 log = logging.getLogger("llmgw.app")
 
@@ -33,6 +33,11 @@ class GatewayApp(FastAPI):
                 return await error_response(error)(scope, receive, send)
             return await self.proxy(scope, receive, send, endpoint)
         return await super().__call__(scope, receive, send)
+
+
+def app_from_environment() -> GatewayApp:
+    """For `uvicorn --factory` with several workers: each worker reads the settings itself."""
+    return create_app(load_settings())
 
 
 def create_app(settings: Settings) -> GatewayApp:

@@ -1,10 +1,12 @@
 """`llmgw`: the command line. Subcommands delegate to the package that owns them."""
 
 import argparse
+import os
 import sys
+import tempfile
 from collections.abc import Callable
 
-from gateway.settings import load_settings
+from gateway.settings import Settings, load_settings
 
 
 def _serve(args: argparse.Namespace, rest: list[str]) -> int:
@@ -12,18 +14,22 @@ def _serve(args: argparse.Namespace, rest: list[str]) -> int:
 
     from gateway.app import create_app
 
-    overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
-    settings = load_settings(**overrides)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        log_level=settings.log_level,
-        access_log=False,
-    )
+    overrides = {"host": args.host, "port": args.port, "workers": args.workers}
+    settings = load_settings(**{k: v for k, v in overrides.items() if v is not None})
+    common = {"host": settings.host, "port": settings.port, "loop": "uvloop", "http": "httptools",
+              "log_level": settings.log_level, "access_log": False}  # fmt: skip
+    if settings.workers == 1:
+        uvicorn.run(create_app(settings), **common)
+        return 0
+    _share_settings_with_workers(settings)
+    uvicorn.run("gateway.app:app_from_environment", factory=True, workers=settings.workers, **common)
     return 0
+
+
+def _share_settings_with_workers(settings: Settings) -> None:
+    """Workers re-read the settings from the environment; metrics from all of them go to one directory."""
+    os.environ["LLMGW_HOST"], os.environ["LLMGW_PORT"] = settings.host, str(settings.port)
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="llmgw-metrics-"))
 
 
 def _engine(args: argparse.Namespace, rest: list[str]) -> int:
@@ -54,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="start the gateway (OpenAI-compatible API)")
     serve.add_argument("--host", help="bind address (default 127.0.0.1, LLMGW_HOST)")
     serve.add_argument("--port", type=int, help="port (default 8000, LLMGW_PORT)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes (default 1, LLMGW_WORKERS); each starts its own local engine",
+    )
     serve.set_defaults(run=_serve)
     engine = commands.add_parser(
         "engine", help="the local engine: `engine generate PROMPT`, `engine serve`", add_help=False
