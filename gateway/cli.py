@@ -6,7 +6,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 
-from gateway.settings import Settings, load_settings
+from gateway.settings import DEFAULT_MASTER_KEY, Settings, load_settings
 
 
 def _serve(args: argparse.Namespace, rest: list[str]) -> int:
@@ -16,6 +16,14 @@ def _serve(args: argparse.Namespace, rest: list[str]) -> int:
 
     overrides = {"host": args.host, "port": args.port, "workers": args.workers}
     settings = load_settings(**{k: v for k, v in overrides.items() if v is not None})
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and settings.master_key.get_secret_value() == (
+        DEFAULT_MASTER_KEY
+    ):
+        print(
+            "refusing to serve beyond loopback with the default master key: set LLMGW_MASTER_KEY",
+            file=sys.stderr,
+        )
+        return 2
     common = {"host": settings.host, "port": settings.port, "loop": "uvloop", "http": "httptools",
               "log_level": settings.log_level, "access_log": False}  # fmt: skip
     if settings.workers == 1:
