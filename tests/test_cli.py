@@ -1,5 +1,6 @@
 """The command line: help, and the guard against exposing the default master key."""
 
+import os
 import subprocess
 import sys
 
@@ -15,5 +16,6 @@ def test_help_lists_the_subcommands() -> None:
 
 
 def test_serving_beyond_loopback_with_the_default_master_key_is_refused() -> None:
-    result = llmgw("serve", "--host", "0.0.0.0", "--port", "1")
+    env = {k: v for k, v in os.environ.items() if k != "LLMGW_MASTER_KEY"}
+    result = llmgw("serve", "--host", "0.0.0.0", "--port", "1", env=env)
     assert result.returncode == 2 and "LLMGW_MASTER_KEY" in result.stderr
