@@ -11,8 +11,8 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from gateway.errors import OpenAIError
-from gateway.proxy import ENDPOINTS, JSON, Proxy, error_response, next_request_id
+from gateway.errors import OpenAIError, error_response
+from gateway.proxy import ENDPOINTS, JSON, Proxy, next_request_id
 from gateway.services import Services, start_services
 from gateway.settings import Settings, load_settings
 

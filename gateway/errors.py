@@ -3,6 +3,7 @@
 from typing import Any
 
 import orjson
+from starlette.responses import Response
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",
@@ -50,6 +51,13 @@ class OpenAIError(Exception):
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict())
+
+
+def error_response(error: OpenAIError) -> Response:
+    """The error as an HTTP response: OpenAI's JSON shape, its status and headers (e.g. Retry-After)."""
+    return Response(
+        error.to_json(), status_code=error.status, headers=dict(error.headers), media_type="application/json"
+    )
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> OpenAIError:

@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from gateway import validation
 from gateway.context import Handler, Reply, RequestContext
-from gateway.errors import OpenAIError
+from gateway.errors import OpenAIError, error_response
 from gateway.sse import SSEResponse, sse_body
 
 log = logging.getLogger("llmgw.proxy")
@@ -100,7 +100,3 @@ def render(ctx: RequestContext, reply: Reply) -> Response | SSEResponse:
             orjson.dumps(reply.body), status_code=reply.status, headers=reply.headers, media_type=JSON
         )
     return SSEResponse(sse_body(ctx, reply.stream), reply.headers)
-
-
-def error_response(error: OpenAIError) -> Response:
-    return Response(error.to_json(), status_code=error.status, headers=dict(error.headers), media_type=JSON)

@@ -9,7 +9,7 @@ from fastapi.routing import APIRoute
 from pydantic import SecretStr
 from starlette.responses import Response
 
-from gateway.errors import OpenAIError
+from gateway.errors import OpenAIError, error_response
 from policies.errors import Conflict, NotFound
 
 
@@ -43,7 +43,7 @@ class OpenAIErrorRoute(APIRoute):
             try:
                 return await handler(request)
             except Exception as exc:  # mapped to OpenAI errors; anything else is re-raised
-                return render(as_openai_error(exc))
+                return error_response(as_openai_error(exc))
 
         return handle
 
@@ -58,12 +58,6 @@ def as_openai_error(exc: Exception) -> OpenAIError:
     if isinstance(exc, Conflict):
         return OpenAIError(409, str(exc), code="conflict")
     raise exc
-
-
-def render(error: OpenAIError) -> Response:
-    return Response(
-        error.to_json(), status_code=error.status, headers=error.headers, media_type="application/json"
-    )
 
 
 def _validation_error(exc: RequestValidationError) -> OpenAIError:
