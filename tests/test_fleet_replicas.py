@@ -83,7 +83,7 @@ async def _wait_for(check, timeout_s: float = 1.0) -> float:
     started = time.monotonic()
     while not await check():
         assert time.monotonic() - started < timeout_s, f"not seen within {timeout_s}s"
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # polling must not saturate the replica it watches
     return time.monotonic() - started
 
 
