@@ -11,14 +11,20 @@ class PoliciesSettings(BaseModel):
     db_schema: str | None = None  # PostgreSQL schema (search_path); None = the server default
     auto_migrate: bool | None = None  # None = migrate at start for SQLite only
     redis_prefix: str = "llmgw:"  # every Redis key and channel of this package starts with it
-    redis_failure_mode: Literal["open", "closed"] = "open"  # Redis down: per-replica limits, or 503
-    redis_timeout_s: float = 5.0  # socket timeout of the rate-limit client; a starved event loop counts too
-    redis_max_connections: int = 64  # requests beyond it wait for a free connection (pool timeout)
-    redis_pool_timeout_s: float = 10.0
-    redis_retry_s: float = 1.0  # after a Redis failure, use the fallback this long before retrying
+    # Redis unavailable: per-replica share of the limits ("open"), or 503 ("closed"); a policy may override
+    redis_failure_mode: Literal["open", "closed"] = "open"
+    redis_timeout_s: float = Field(
+        default=0.05, gt=0
+    )  # bound on every rate-limit Redis call, connecting included
+    redis_retry_s: float = Field(
+        default=0.5, gt=0
+    )  # the breaker's open time before one probe tries Redis again
+    replicas: int | None = Field(default=None, ge=1)  # fail-open share = limit / replicas; None = count them
+    replica_heartbeat_s: float = Field(default=5.0, gt=0)  # how often replicas note themselves in Redis
     refresh_interval_s: float = 15.0  # backstop reload of keys/policies besides pub/sub invalidation
     window_s: int = 60  # the rolling window of RPM/TPM limits
-    concurrency_lease_s: int = 900  # a crashed replica's in-flight slots expire after this long
+    # in-flight slots and budget reservations: renewed every third of it; a dead replica's free after it
+    concurrency_lease_s: float = Field(default=30.0, gt=0, le=30)
     default_max_tokens: int = 1024  # TPM reservation when neither request nor policy sets max_tokens
     usage_queue_size: int = Field(default=10_000, ge=1)
     usage_batch_size: int = Field(default=500, ge=1)

@@ -1,11 +1,14 @@
 """Prometheus metrics of this package (process-wide by nature, like every prometheus_client metric)."""
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 REDIS_FAILURES = Counter(
     "llmgw_ratelimit_redis_failures_total",
     "Rate-limit calls that could not reach Redis (answered by the fallback or refused)",
     ["operation", "mode"],
+)
+REDIS_BREAKER_OPEN = Gauge(
+    "llmgw_ratelimit_redis_breaker_open", "1 while rate limiting bypasses Redis (circuit open or half-open)"
 )
 USAGE_RECORDS_DROPPED = Counter(
     "llmgw_usage_records_dropped_total", "Usage records dropped because the writer queue was full"

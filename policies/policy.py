@@ -1,6 +1,6 @@
 """A policy: what a tenant (or one key) may use, how fast, and how much it may spend."""
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -50,6 +50,11 @@ class Policy(BaseModel):
     tenant_budget: Budget = Field(default_factory=Budget)
     default_max_tokens: int | None = Field(
         default=None, ge=1, description="TPM reservation when the request sets no max_tokens"
+    )
+    redis_failure_mode: Literal["open", "closed"] | None = Field(
+        default=None,
+        description="while Redis is unavailable: 'open' = each replica's share of the limits, 'closed' = 503;"
+        " None = the gateway's setting",
     )
     cache: dict[str, Any] = Field(default_factory=dict, description="cache.config.CachePolicy fields")
     routing: dict[str, Any] = Field(default_factory=dict, description="routing.config.RoutingPolicy fields")

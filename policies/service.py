@@ -13,22 +13,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from fastapi import APIRouter
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.context import Stage
 from gateway.settings import Settings
 from policies.admin.router import AdminDeps, CacheFlush, create_admin_router
 from policies.auth import AuthStage, PolicyStage
-from policies.config import PoliciesSettings
 from policies.db import create_engine, is_sqlite, session_factory
 from policies.directory import Directory, ModelsListener
 from policies.migrate import upgrade_engine
 from policies.notify import ChangeNotifier
 from policies.ratelimit.buckets import Limiter
-from policies.ratelimit.failover import FailoverLimiter
-from policies.ratelimit.local_limiter import LocalLimiter
-from policies.ratelimit.redis_limiter import RedisLimiter
+from policies.ratelimit.factory import build_limiter, cost_estimator
 from policies.ratelimit.seed import seed_spend
 from policies.ratelimit.stage import RateLimitStage
 from policies.store import Store
@@ -57,7 +54,7 @@ class PolicyServices:
         self.admin.cache_flush = flush
 
     async def aclose(self) -> None:
-        await self.ratelimit_stage.drain()
+        await self.ratelimit_stage.aclose()
         await self.notifier.aclose()
         await self.usage.aclose()
         for client in self.redis_clients:
@@ -73,18 +70,19 @@ async def create_policy_services(settings: Settings, cache_flush: CacheFlush | N
     store = Store(session_factory(engine))
     directory = Directory(store, settings.models)
     await directory.reload()
-    clients = _redis_clients(settings.redis_url, config)
-    limiter = build_limiter(config, clients[0] if clients else None)
+    clients = _redis_clients(settings.redis_url)
+    limiter = build_limiter(config, settings.redis_url)
     await seed_spend(engine, limiter, datetime.now(UTC))
     notifier = ChangeNotifier(
-        directory, clients[1] if clients else None, config.redis_prefix + "changes", config.refresh_interval_s
+        directory, clients[0] if clients else None, config.redis_prefix + "changes", config.refresh_interval_s
     )
     notifier.start()
     usage = UsageWriter(
         engine, config.usage_queue_size, config.usage_batch_size, config.usage_flush_interval_s
     )
     usage.start()
-    ratelimit = RateLimitStage(limiter, usage, config.default_max_tokens)
+    prices = cost_estimator(lambda: directory.models)
+    ratelimit = RateLimitStage(limiter, usage, config.default_max_tokens, config.concurrency_lease_s, prices)
     stages: list[Stage] = [
         AuthStage(directory, settings.master_key.get_secret_value()),
         PolicyStage(directory),
@@ -106,31 +104,8 @@ async def create_policy_services(settings: Settings, cache_flush: CacheFlush | N
     )
 
 
-def build_limiter(config: PoliciesSettings, redis: Redis | None) -> Limiter:
-    local = LocalLimiter(config.window_s, config.concurrency_lease_s)
-    if redis is None:
-        return local
-    shared = RedisLimiter(redis, config.redis_prefix + "rl:", config.window_s, config.concurrency_lease_s)
-    return FailoverLimiter(shared, local, config.redis_failure_mode, config.redis_retry_s)
-
-
-def limits_client(url: str, config: PoliciesSettings) -> Redis:
-    """Short socket timeouts, so failover is quick; a bounded pool that makes bursts wait."""
-    timeout = config.redis_timeout_s
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=config.redis_max_connections,
-        timeout=config.redis_pool_timeout_s,
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-    )
-    return Redis.from_pool(pool)
-
-
-def _redis_clients(url: str | None, config: PoliciesSettings) -> list[Redis]:
-    """One client for limits, one for pub/sub (long-lived connection)."""
+def _redis_clients(url: str | None) -> list[Redis]:
+    """The pub/sub client (long-lived connection); the rate limiter has its own (ratelimit/resp.py)."""
     if url is None:
         return []
-    limits = limits_client(url, config)
-    pubsub = Redis.from_url(url, socket_connect_timeout=2.0, health_check_interval=15)
-    return [limits, pubsub]
+    return [Redis.from_url(url, socket_connect_timeout=2.0, health_check_interval=15)]

@@ -5,28 +5,26 @@ import uuid
 
 import pytest
 
-from policies.config import PoliciesSettings
 from policies.ratelimit.buckets import Bucket, Spend
 from policies.ratelimit.local_limiter import LocalLimiter
 from policies.ratelimit.redis_limiter import RedisLimiter
-from policies.service import limits_client
+from policies.ratelimit.resp import RespPool
 from tests.policies_support import REDIS_URL, redis_prefix_fixture  # noqa: F401
 
 
 @pytest.fixture(params=["local", "redis"])
 async def make_limiter(request, redis_prefix):
-    clients = []
+    limiters = []
 
-    def build(window_s: int = 60, lease_s: int = 60):
+    def build(window_s: int = 60, lease_s: float = 60):
         if request.param == "local":
             return LocalLimiter(window_s, lease_s)
-        client = limits_client(REDIS_URL, PoliciesSettings())
-        clients.append(client)
-        return RedisLimiter(client, redis_prefix, window_s, lease_s)
+        limiters.append(RedisLimiter(RespPool.from_url(REDIS_URL, 5.0), redis_prefix, window_s, lease_s))
+        return limiters[-1]
 
     yield build
-    for client in clients:
-        await client.aclose()
+    for limiter in limiters:
+        await limiter.aclose()
 
 
 def rpm(limit: int, name: str = "k:1:rpm") -> Bucket:

@@ -14,9 +14,7 @@ from policies.policy import Budget, Limits, Policy
 from policies.ratelimit.failover import FailoverLimiter
 from policies.ratelimit.local_limiter import LocalLimiter
 from policies.ratelimit.responses import duration
-from policies.ratelimit.stage import RateLimitStage
 from policies.usage_query import aggregate_usage
-from policies.usage_writer import UsageWriter
 from tests.policies_support import Database, make_settings, provision, redis_prefix_fixture, start  # noqa: F401
 from tests.test_ratelimit_limiters import rpm
 
@@ -232,24 +230,3 @@ async def test_stream_dropped_before_its_first_chunk_still_frees_its_slot(servic
     await asyncio.sleep(0.05)
     second = await handler(chat(secret, stream=True))
     assert [c async for c in second.stream] == [{"i": 0}, {"i": 1}, {"i": 2}]
-
-
-class SlowSettle(LocalLimiter):
-    async def settle(self, *args):
-        await asyncio.sleep(0.3)
-        await super().settle(*args)
-
-
-async def test_settlement_leaves_the_reply_path_unless_a_slot_must_be_freed(tmp_path):
-    services = await start(make_settings(Database(f"sqlite+aiosqlite:///{tmp_path}/s.db", None)))
-    stage = RateLimitStage(SlowSettle(60, 60), UsageWriter(services.engine, 10, 10, 1.0), 16)
-    try:
-        for limits, waits in ((Limits(rpm=5), False), (Limits(rpm=5, max_concurrent=1), True)):
-            _, secret = await provision(services, Policy(key_limits=limits), tenant=f"t{waits}")
-            handler = chain([*services.stages[:2], stage, lambda ctx, call_next: backend(ctx)])
-            started = asyncio.get_running_loop().time()
-            await handler(chat(secret))
-            assert (asyncio.get_running_loop().time() - started >= 0.3) is waits
-            await stage.drain()
-    finally:
-        await services.aclose()

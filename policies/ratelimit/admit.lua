@@ -1,6 +1,9 @@
 -- Admission of one request against all its buckets: all pass and are charged, or nothing changes.
 -- KEYS, per bucket: R (request log): zset | L (weighted log): zset, weights hash (field _sum = total)
---                   C (concurrency): lease zset | B (budget): spend counter
+--                   C (concurrency): lease zset
+--                   B (budget): spend counter, reservation lease zset, reservation weights hash (USD, _sum)
+-- Budgets count the spend plus what requests in flight reserved (their estimated cost, held under a lease
+-- like a concurrency slot), so a burst cannot all pass before the first one settles.
 -- ARGV: member, window_ms, lease_ms, bucket specs ("kind limit cost" per bucket, space-separated)
 -- Returns: admitted, failed index (0 = none), then per bucket: used, reset_ms, retry_ms
 local t = redis.call('TIME')
@@ -56,7 +59,13 @@ local function check(b)
     b.used = redis.call('ZCARD', b.key)
     return b.used + 1 <= b.limit
   end
-  b.used = tonumber(redis.call('GET', b.key) or '0')
+  if redis.call('EXISTS', b.leases) == 0 then  -- every holder settled or expired: no stale total
+    redis.call('DEL', b.weights)
+    b.reserved = 0
+  else
+    b.reserved = math.max(0, prune_weighted({key = b.leases, weights = b.weights}, now))
+  end
+  b.used = tonumber(redis.call('GET', b.key) or '0') + b.reserved
   return b.used < b.limit
 end
 
@@ -73,6 +82,12 @@ local function charge(b)
     redis.call('ZADD', b.key, now + lease, member)
     redis.call('PEXPIRE', b.key, lease)
     b.used = b.used + 1
+  elseif b.cost > 0 then
+    redis.call('ZADD', b.leases, now + lease, member)
+    redis.call('HSET', b.weights, member, b.cost, '_sum', b.reserved + b.cost)
+    redis.call('PEXPIRE', b.leases, lease)
+    redis.call('PEXPIRE', b.weights, 86400000)  -- renewals extend the lease zset only
+    b.used = b.used + b.cost
   end
 end
 
@@ -83,6 +98,9 @@ for kind, limit, cost in string.gmatch(ARGV[4], '(%S+) (%S+) (%S+)') do
   if b.kind == 'L' then
     b.weights = KEYS[k]
     k = k + 1
+  elseif b.kind == 'B' then
+    b.leases, b.weights = KEYS[k], KEYS[k + 1]
+    k = k + 2
   end
   if not check(b) and failed == 0 then failed = #buckets + 1 end
   buckets[#buckets + 1] = b

@@ -4,9 +4,12 @@ Semantics (the same in Redis and in-process):
 - requests/tokens: a rolling window log. A request is admitted when the weights admitted in the
   last `window_s` seconds plus its cost stay within the limit; exact, no approximation.
   Token entries are re-weighted to the real usage at settlement while still in the window.
-- concurrency: one lease per request in flight, released at settlement (expires after a lease
-  timeout if a replica dies).
-- budget: admitted while the spend counter of the period is below the limit.
+- concurrency: one lease per request in flight, released at settlement, renewed while the request
+  runs, so a dead replica's slots expire one lease length later.
+- budget: admitted while the period's spend plus the reservations of requests in flight is below the
+  limit; an admitted request reserves its estimated cost (`cost`, USD) under a lease like a concurrency
+  slot, and settlement swaps the reservation for the real cost. A burst thus overshoots by at most one
+  request's cost.
 """
 
 from dataclasses import dataclass
@@ -21,7 +24,7 @@ class Bucket:
     name: str  # unique within the scope, e.g. "k:key_1:rpm"
     scope: str  # the tenant id: every bucket of one request shares it (one Redis Cluster slot)
     limit: float
-    cost: float = 0.0  # charged at admission: 1 request, the token reservation
+    cost: float = 0.0  # charged at admission: 1 request, the token reservation, the estimated USD
     label: str = ""  # who the limit applies to, for messages: "key key_1", "tenant acme"
     retry_hint_s: float = 0.0  # budgets: seconds until the period ends
 
@@ -49,8 +52,31 @@ class Decision:
     failed: BucketState | None = None
 
 
+Held = tuple[str, list[Bucket]]  # a request in flight: its member id and the buckets it was admitted to
+
+
+def holds_lease(bucket: Bucket) -> bool:
+    """Does an admission to this bucket leave a lease to renew and release (a slot, a reservation)?"""
+    return bucket.kind == "concurrency" or (bucket.kind == "budget" and bucket.cost > 0)
+
+
 class Limiter(Protocol):
-    async def admit(self, member: str, buckets: list[Bucket]) -> Decision: ...
+    async def admit(self, member: str, buckets: list[Bucket], failure_mode: str | None = None) -> Decision:
+        """All buckets pass and are charged, or none; `failure_mode` ("open"/"closed", None = the
+        process default) says what a failover limiter does while its shared store is unavailable."""
+        ...
+
+    async def renew(self, held: list[Held]) -> None:
+        """Extend the leases of requests still in flight."""
+        ...
+
+    async def drain(self) -> None:
+        """Wait for settlements still on their way (shutdown, tests)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Drain, then stop background work and close connections."""
+        ...
 
     async def settle(self, member: str, buckets: list[Bucket], tokens: int, spends: list[Spend]) -> None:
         """Re-weight token buckets to `tokens`, release concurrency, add the spends."""

@@ -1,78 +1,164 @@
-"""Redis first; while Redis is unreachable, per-replica limits (fail-open) or 503 (fail-closed).
+"""Redis first, behind a circuit breaker; while Redis is unavailable, each policy's failure mode decides.
 
-After a failure the fallback answers for `retry_s`, then Redis is tried again: recovery needs no
-operator. Settlement goes to the limiter that admitted the request (remembered per member until
-then; every admitted request is settled by the rate-limit stage).
+- fail-open: an in-process limiter admits, holding this replica to its share of every limit (the limit
+  divided by the live replicas, see replicas.py; requests and slots rounded down, at least one);
+- fail-closed: 503 with OpenAI's error shape and Retry-After (when Redis is tried again).
+
+Unavailable means no answer within the timeout, a lost connection, or a reply saying Redis cannot serve
+(BUSY, LOADING, OOM, READONLY, MASTERDOWN, ...): the breaker opens at once and Redis is tried again by
+one probe after `retry_s`, so limits are exact again within about `retry_s` of Redis returning. Any other
+error reply (e.g. WRONGTYPE on one key) concerns that request only: it is answered by its failure mode
+and the breaker stays closed. Settlement goes to the limiter that admitted the request; spends are also
+mirrored in-process, so a replica's local budget counters know what it spent.
 """
 
+import dataclasses
 import logging
-import time
+import math
 from typing import Literal
 
-from redis.exceptions import RedisError
+from redis.exceptions import (
+    AuthenticationError,
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    NoPermissionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 
 from gateway.errors import OpenAIError
-from policies.metrics import REDIS_FAILURES
-from policies.ratelimit.buckets import Bucket, Decision, Limiter, Spend
+from policies.metrics import REDIS_BREAKER_OPEN, REDIS_FAILURES
+from policies.ratelimit.buckets import Bucket, Decision, Held, Limiter, Spend
+from policies.ratelimit.replicas import ReplicaCount
+from routing.breaker import CLOSED, OPEN, CircuitBreaker
 
 log = logging.getLogger(__name__)
+FailureMode = Literal["open", "closed"]
+_CANNOT_SERVE = (
+    AuthenticationError,
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    NoPermissionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    TryAgainError,
+)
 _FAILURES = (RedisError, OSError, TimeoutError)
+_CANNOT_SERVE_PREFIXES = ("BUSY", "MISCONF", "NOREPLICAS", "OOM", "READONLY", "LOADING", "MASTERDOWN")
+
+
+def unavailable(error: BaseException) -> bool:
+    """Does this error say Redis cannot serve anyone (as opposed to a problem with one request's keys)?"""
+    if isinstance(error, (*_CANNOT_SERVE, OSError, TimeoutError)):
+        return True
+    if isinstance(error, ResponseError):
+        return str(error).startswith(_CANNOT_SERVE_PREFIXES)
+    return isinstance(error, RedisError)  # connection, timeout, protocol
 
 
 class FailoverLimiter:
     def __init__(
-        self, primary: Limiter, fallback: Limiter, mode: Literal["open", "closed"], retry_s: float
+        self,
+        primary: Limiter,
+        fallback: Limiter,
+        mode: FailureMode,
+        retry_s: float,
+        replicas: ReplicaCount | None = None,
     ) -> None:
         self._primary = primary
         self._fallback = fallback
         self._mode = mode
         self._retry_s = retry_s
-        self._down_until = 0.0
+        self._breaker = CircuitBreaker(1, retry_s, on_change=_export_state)  # opens on the first failure
+        self._replicas = replicas or ReplicaCount(None, "", 1, 1.0)
         self._admitted_by: dict[str, Limiter] = {}
 
-    async def admit(self, member: str, buckets: list[Bucket]) -> Decision:
-        limiter, decision = self._primary, None
-        if time.monotonic() >= self._down_until:
+    async def admit(self, member: str, buckets: list[Bucket], failure_mode: str | None = None) -> Decision:
+        mode = failure_mode or self._mode
+        if self._breaker.available():
+            self._breaker.on_dispatch()
             try:
                 decision = await self._primary.admit(member, buckets)
             except _FAILURES as exc:
-                self._mark_down("admit", exc)
-        if decision is None:
-            limiter, decision = self._fallback, await self._admit_fallback(member, buckets)
+                self._failed("admit", mode, exc)
+            else:
+                self._breaker.on_success()
+                if decision.admitted:
+                    self._admitted_by[member] = self._primary
+                return decision
+        if mode == "closed":
+            raise self._unavailable()
+        decision = await self._fallback.admit(member, [self._share(b) for b in buckets])
         if decision.admitted:
-            self._admitted_by[member] = limiter
+            self._admitted_by[member] = self._fallback
         return decision
 
     async def settle(self, member: str, buckets: list[Bucket], tokens: int, spends: list[Spend]) -> None:
-        limiter = self._admitted_by.pop(member, self._primary)
-        try:
-            await limiter.settle(member, buckets, tokens, spends)
-        except _FAILURES as exc:
-            self._mark_down("settle", exc)
-            await self._fallback.settle(member, [], tokens, spends)
+        by_primary = self._admitted_by.pop(member, self._primary) is self._primary
+        await self._fallback.settle(member, [] if by_primary else buckets, tokens, spends)
+        if by_primary or self._breaker.state == CLOSED:  # spends reach Redis whoever admitted
+            await self._primary.settle(member, buckets if by_primary else [], tokens, spends)
 
-    async def _admit_fallback(self, member: str, buckets: list[Bucket]) -> Decision:
-        if self._mode == "closed":
-            raise OpenAIError(
-                503, "Rate limiting is unavailable; try again shortly.", code="ratelimit_unavailable"
-            )
-        return await self._fallback.admit(member, buckets)
+    async def renew(self, held: list[Held]) -> None:
+        await self._fallback.renew([h for h in held if self._admitted_by.get(h[0]) is self._fallback])
+        ours = [h for h in held if self._admitted_by.get(h[0]) is self._primary]
+        if ours and self._breaker.state != OPEN:
+            try:
+                await self._primary.renew(ours)
+            except _FAILURES as exc:
+                self._failed("renew", self._mode, exc)
+
+    async def drain(self) -> None:
+        await self._primary.drain()
+        await self._fallback.drain()
+
+    async def aclose(self) -> None:
+        await self._replicas.aclose()
+        await self._primary.aclose()
+        await self._fallback.aclose()
 
     async def seed_spend(self, spends: list[Spend]) -> None:
         await self._fallback.seed_spend(spends)
         try:
             await self._primary.seed_spend(spends)
         except _FAILURES as exc:
-            self._mark_down("seed", exc)
+            self._failed("seed", self._mode, exc)
 
-    def _mark_down(self, operation: str, exc: BaseException) -> None:
-        REDIS_FAILURES.labels(operation=operation, mode=self._mode).inc()
-        if time.monotonic() >= self._down_until:
-            log.warning(
-                "rate limiting: Redis unreachable during %s (%s); fail-%s for %.1fs",
-                operation,
-                type(exc).__name__,
-                self._mode,
-                self._retry_s,
-            )
-        self._down_until = time.monotonic() + self._retry_s
+    def _share(self, bucket: Bucket) -> Bucket:
+        replicas = self._replicas()
+        if replicas <= 1:
+            return bucket
+        share = bucket.limit / replicas
+        if bucket.kind in ("requests", "concurrency"):
+            share = max(1, math.floor(share)) if bucket.limit >= 1 else 0
+        return dataclasses.replace(bucket, limit=share)
+
+    def _unavailable(self) -> OpenAIError:
+        retry = max(1, math.ceil(self._retry_s))
+        return OpenAIError(
+            503,
+            "Rate limiting is temporarily unavailable; please retry shortly.",
+            code="rate_limit_unavailable",
+            headers={"retry-after": str(retry)},
+        )
+
+    def _failed(self, operation: str, mode: str, exc: BaseException) -> None:
+        REDIS_FAILURES.labels(operation=operation, mode=mode).inc()
+        if not unavailable(exc):  # this request's keys, not Redis: the breaker stays closed
+            self._breaker.on_success()
+            log.error("rate limiting: Redis refused %s (%s: %s)", operation, type(exc).__name__, exc)
+            return
+        was_closed = self._breaker.state == CLOSED
+        self._breaker.on_failure()
+        if was_closed and self._breaker.state == OPEN:
+            log.warning("rate limiting: Redis unavailable during %s (%s: %s); fail-%s per policy",
+                        operation, type(exc).__name__, exc, self._mode)  # fmt: skip
+
+
+def _export_state(state: str) -> None:
+    REDIS_BREAKER_OPEN.set(state != CLOSED)

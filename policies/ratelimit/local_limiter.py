@@ -8,7 +8,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from policies.ratelimit.buckets import Bucket, BucketState, Decision, Spend
+from policies.ratelimit.buckets import Bucket, BucketState, Decision, Held, Spend, holds_lease
 
 
 @dataclass
@@ -32,14 +32,17 @@ class _Log:
 
 
 class LocalLimiter:
-    def __init__(self, window_s: int, lease_s: int) -> None:
+    def __init__(self, window_s: int, lease_s: float) -> None:
         self._window = float(window_s)
         self._lease = float(lease_s)
         self._logs: dict[str, _Log] = {}
-        self._leases: dict[str, dict[str, float]] = {}
+        self._leases: dict[str, dict[str, float]] = {}  # bucket -> member -> expires_at
+        self._reserved: dict[
+            str, dict[str, tuple[float, float]]
+        ] = {}  # budget -> member -> (usd, expires_at)
         self._spend: dict[str, tuple[float, float]] = {}  # name -> (usd, expires_at)
 
-    async def admit(self, member: str, buckets: list[Bucket]) -> Decision:
+    async def admit(self, member: str, buckets: list[Bucket], failure_mode: str | None = None) -> Decision:
         now = time.time()
         used = [self._used(bucket, now) for bucket in buckets]
         failed = next((i for i, b in enumerate(buckets) if not _fits(b, used[i])), None)
@@ -58,10 +61,27 @@ class LocalLimiter:
                 self._reweight(self._logs.get(_key(bucket)), member, float(tokens))
             elif bucket.kind == "concurrency":
                 self._leases.get(_key(bucket), {}).pop(member, None)
+            elif bucket.kind == "budget":
+                self._reserved.get(_key(bucket), {}).pop(member, None)
         now = time.time()
         for spend in spends:
             usd = self._spent(_spend_key(spend.scope, spend.name), now)
             self._spend[_spend_key(spend.scope, spend.name)] = (usd + spend.amount_usd, now + spend.ttl_s)
+
+    async def renew(self, held: list[Held]) -> None:
+        expires_at = time.time() + self._lease
+        for member, buckets in held:
+            for bucket in filter(holds_lease, buckets):
+                if bucket.kind == "concurrency" and member in (leases := self._leases.get(_key(bucket), {})):
+                    leases[member] = expires_at
+                elif member in (reserved := self._reserved.get(_key(bucket), {})):
+                    reserved[member] = (reserved[member][0], expires_at)
+
+    async def drain(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
 
     async def seed_spend(self, spends: list[Spend]) -> None:
         now = time.time()
@@ -78,7 +98,10 @@ class LocalLimiter:
                 del leases[member]
             return float(len(leases))
         if bucket.kind == "budget":
-            return self._spent(key, now)
+            reserved = self._reserved.setdefault(key, {})
+            for member in [m for m, (_, expiry) in reserved.items() if expiry <= now]:
+                del reserved[member]
+            return self._spent(key, now) + sum(usd for usd, _ in reserved.values())
         log = self._logs.setdefault(key, _Log())
         log.prune(now - self._window)
         return log.total
@@ -86,6 +109,8 @@ class LocalLimiter:
     def _charge(self, bucket: Bucket, member: str, now: float) -> None:
         if bucket.kind == "concurrency":
             self._leases[_key(bucket)][member] = now + self._lease
+        elif bucket.kind == "budget" and bucket.cost > 0:
+            self._reserved[_key(bucket)][member] = (bucket.cost, now + self._lease)
         elif bucket.kind in ("requests", "tokens"):
             log = self._logs[_key(bucket)]
             log.entries.append((now, member))
@@ -119,7 +144,7 @@ class LocalLimiter:
 
 
 def _admission_cost(bucket: Bucket) -> float:
-    return {"concurrency": 1.0, "budget": 0.0}.get(bucket.kind, bucket.cost)
+    return 1.0 if bucket.kind == "concurrency" else bucket.cost
 
 
 def _fits(bucket: Bucket, used: float) -> bool:

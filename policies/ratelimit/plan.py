@@ -20,16 +20,17 @@ def spend_name(owner: str, period: str) -> str:
 
 
 def admission_buckets(
-    principal: Principal, policy: Policy, model: str, tokens: int, now: datetime
+    principal: Principal, policy: Policy, model: str, tokens: int, now: datetime, cost_usd: float = 0.0
 ) -> list[Bucket]:
+    """`tokens` is reserved on TPM buckets, `cost_usd` (the estimated cost) on budgets."""
     tenant, key = principal.tenant_id, principal.key_id
     buckets = _limit_buckets(policy.key_limits, tenant, key_owner(key), f"key {key}", tokens)
     buckets += _limit_buckets(policy.tenant_limits, tenant, TENANT, f"tenant {tenant}", tokens)
     if model in policy.model_limits:
         label = f"tenant {tenant}, model {model}"
         buckets += _limit_buckets(policy.model_limits[model], tenant, f"m:{model}", label, tokens)
-    buckets += _budget_buckets(policy.key_budget, tenant, key_owner(key), f"key {key}", now)
-    buckets += _budget_buckets(policy.tenant_budget, tenant, TENANT, f"tenant {tenant}", now)
+    buckets += _budget_buckets(policy.key_budget, tenant, key_owner(key), f"key {key}", now, cost_usd)
+    buckets += _budget_buckets(policy.tenant_budget, tenant, TENANT, f"tenant {tenant}", now, cost_usd)
     return buckets
 
 
@@ -62,13 +63,17 @@ def _limit_buckets(limits: Limits, tenant: str, name: str, label: str, tokens: i
     return buckets
 
 
-def _budget_buckets(budget: Budget, tenant: str, owner: str, label: str, now: datetime) -> list[Bucket]:
+def _budget_buckets(
+    budget: Budget, tenant: str, owner: str, label: str, now: datetime, cost_usd: float
+) -> list[Bucket]:
     periods = [
         (budget.usd_per_day, day_period(now), _next_day(now)),
         (budget.usd_per_month, month_period(now), _next_month(now)),
     ]
     return [
-        Bucket("budget", spend_name(owner, period), tenant, limit, 0, label, (ends - now).total_seconds())
+        Bucket(
+            "budget", spend_name(owner, period), tenant, limit, cost_usd, label, (ends - now).total_seconds()
+        )
         for limit, period, ends in periods
         if limit is not None
     ]

@@ -1,27 +1,37 @@
-"""The fleet-wide limiter: every replica shares one Redis; admission is one atomic Lua call."""
+"""The fleet-wide limiter: every replica shares one Redis; admission is one atomic Lua call.
 
+Settlement and lease renewal leave the request path: `settle` queues its script call on the shared
+pipelined connection and returns (so it reaches Redis before any admission sent after it), and its reply
+is awaited in the background (`drain` waits for the outstanding ones).
+"""
+
+import asyncio
+import logging
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
-from redis.asyncio import Redis
-
-from policies.ratelimit.buckets import Bucket, BucketState, Decision, Spend
+from policies.metrics import REDIS_FAILURES
+from policies.ratelimit.buckets import Bucket, BucketState, Decision, Held, Spend, holds_lease
 from policies.ratelimit.resp import LuaScript, RespPool
 
+log = logging.getLogger(__name__)
 _SCRIPTS = Path(__file__).parent
 _CODES = {"requests": "R", "tokens": "L", "concurrency": "C", "budget": "B"}
 
 
 class RedisLimiter:
-    def __init__(self, redis: Redis, prefix: str, window_s: int, lease_s: int) -> None:
-        self._redis = redis
+    def __init__(self, pool: RespPool, prefix: str, window_s: int, lease_s: float) -> None:
+        self._pool = pool
         self._prefix = prefix
         self._window_ms = window_s * 1000
-        self._lease_ms = lease_s * 1000
-        scripts = RespPool.like(redis)  # the hot path; redis-py stays for the rare pipeline calls
-        self._admit = LuaScript(scripts, (_SCRIPTS / "admit.lua").read_text())
-        self._settle = LuaScript(scripts, (_SCRIPTS / "settle.lua").read_text())
+        self._lease_ms = round(lease_s * 1000)
+        self._admit = LuaScript(pool, (_SCRIPTS / "admit.lua").read_text())
+        self._settle = LuaScript(pool, (_SCRIPTS / "settle.lua").read_text())
+        self._renew = LuaScript(pool, (_SCRIPTS / "renew.lua").read_text())
+        self._pending: set[asyncio.Future[Any]] = set()
 
-    async def admit(self, member: str, buckets: list[Bucket]) -> Decision:
+    async def admit(self, member: str, buckets: list[Bucket], failure_mode: str | None = None) -> Decision:
         keys, args = self.admission_call(member, buckets)
         return _decision(buckets, await self._admit(keys=keys, args=args))
 
@@ -37,27 +47,73 @@ class RedisLimiter:
         keys: list[str] = []
         specs: list[str] = []
         for bucket in buckets:
-            if bucket.kind in ("tokens", "concurrency"):  # request logs and budgets need nothing
+            if bucket.kind in ("tokens", "concurrency"):  # request logs need nothing
                 keys += self._keys(bucket.kind, bucket.scope, bucket.name)
                 specs.append(f"{_CODES[bucket.kind]} {tokens} 0")
+            elif bucket.kind == "budget" and bucket.cost > 0:  # release the reservation
+                keys += self._keys(bucket.kind, bucket.scope, bucket.name)[1:]
+                specs.append("Q 0 0")
         for spend in spends:
             keys.append(self._key(spend.scope, spend.name))
             specs.append(f"S {spend.amount_usd!r} {spend.ttl_s * 1000}")
         if keys:
-            await self._settle(keys=keys, args=[member, " ".join(specs)])
+            self._background("settle", self._settle.send(keys=keys, args=[member, " ".join(specs)]))
+
+    async def renew(self, held: list[Held]) -> None:
+        """Extends the leases of requests in flight; one script call per tenant (one Cluster slot each)."""
+        by_scope: dict[str, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
+        for member, buckets in held:
+            for bucket in buckets:
+                if holds_lease(bucket):
+                    keys, members = by_scope[bucket.scope]
+                    keys.append(self._lease_key(bucket))
+                    members.append(member)
+        calls = [
+            self._renew(keys=keys, args=[self._lease_ms, *members]) for keys, members in by_scope.values()
+        ]
+        await asyncio.gather(*calls)
 
     async def seed_spend(self, spends: list[Spend]) -> None:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for spend in spends:
-                pipe.set(self._key(spend.scope, spend.name), repr(spend.amount_usd), nx=True, ex=spend.ttl_s)
-            await pipe.execute()
+        replies = [
+            self._pool.send("SET", self._key(s.scope, s.name), repr(s.amount_usd), "NX", "EX", s.ttl_s)
+            for s in spends
+        ]
+        await asyncio.gather(*replies)
+
+    async def drain(self) -> None:
+        """Waits for the settlements sent so far (on shutdown, and in tests)."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        await self.drain()
+        self._pool.close()
+
+    def _background(self, operation: str, reply: "asyncio.Future[Any]") -> None:
+        self._pending.add(reply)
+        reply.add_done_callback(lambda done: self._done(operation, done))
+
+    def _done(self, operation: str, reply: "asyncio.Future[Any]") -> None:
+        self._pending.discard(reply)
+        error = None if reply.cancelled() else reply.exception()
+        if error is not None:  # the answer is already out; leases expire, windows roll
+            REDIS_FAILURES.labels(operation=operation, mode="background").inc()
+            log.warning("rate limiting: Redis %s failed (%s: %s)", operation, type(error).__name__, error)
+
+    def _lease_key(self, bucket: Bucket) -> str:
+        keys = self._keys(bucket.kind, bucket.scope, bucket.name)
+        return keys[1] if bucket.kind == "budget" else keys[0]
 
     def _key(self, scope: str, name: str) -> str:
         return f"{self._prefix}{{{scope}}}:{name}"
 
     def _keys(self, kind: str, scope: str, name: str) -> list[str]:
         key = self._key(scope, name)
-        return [key + ":log", key + ":w"] if _CODES[kind] == "L" else [key]
+        if kind == "tokens":
+            return [key + ":log", key + ":w"]
+        if kind == "budget":  # spend counter, reservation leases, reservation weights
+            return [key, key + ":r", key + ":rw"]
+        return [key]
 
 
 def _decision(buckets: list[Bucket], reply: list) -> Decision:

@@ -1,19 +1,25 @@
 """Lua calls to Redis over one pipelined RESP connection: the rate limiter's hot path without redis-py.
 
-Commands issued in the same event-loop turn leave in one write, and replies come back in order, so under
-load many admissions and settlements share each round trip. Measured in bench/README.md ("Policies and
-rate limits", "Gateway overhead"). Failures raise redis-py's exception types, so callers (the failover
-limiter) treat both clients alike.
+Hand-written because it measured cheaper: redis-py 8.1 (asyncio, hiredis parser) spends ~250-300 µs
+more CPU per admission on this machine (bench/policies_ratelimit.py, "resp-handwritten" vs "redis-py"
+rows; bench/README.md "Policies and rate limits"). Commands issued in the same event-loop turn leave in
+one write and replies come back in order, so under load many admissions and settlements share each round
+trip, and a settlement sent before an admission is applied before it.
+
+Every call is bounded by `timeout_s` (connecting included). Error replies are raised, never returned,
+as redis-py's exception types (NoScriptError, OutOfMemoryError, ReadOnlyError, ...; BUSY, WRONGTYPE and
+the rest as ResponseError), so callers (the failover limiter) classify them like any redis-py error.
 """
 
 import asyncio
 import hashlib
 from collections import deque
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import hiredis
-from redis.asyncio import Redis
-from redis.exceptions import ConnectionError, ResponseError
+from redis._parsers.base import BaseParser
+from redis.exceptions import ConnectionError, InvalidResponse, NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
@@ -27,7 +33,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._reader = hiredis.Reader(replyError=ResponseError)
+        self._reader = hiredis.Reader(replyError=_ErrorReply)
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._outgoing: list[bytes] = []
         self.transport: asyncio.Transport | None = None
@@ -38,17 +44,32 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
-        while self._waiting and (reply := self._reader.gets()) is not False:
+        while self._waiting:
+            try:
+                reply = self._reader.gets()
+            except hiredis.ProtocolError as exc:  # garbage on the wire: nothing after it can be trusted
+                self._fail(InvalidResponse(f"invalid reply from Redis: {exc}"))
+                return
+            if reply is False:
+                return
             future = self._waiting.popleft()
-            if not future.done():
+            if future.done():
+                continue
+            if isinstance(reply, _ErrorReply):
+                future.set_exception(BaseParser.parse_error(reply.message))
+            else:
                 future.set_result(reply)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+    def _fail(self, error: RedisError) -> None:
         while self._waiting:
             future = self._waiting.popleft()
             if not future.done():
-                future.set_exception(ConnectionError("the connection to Redis was lost"))
+                future.set_exception(error)
+        self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._fail(ConnectionError("the connection to Redis was lost"))
 
     def send(self, command: bytes) -> "asyncio.Future[Any]":
         future = self._loop.create_future()
@@ -64,8 +85,16 @@ class _Connection(asyncio.Protocol):
         self._outgoing.clear()
 
     def close(self) -> None:
+        self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+
+class _ErrorReply:
+    """What hiredis builds for an error reply; turned into the matching redis-py exception."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
 
 
 class RespPool:
@@ -82,52 +111,77 @@ class RespPool:
         self._connecting = asyncio.Lock()
 
     @classmethod
-    def like(cls, redis: Redis) -> "RespPool":
-        """A pool to the same server, database and credentials as a redis-py client."""
-        kwargs = redis.connection_pool.connection_kwargs
-        return cls(kwargs.get("host", "127.0.0.1"), kwargs.get("port", 6379), db=kwargs.get("db", 0),
-                   password=kwargs.get("password"), timeout_s=kwargs.get("socket_timeout") or 5.0)  # fmt: skip
+    def from_url(cls, url: str, timeout_s: float) -> "RespPool":
+        """redis://[:password@]host[:port][/db]"""
+        parts = urlsplit(url)
+        if parts.scheme != "redis":
+            raise ValueError(f"the rate limiter supports redis:// URLs only, not {parts.scheme}://")
+        db = int(parts.path.strip("/") or 0)
+        password = unquote(parts.password) if parts.password else None
+        return cls(parts.hostname or "127.0.0.1", parts.port or 6379, db=db, password=password,
+                   timeout_s=timeout_s)  # fmt: skip
 
     async def call(self, *parts: str | bytes | int | float) -> Any:
-        conn = await self._connected()
-        try:
-            return await self._within_timeout(conn, conn.send(encode(*parts)))
-        except asyncio.CancelledError:
-            conn.close()  # its replies would no longer line up with their callers
-            raise
+        """One command's reply; redis-py's TimeoutError when connecting and answering took over timeout_s."""
+        return await self.send(*parts)
 
-    async def _within_timeout(self, conn: _Connection, reply: "asyncio.Future[Any]") -> Any:
-        timer = asyncio.get_running_loop().call_later(self._timeout_s, _expire, conn, reply)
-        try:
-            return await reply
-        finally:
-            timer.cancel()
+    def send(self, *parts: str | bytes | int | float) -> "asyncio.Future[Any]":
+        """Queues the command at once, behind every command sent before it (when connected), and returns
+        its future reply, bounded by timeout_s. A caller that stops waiting leaves the connection usable:
+        its reply is read and dropped in turn."""
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
+        conn = self._connection
+        if conn is not None and not conn.closed:
+            return _bounded(deadline, conn, conn.send(encode(*parts)))
+        return asyncio.ensure_future(self._send_when_connected(deadline, parts))
 
-    async def _connected(self) -> _Connection:
+    async def _send_when_connected(
+        self, deadline: float, parts: tuple[str | bytes | int | float, ...]
+    ) -> Any:
+        conn = await self._connected(deadline)
+        return await _bounded(deadline, conn, conn.send(encode(*parts)))
+
+    async def _connected(self, deadline: float) -> _Connection:
         if self._connection is not None and not self._connection.closed:
             return self._connection
-        async with self._connecting:
-            if self._connection is None or self._connection.closed:
-                self._connection = await self._connect()
-            return self._connection
+        try:
+            async with asyncio.timeout_at(deadline):
+                async with self._connecting:
+                    if self._connection is None or self._connection.closed:
+                        self._connection = await self._connect(deadline)
+                    return self._connection
+        except TimeoutError as exc:
+            raise RedisTimeoutError(f"cannot connect to Redis at {self._where} in time") from exc
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self, deadline: float) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(loop), *self._address), self._timeout_s
-            )
-        except (OSError, TimeoutError) as exc:
-            raise ConnectionError(
-                f"cannot connect to Redis at {self._address[0]}:{self._address[1]}"
-            ) from exc
-        for command in self._setup:
-            await self._within_timeout(conn, conn.send(command))
+            _, conn = await loop.create_connection(lambda: _Connection(loop), *self._address)
+        except OSError as exc:
+            raise ConnectionError(f"cannot connect to Redis at {self._where}") from exc
+        replies = [_bounded(deadline, conn, conn.send(command)) for command in self._setup]
+        await asyncio.gather(*replies)
         return conn
+
+    def preload(self, source: str) -> None:
+        """Load a script on every new connection, so calls queued in order run in order (no NOSCRIPT)."""
+        self._setup.append(encode("SCRIPT", "LOAD", source))
+
+    @property
+    def _where(self) -> str:
+        return f"{self._address[0]}:{self._address[1]}"
 
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
+
+
+def _bounded(deadline: float, conn: _Connection, reply: "asyncio.Future[Any]") -> "asyncio.Future[Any]":
+    """`reply`, failed with TimeoutError at `deadline`. A reply already received when the timer fires
+    wins: the event loop hands a turn's socket data to data_received before it runs that turn's timers."""
+    timer = asyncio.get_running_loop().call_at(deadline, _expire, conn, reply)
+    reply.add_done_callback(lambda _: timer.cancel())
+    return reply
 
 
 def _expire(conn: _Connection, reply: "asyncio.Future[Any]") -> None:
@@ -138,17 +192,26 @@ def _expire(conn: _Connection, reply: "asyncio.Future[Any]") -> None:
 
 
 class LuaScript:
-    """EVALSHA, falling back to EVAL once when the server does not know the script yet."""
+    """EVALSHA; the pool loads the script on each new connection, and when the server still does not
+    know it (SCRIPT FLUSH) the call is repeated as EVAL, which caches it again: one more round trip,
+    never a failed request."""
 
     def __init__(self, pool: RespPool, source: str) -> None:
         self._pool = pool
         self._source = source
         self._sha = hashlib.sha1(source.encode()).hexdigest()
+        pool.preload(source)
 
     async def __call__(self, keys: list[str], args: list[Any]) -> Any:
+        return await self._reply(self._pool.send("EVALSHA", self._sha, len(keys), *keys, *args), keys, args)
+
+    def send(self, keys: list[str], args: list[Any]) -> "asyncio.Future[Any]":
+        """Queues the call at once (see RespPool.send); the future resolves to its reply."""
+        first = self._pool.send("EVALSHA", self._sha, len(keys), *keys, *args)
+        return asyncio.ensure_future(self._reply(first, keys, args))
+
+    async def _reply(self, first: "asyncio.Future[Any]", keys: list[str], args: list[Any]) -> Any:
         try:
-            return await self._pool.call("EVALSHA", self._sha, len(keys), *keys, *args)
-        except ResponseError as error:
-            if not str(error).startswith("NOSCRIPT"):
-                raise
-            return await self._pool.call("EVAL", self._source, len(keys), *keys, *args)
+            return await first
+        except NoScriptError:
+            return await self._pool.send("EVAL", self._source, len(keys), *keys, *args)

@@ -49,6 +49,16 @@ def duration(seconds: float) -> str:
     return f"{minutes}m{rest}s"
 
 
+def usd(amount: float) -> str:
+    """Dollars at their real precision: 10.00, 0.025, 0.0002, 0.000213 (three significant digits below a cent)."""
+    if amount <= 0:
+        return "0.00"
+    decimals = min(12, max(2, 2 - math.floor(math.log10(amount))))
+    text = f"{amount:.{decimals}f}".rstrip("0")
+    whole, _, fraction = text.partition(".")
+    return f"{whole}.{fraction.ljust(2, '0')}"
+
+
 def _type_and_code(failed: BucketState) -> dict[str, str]:
     if failed.bucket.kind == "budget":
         return {"type": "insufficient_quota", "code": "insufficient_quota"}
@@ -59,8 +69,8 @@ def _message(failed: BucketState) -> str:
     bucket = failed.bucket
     if bucket.kind == "budget":
         return (
-            f"You exceeded your current quota on {bucket.label}: spent ${failed.used:.4f} of "
-            f"${bucket.limit:.2f}. Please check your plan and billing details."
+            f"You exceeded your current quota on {bucket.label}: spent ${usd(failed.used)} of "
+            f"${usd(bucket.limit)} (requests in flight included). Please check your plan and billing details."
         )
     if bucket.kind == "concurrency":
         return f"Too many concurrent requests on {bucket.label}: limit {int(bucket.limit)}. Please retry shortly."

@@ -1,18 +1,20 @@
 """Rate limits and budgets on the proxy path: admit (one limiter call), then settle at reply end.
 
-Admission reserves the estimated prompt plus the completion allowance on TPM buckets; settlement
-re-weights them to the real usage, releases concurrency, adds the cost to the spend counters and
-queues the usage record. Streams settle when they end, including cancelled ones (what was
-produced, as ctx.usage says) and never-started ones (see settling.py). Rate-limit headers travel
-on every reply and error. The settlement's Redis call runs in the background (off the reply's
-latency) unless the request holds a concurrency slot, which must be free before the reply ends.
+Admission reserves the estimated prompt plus the completion allowance on TPM buckets, and the estimated
+cost (those tokens at the alias's dearest deployment prices) on budgets; settlement re-weights the TPM
+entries to the usage the upstream reported, swaps the budget reservation for the real cost, releases
+concurrency and queues the usage record. Streams settle when they end, including cancelled ones (what
+was produced, as ctx.usage says) and never-started ones (see settling.py); while a request runs, its
+slot and reservation leases are renewed (leases.py). Rate-limit headers travel on every reply and error.
+The admission is the request path's only Redis round trip: settlement is queued on the limiter's
+pipelined connection (ahead of any later admission) and its reply is not awaited.
 """
 
 import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -23,6 +25,7 @@ from gateway.errors import OpenAIError
 from policies.metrics import RATE_LIMITED
 from policies.ratelimit import estimate, plan
 from policies.ratelimit.buckets import Bucket, Limiter, Spend
+from policies.ratelimit.leases import LeaseKeeper
 from policies.ratelimit.responses import rate_headers, rejection
 from policies.ratelimit.settling import CLIENT_CLOSED, SettlingStream
 from policies.tables import utcnow
@@ -39,17 +42,31 @@ class Admission:
     prompt_estimate: int
 
 
+CostEstimate = Callable[[str, int, int], float]  # (model, prompt tokens, completion tokens) -> USD
+
+
 class RateLimitStage:
-    def __init__(self, limiter: Limiter, usage: UsageWriter, default_max_tokens: int) -> None:
+    def __init__(
+        self,
+        limiter: Limiter,
+        usage: UsageWriter,
+        default_max_tokens: int,
+        lease_s: float = 30.0,
+        estimate_cost: CostEstimate = lambda model, prompt, completion: 0.0,
+    ) -> None:
         self._limiter = limiter
         self._usage = usage
         self._default_max_tokens = default_max_tokens
-        self._background: set[asyncio.Task] = set()
+        self._leases = LeaseKeeper(limiter, lease_s)
+        self._estimate_cost = estimate_cost
 
     async def drain(self) -> None:
-        """Wait for background settlements (on shutdown, and in tests)."""
-        while self._background:
-            await asyncio.gather(*list(self._background))
+        """Wait for settlements still on their way to the limiter (tests)."""
+        await self._limiter.drain()
+
+    async def aclose(self) -> None:
+        await self._leases.aclose()
+        await self._limiter.aclose()
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
         admission = await self._admit(ctx)
@@ -74,14 +91,18 @@ class RateLimitStage:
         if ctx.policy is None or ctx.principal is None:
             return admission
         default = ctx.policy.default_max_tokens or self._default_max_tokens
-        tokens = prompt + estimate.completion_tokens(ctx.endpoint, ctx.body, default)
-        buckets = plan.admission_buckets(ctx.principal, ctx.policy, ctx.model, tokens, datetime.now(UTC))
+        completion = estimate.completion_tokens(ctx.endpoint, ctx.body, default)
+        cost = self._estimate_cost(ctx.model, prompt, completion)
+        now = datetime.now(UTC)
+        buckets = plan.admission_buckets(ctx.principal, ctx.policy, ctx.model, prompt + completion, now, cost)
         if not buckets:
             return admission
-        decision = await self._limiter.admit(admission.member, buckets)
+        mode = ctx.policy.redis_failure_mode
+        decision = await self._limiter.admit(admission.member, buckets, mode)
         if decision.failed is not None:
             RATE_LIMITED.labels(kind=decision.failed.bucket.kind).inc()
             raise rejection(decision)
+        self._leases.hold(admission.member, buckets)
         return Admission(admission.member, buckets, rate_headers(decision), prompt)
 
     async def _settle(self, ctx: RequestContext, admission: Admission, status: int) -> None:
@@ -89,27 +110,19 @@ class RateLimitStage:
         if principal is None:
             return
         spends = plan.spends(principal, ctx.cost_usd, datetime.now(UTC)) if ctx.cost_usd > 0 else []
+        self._leases.release(admission.member)
         if admission.buckets or (spends and principal.tenant_id != "master"):
             tokens = settled_tokens(ctx, admission.prompt_estimate, status)
-            settling = self._settle_limits(ctx, admission, tokens, spends)
-            if any(bucket.kind == "concurrency" for bucket in admission.buckets):
-                await settling
-            else:
-                self._in_background(settling)
+            await self._settle_limits(ctx, admission, tokens, spends)
         self._usage.submit(usage_record(ctx, status))
 
     async def _settle_limits(
         self, ctx: RequestContext, admission: Admission, tokens: int, spends: list[Spend]
     ) -> None:
-        try:
+        try:  # queues the limiter's call; its reply is not awaited (see RedisLimiter.settle)
             await self._limiter.settle(admission.member, admission.buckets, tokens, spends)
-        except Exception:  # the answer is already out; limits heal as their windows roll
+        except Exception:  # the answer is already out; limits heal as their windows roll and leases expire
             log.exception("settling request %s failed", ctx.request_id)
-
-    def _in_background(self, settling: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(settling)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
 
 def settled_tokens(ctx: RequestContext, prompt_estimate: int, status: int) -> int:

@@ -1,0 +1,38 @@
+"""Builds the rate limiter from the policies settings: in-process alone, or Redis behind a failover."""
+
+from collections.abc import Callable
+
+from gateway.accounting import cost_usd
+from gateway.settings import ModelConfig
+from policies.config import PoliciesSettings
+from policies.ratelimit.buckets import Limiter
+from policies.ratelimit.failover import FailoverLimiter
+from policies.ratelimit.local_limiter import LocalLimiter
+from policies.ratelimit.redis_limiter import RedisLimiter
+from policies.ratelimit.replicas import ReplicaCount
+from policies.ratelimit.resp import RespPool
+from policies.ratelimit.stage import CostEstimate
+
+
+def build_limiter(config: PoliciesSettings, redis_url: str | None) -> Limiter:
+    """Call from a running event loop (the replica heartbeat starts here)."""
+    local = LocalLimiter(config.window_s, config.concurrency_lease_s)
+    if redis_url is None:
+        return local
+    pool = RespPool.from_url(redis_url, config.redis_timeout_s)
+    prefix = config.redis_prefix + "rl:"
+    shared = RedisLimiter(pool, prefix, config.window_s, config.concurrency_lease_s)
+    replicas = ReplicaCount(pool, prefix + "replicas", config.replicas, config.replica_heartbeat_s)
+    replicas.start()
+    return FailoverLimiter(shared, local, config.redis_failure_mode, config.redis_retry_s, replicas)
+
+
+def cost_estimator(models: Callable[[], list[ModelConfig]]) -> CostEstimate:
+    """The reservation on budgets: the tokens at the dearest prices among the alias's deployments."""
+
+    def estimate(model: str, prompt_tokens: int, completion_tokens: int) -> float:
+        config = next((m for m in models() if m.name == model), None)
+        deployments = config.deployments if config else []
+        return max((cost_usd(d, prompt_tokens, completion_tokens) for d in deployments), default=0.0)
+
+    return estimate

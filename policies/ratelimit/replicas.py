@@ -1,0 +1,55 @@
+"""How many gateway replicas share the fleet's limits: each replica's share while Redis is away.
+
+Fixed by a setting, or counted from a heartbeat set in Redis (each replica beats every `interval_s`;
+one silent for three intervals is gone). While Redis is unreachable the last count stands.
+"""
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from pathlib import Path
+
+from redis.exceptions import RedisError
+
+from policies.ratelimit.resp import LuaScript, RespPool
+
+log = logging.getLogger(__name__)
+_SCRIPT = (Path(__file__).parent / "heartbeat.lua").read_text()
+
+
+class ReplicaCount:
+    def __init__(self, pool: RespPool | None, key: str, fixed: int | None, interval_s: float) -> None:
+        self.live = fixed or 1
+        self._beat = LuaScript(pool, _SCRIPT) if pool is not None and fixed is None else None
+        self._key = key
+        self._id = uuid.uuid4().hex
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+
+    def __call__(self) -> int:
+        return self.live
+
+    def start(self) -> None:
+        if self._beat is not None and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def beat(self) -> None:
+        assert self._beat is not None
+        gone_ms = round(self._interval_s * 3000)
+        self.live = max(1, int(await self._beat(keys=[self._key], args=[self._id, gone_ms])))
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.beat()
+            except (RedisError, OSError) as exc:  # Redis away: the last count stands
+                log.debug("replica heartbeat failed: %s", exc)
+            await asyncio.sleep(self._interval_s)
