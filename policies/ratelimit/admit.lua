@@ -1,3 +1,4 @@
+#!lua
 -- Admission of one request against all its buckets: all pass and are charged, or nothing changes.
 -- KEYS, per bucket: R (request log): zset | L (weighted log): zset, weights hash (field _sum = total)
 --                   C (concurrency): lease zset

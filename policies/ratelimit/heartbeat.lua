@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- One replica's heartbeat: note it as alive now, forget replicas silent for ARGV[2] ms, count the rest.
 -- KEYS[1]: zset replica id -> last beat (ms, server time); ARGV: replica id, ms after which a replica is gone
 local t = redis.call('TIME')

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Renewal of the leases of requests still in flight (concurrency slots, budget reservations).
 -- KEYS: lease zsets; ARGV: lease_ms, then the member holding each key's lease (ARGV[i + 1] for KEYS[i]).
 -- XX: a lease already released (or expired with its holder) is not brought back.

@@ -6,7 +6,8 @@ rows; bench/README.md "Policies and rate limits"). Commands issued in the same e
 one write and replies come back in order, so under load many admissions and settlements share each round
 trip, and a settlement sent before an admission is applied before it.
 
-Every call is bounded by `timeout_s` (connecting included). Error replies are raised, never returned,
+Every call is bounded by `timeout_s` (connecting included) of silence from Redis, and by 10 × timeout_s
+while Redis keeps answering the calls queued ahead of it (see _bounded). Error replies are raised, never returned,
 as redis-py's exception types (NoScriptError, OutOfMemoryError, ReadOnlyError, ...; BUSY, WRONGTYPE and
 the rest as ResponseError), so callers (the failover limiter) classify them like any redis-py error.
 """
@@ -28,6 +29,9 @@ def encode(*parts: str | bytes | int | float) -> bytes:
     return b"".join([b"*%d\r\n" % len(items), *(b"$%d\r\n%s\r\n" % (len(i), i) for i in items)])
 
 
+PROGRESS_CAP = 10  # a call's hard bound, in timeouts, while Redis keeps answering the calls ahead of it
+
+
 class _Connection(asyncio.Protocol):
     """Many commands in flight; replies resolve their futures in order."""
 
@@ -38,11 +42,13 @@ class _Connection(asyncio.Protocol):
         self._outgoing: list[bytes] = []
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.last_data_at = 0.0  # loop time of the last bytes from Redis: is it making progress?
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        self.last_data_at = self._loop.time()
         self._reader.feed(data)
         while self._waiting:
             try:
@@ -132,14 +138,14 @@ class RespPool:
         deadline = asyncio.get_running_loop().time() + self._timeout_s
         conn = self._connection
         if conn is not None and not conn.closed:
-            return _bounded(deadline, conn, conn.send(encode(*parts)))
+            return _bounded(deadline, self._timeout_s, conn, conn.send(encode(*parts)))
         return asyncio.ensure_future(self._send_when_connected(deadline, parts))
 
     async def _send_when_connected(
         self, deadline: float, parts: tuple[str | bytes | int | float, ...]
     ) -> Any:
         conn = await self._connected(deadline)
-        return await _bounded(deadline, conn, conn.send(encode(*parts)))
+        return await _bounded(deadline, self._timeout_s, conn, conn.send(encode(*parts)))
 
     async def _connected(self, deadline: float) -> _Connection:
         if self._connection is not None and not self._connection.closed:
@@ -159,8 +165,12 @@ class RespPool:
             _, conn = await loop.create_connection(lambda: _Connection(loop), *self._address)
         except OSError as exc:
             raise ConnectionError(f"cannot connect to Redis at {self._where}") from exc
-        replies = [_bounded(deadline, conn, conn.send(command)) for command in self._setup]
-        await asyncio.gather(*replies)
+        replies = [_bounded(deadline, self._timeout_s, conn, conn.send(c)) for c in self._setup]
+        try:
+            await asyncio.gather(*replies)
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def preload(self, source: str) -> None:
@@ -176,19 +186,35 @@ class RespPool:
             self._connection.close()
 
 
-def _bounded(deadline: float, conn: _Connection, reply: "asyncio.Future[Any]") -> "asyncio.Future[Any]":
-    """`reply`, failed with TimeoutError at `deadline`. A reply already received when the timer fires
-    wins: the event loop hands a turn's socket data to data_received before it runs that turn's timers."""
-    timer = asyncio.get_running_loop().call_at(deadline, _expire, conn, reply)
+def _bounded(
+    deadline: float, timeout_s: float, conn: _Connection, reply: "asyncio.Future[Any]"
+) -> "asyncio.Future[Any]":
+    """`reply`, failed with TimeoutError once Redis has sent nothing on `conn` for `timeout_s` past
+    `deadline` (a paused or stuck Redis), and in any case after PROGRESS_CAP × timeout_s (a Redis that
+    is answering, but a burst queued ahead of this call). A reply already received when a timer fires
+    wins: the event loop hands a turn's socket data to data_received before it runs that turn's timers.
+    """
+    loop = asyncio.get_running_loop()
+    last_chance = deadline + (PROGRESS_CAP - 1) * timeout_s
+    timer = loop.call_at(deadline, _expire, conn, reply, timeout_s, last_chance)
     reply.add_done_callback(lambda _: timer.cancel())
     return reply
 
 
-def _expire(conn: _Connection, reply: "asyncio.Future[Any]") -> None:
-    """A reply that never came: drop the connection (later replies would be misattributed)."""
-    if not reply.done():
-        reply.set_exception(RedisTimeoutError("Redis did not answer in time"))
-        conn.close()
+def _expire(conn: _Connection, reply: "asyncio.Future[Any]", timeout_s: float, last_chance: float) -> None:
+    """A reply that did not come: drop the connection (later replies would be misattributed)."""
+    if reply.done():
+        return
+    loop = asyncio.get_running_loop()
+    progressing_until = conn.last_data_at + timeout_s
+    if loop.time() < min(progressing_until, last_chance):
+        timer = loop.call_at(
+            min(progressing_until, last_chance), _expire, conn, reply, timeout_s, last_chance
+        )
+        reply.add_done_callback(lambda _: timer.cancel())
+        return
+    reply.set_exception(RedisTimeoutError("Redis did not answer in time"))
+    conn.close()
 
 
 class LuaScript:

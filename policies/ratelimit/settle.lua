@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Settlement of one request: re-weight its token entries to the real usage, release its concurrency lease
 -- and budget reservations, add its spend.
 -- KEYS, per bucket: L: log zset, weights hash | C: lease zset | Q: reservation zset, weights hash
