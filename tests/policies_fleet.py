@@ -76,6 +76,9 @@ class Fleet:
         env = {**os.environ, "LLMGW_DATABASE_URL": database_url, "LLMGW_REDIS_URL": REDIS_URL}
         env |= {"LLMGW_ADMIN_TOKEN": ADMIN_TOKEN, "LLMGW_MASTER_KEY": "sk-fleet-master"}
         env |= {"LLMGW_POLICIES__REDIS_PREFIX": self.prefix, "LLMGW_POLICIES__AUTO_MIGRATE": "false"}
+        # exactness, not fault tolerance, is measured here: the shared Redis on a loaded 2-core box can be
+        # silent for longer than the 50 ms default, which would (rightly) fail over to per-replica shares
+        env["LLMGW_POLICIES__REDIS_TIMEOUT_S"] = "2"
         if self.schema:
             env["LLMGW_POLICIES__DB_SCHEMA"] = self.schema
         if self.upstream_url:  # the full gateway, without the semantic cache's model load
