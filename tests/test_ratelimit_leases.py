@@ -97,7 +97,7 @@ async def test_budget_reservations_bound_a_burst_across_two_limiters(redis_limit
         *((first if i % 2 else second).admit(m, [budget(cost)]) for i, m in enumerate(members))
     )
     admitted = [m for m, d in zip(members, decisions, strict=True) if d.admitted]
-    assert 10 <= len(admitted) <= 11  # over-spend ≤ one request's cost (float sums may let the 11th in)
+    assert len(admitted) >= 10 and len(admitted) * cost <= limit + cost * 1.001  # over ≤ one request
     spend = [Spend("t:usd:d:2026-01-01", "acme", cost, 3600)]
     for m in admitted:  # settlement swaps each reservation for the real cost
         await first.settle(m, [budget(cost)], 0, spend)
