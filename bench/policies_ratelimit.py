@@ -1,9 +1,16 @@
-"""Latency of the rate-limit check itself: one admission (one Lua round trip to Redis) and the
-settlement, for a typical policy (key RPM+TPM, tenant RPM+TPM+concurrency, daily budget), against
-the in-process limiter, a bare PING (the round-trip floor) and a no-op script called with the
-same keys and arguments (the cost of any script call: admit minus it is the Lua work). Runs alternate between the systems; prints a table, writes JSON.
+"""Cost of the rate-limit check: one admission (one Lua round trip to Redis) plus its settlement, for a
+typical policy (key RPM+TPM, tenant RPM+TPM+concurrency, daily budget with a reservation).
 
-    .venv/bin/python bench/policies_ratelimit.py [--requests 5000] [--rounds 3]
+Systems, alternated round by round, each at 1 and 16 concurrent callers:
+- resp-handwritten: the gateway's limiter (policies/ratelimit/resp.py, pipelined RESP, hiredis reader);
+- redis-py: the same scripts, keys and arguments through redis-py's asyncio client (hiredis parser);
+- noop-script: a `return 1` script with the admission's keys and arguments (the cost of any script call);
+- ping: a bare PING over the hand-written client (the round-trip floor);
+- in-process: the in-process limiter.
+CPU µs per request is this process's user+system time over the requests (the gateway-side cost);
+the hand-written client is kept only while it saves more than 100 µs per request over redis-py.
+
+    .venv/bin/python bench/policies_ratelimit.py [--requests 3000] [--rounds 3]
 """
 
 import argparse
@@ -12,113 +19,137 @@ import json
 import statistics
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from redis.asyncio import Redis
+
 from gateway.context import Principal
-from policies.config import PoliciesSettings
 from policies.policy import Budget, Limits, Policy
 from policies.ratelimit.local_limiter import LocalLimiter
 from policies.ratelimit.plan import admission_buckets, spends
-from policies.ratelimit.redis_limiter import RedisLimiter
-from policies.service import limits_client
+from policies.ratelimit.redis_limiter import _SCRIPTS, RedisLimiter
+from policies.ratelimit.resp import LuaScript, RespPool
 
 POLICY = Policy(
     key_limits=Limits(rpm=10**9, tpm=10**12),
     tenant_limits=Limits(rpm=10**9, tpm=10**12, max_concurrent=10**6),
     tenant_budget=Budget(usd_per_day=10**9),
 )
+PRINCIPAL = Principal("bench", "key_bench", "sk-gw-bench")
+Request = Callable[[], Awaitable[object]]
 
 
-async def measure(limiter, requests: int) -> dict[str, float]:
-    principal = Principal("bench", "key_bench", "sk-gw-bench")
+def gateway_request(limiter: RedisLimiter | LocalLimiter) -> Request:
     now = datetime.now(UTC)
-    buckets = admission_buckets(principal, POLICY, "m", 500, now)
-    admit, settle = [], []
-    for _ in range(requests):
+    buckets = admission_buckets(PRINCIPAL, POLICY, "m", 500, now, 0.001)
+
+    async def one() -> None:
         member = uuid.uuid4().hex
-        started = time.perf_counter()
         await limiter.admit(member, buckets)
-        admitted = time.perf_counter()
-        await limiter.settle(member, buckets, 400, spends(principal, 0.001, now))
-        admit.append(admitted - started)
-        settle.append(time.perf_counter() - admitted)
-    return {
-        "admit_p50_ms": _pct(admit, 50),
-        "admit_p99_ms": _pct(admit, 99),
-        "settle_p50_ms": _pct(settle, 50),
-    }
+        await limiter.settle(member, buckets, 400, spends(PRINCIPAL, 0.001, now))
+
+    return one
 
 
-def _pct(values: list[float], pct: int) -> float:
-    return statistics.quantiles(values, n=100)[pct - 1] * 1000 if pct < 100 else max(values) * 1000
+def redis_py_request(client: Redis, shape: RedisLimiter) -> Request:
+    """The same two script calls as the gateway's limiter, through redis-py (settlement awaited alike)."""
+    admit = client.register_script((_SCRIPTS / "admit.lua").read_text())
+    settle = client.register_script((_SCRIPTS / "settle.lua").read_text())
+    now = datetime.now(UTC)
+    buckets = admission_buckets(PRINCIPAL, POLICY, "m", 500, now, 0.001)
+
+    async def one() -> None:
+        member = uuid.uuid4().hex
+        keys, args = shape.admission_call(member, buckets)
+        await admit(keys=keys, args=args)
+        keys, args = shape.settlement_call(member, buckets, 400, spends(PRINCIPAL, 0.001, now))
+        await settle(keys=keys, args=args)
+
+    return one
 
 
-async def ping_floor(client, requests: int) -> dict[str, float]:
-    """The client↔Redis round trip with no work: the floor under any Redis-backed check."""
-    times = []
-    for _ in range(requests):
-        started = time.perf_counter()
-        await client.ping()
-        times.append(time.perf_counter() - started)
-    return {"admit_p50_ms": _pct(times, 50), "admit_p99_ms": _pct(times, 99), "settle_p50_ms": 0.0}
+def noop_request(pool: RespPool, shape: RedisLimiter) -> Request:
+    noop = LuaScript(pool, "return 1")
+    buckets = admission_buckets(PRINCIPAL, POLICY, "m", 500, datetime.now(UTC), 0.001)
+
+    async def one() -> None:
+        keys, args = shape.admission_call(uuid.uuid4().hex, buckets)
+        await noop(keys=keys, args=args)
+
+    return one
 
 
-class NoopScript:
-    """EVALSHA of `return 1` with the admission's keys and arguments: the cost of any script call."""
+async def measure(
+    request: Request, requests: int, concurrency: int, drain: Callable[[], Awaitable[None]]
+) -> dict:
+    latencies: list[float] = []
 
-    def __init__(self, limiter: RedisLimiter, client) -> None:
-        self._limiter = limiter
-        self._noop = client.register_script("return 1")
+    async def worker(count: int) -> None:
+        for _ in range(count):
+            started = time.perf_counter()
+            await request()
+            latencies.append(time.perf_counter() - started)
 
-    async def admit(self, member, buckets):
-        keys, args = self._limiter.admission_call(member, buckets)
-        await self._noop(keys=keys, args=args)
-
-    async def settle(self, member, buckets, tokens, spends):
-        return None
+    cpu = time.process_time()
+    await asyncio.gather(*(worker(requests // concurrency) for _ in range(concurrency)))
+    await drain()
+    cpu_us = (time.process_time() - cpu) * 1e6 / len(latencies)
+    ms = statistics.quantiles(latencies, n=100)
+    return {"cpu_us_per_request": cpu_us, "p50_ms": ms[49] * 1000, "p99_ms": ms[98] * 1000}
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args()
     prefix = f"llmgw-bench:{uuid.uuid4().hex[:8]}:"
-    client = limits_client(args.redis_url, PoliciesSettings())
-    redis_limiter = RedisLimiter(client, prefix, 60, 900)
-    systems = {
-        "redis-lua": redis_limiter,
-        "noop-script": NoopScript(RedisLimiter(client, prefix, 60, 900), client),
-        "in-process": LocalLimiter(60, 900),
+    pool = RespPool.from_url(args.redis_url, 5.0)
+    limiter = RedisLimiter(pool, prefix, 60, 30)
+    client = Redis.from_url(args.redis_url)
+    systems: dict[str, tuple[Request, Callable[[], Awaitable[None]]]] = {
+        "resp-handwritten": (gateway_request(limiter), limiter.drain),
+        "redis-py": (redis_py_request(client, limiter), _nothing),
+        "noop-script": (noop_request(pool, limiter), _nothing),
+        "ping": (lambda: pool.call("PING"), _nothing),
+        "in-process": (gateway_request(LocalLimiter(60, 30)), _nothing),
     }
-    results: dict[str, list[dict[str, float]]] = {name: [] for name in [*systems, "redis-ping"]}
+    rows = [(name, c) for name in systems for c in (1, 16)]
+    results: dict[str, list[dict]] = {f"{n}@{c}": [] for n, c in rows}
     for _ in range(args.rounds):
-        for name, limiter in systems.items():  # alternate the systems round by round
-            results[name].append(await measure(limiter, args.requests))
-        results["redis-ping"].append(await ping_floor(client, args.requests))
+        for name, concurrency in rows:  # alternate the systems round by round
+            request, drain = systems[name]
+            results[f"{name}@{concurrency}"].append(await measure(request, args.requests, concurrency, drain))
     async for key in client.scan_iter(match=prefix + "*"):
         await client.delete(key)
     await client.aclose()
+    await limiter.aclose()
     summary = {
-        name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in results.items()
+        row: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for row, runs in results.items()
     }
-    print(
-        f"{'limiter':<12} {'admit p50 ms':>13} {'admit p99 ms':>13} {'settle p50 ms':>14}   (6 buckets, median of {args.rounds} rounds × {args.requests})"
-    )
-    for name, row in summary.items():
+    print(f"{'system@concurrency':<22} {'CPU µs/req':>11} {'p50 ms':>8} {'p99 ms':>8}"
+          f"   (admit+settle, 6 buckets, median of {args.rounds} rounds × {args.requests})")  # fmt: skip
+    for row, values in summary.items():
         print(
-            f"{name:<12} {row['admit_p50_ms']:>13.3f} {row['admit_p99_ms']:>13.3f} {row['settle_p50_ms']:>14.3f}"
+            f"{row:<22} {values['cpu_us_per_request']:>11.0f} {values['p50_ms']:>8.3f} {values['p99_ms']:>8.3f}"
         )
+    saved = {c: summary[f"redis-py@{c}"]["cpu_us_per_request"] - summary[f"resp-handwritten@{c}"]["cpu_us_per_request"]
+             for c in (1, 16)}  # fmt: skip
+    print("hand-written client saves " + ", ".join(f"{v:.0f} µs/request at {c}" for c, v in saved.items()))
     out = Path(__file__).parent / "results" / "policies_ratelimit.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(
         json.dumps(
-            {"args": vars(args), "summary": summary, "rounds": results},
-            indent=2,
+            {"args": vars(args), "summary": summary, "saved_cpu_us": saved, "rounds": results}, indent=2
         )
     )
+
+
+async def _nothing() -> None:
+    return None
 
 
 if __name__ == "__main__":

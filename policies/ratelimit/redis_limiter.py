@@ -44,6 +44,14 @@ class RedisLimiter:
         return keys, [member, self._window_ms, self._lease_ms, spec]
 
     async def settle(self, member: str, buckets: list[Bucket], tokens: int, spends: list[Spend]) -> None:
+        keys, args = self.settlement_call(member, buckets, tokens, spends)
+        if keys:
+            self._background("settle", self._settle.send(keys=keys, args=args))
+
+    def settlement_call(
+        self, member: str, buckets: list[Bucket], tokens: int, spends: list[Spend]
+    ) -> tuple[list[str], list[str | int]]:
+        """KEYS and ARGV of settle.lua (no KEYS: nothing to settle)."""
         keys: list[str] = []
         specs: list[str] = []
         for bucket in buckets:
@@ -56,8 +64,7 @@ class RedisLimiter:
         for spend in spends:
             keys.append(self._key(spend.scope, spend.name))
             specs.append(f"S {spend.amount_usd!r} {spend.ttl_s * 1000}")
-        if keys:
-            self._background("settle", self._settle.send(keys=keys, args=[member, " ".join(specs)]))
+        return keys, [member, " ".join(specs)]
 
     async def renew(self, held: list[Held]) -> None:
         """Extends the leases of requests in flight; one script call per tenant (one Cluster slot each)."""
