@@ -21,6 +21,7 @@ _SCRIPT = (Path(__file__).parent / "heartbeat.lua").read_text()
 class ReplicaCount:
     def __init__(self, pool: RespPool | None, key: str, fixed: int | None, interval_s: float) -> None:
         self.live = fixed or 1
+        self._pool = pool
         self._beat = LuaScript(pool, _SCRIPT) if pool is not None and fixed is None else None
         self._key = key
         self._id = uuid.uuid4().hex
@@ -40,11 +41,16 @@ class ReplicaCount:
         self.live = max(1, int(await self._beat(keys=[self._key], args=[self._id, gone_ms])))
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """Stop beating and leave the set, so the other replicas' shares grow at once."""
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+        if self._pool is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self._pool.call("ZREM", self._key, self._id)
 
     async def _run(self) -> None:
         while True:
