@@ -17,18 +17,7 @@ import logging
 import math
 from typing import Literal
 
-from redis.exceptions import (
-    AuthenticationError,
-    BusyLoadingError,
-    ClusterDownError,
-    MasterDownError,
-    NoPermissionError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    RedisError,
-    ResponseError,
-    TryAgainError,
-)
+from redis import exceptions as errors
 
 from gateway.errors import OpenAIError
 from policies.metrics import REDIS_BREAKER_OPEN, REDIS_FAILURES
@@ -38,17 +27,10 @@ from routing.breaker import CLOSED, OPEN, CircuitBreaker
 
 log = logging.getLogger(__name__)
 FailureMode = Literal["open", "closed"]
-_CANNOT_SERVE = (
-    AuthenticationError,
-    BusyLoadingError,
-    ClusterDownError,
-    MasterDownError,
-    NoPermissionError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    TryAgainError,
-)
-_FAILURES = (RedisError, OSError, TimeoutError)
+_CANNOT_SERVE = (errors.AuthenticationError, errors.BusyLoadingError, errors.ClusterDownError,
+                 errors.NoPermissionError, errors.OutOfMemoryError, errors.ReadOnlyError,
+                 errors.TryAgainError)  # fmt: skip
+_FAILURES = (errors.RedisError, OSError, TimeoutError)
 _CANNOT_SERVE_PREFIXES = ("BUSY", "MISCONF", "NOREPLICAS", "OOM", "READONLY", "LOADING", "MASTERDOWN")
 
 
@@ -56,9 +38,9 @@ def unavailable(error: BaseException) -> bool:
     """Does this error say Redis cannot serve anyone (as opposed to a problem with one request's keys)?"""
     if isinstance(error, (*_CANNOT_SERVE, OSError, TimeoutError)):
         return True
-    if isinstance(error, ResponseError):
+    if isinstance(error, errors.ResponseError):
         return str(error).startswith(_CANNOT_SERVE_PREFIXES)
-    return isinstance(error, RedisError)  # connection, timeout, protocol
+    return isinstance(error, errors.RedisError)  # connection, timeout, protocol
 
 
 class FailoverLimiter:

@@ -6,8 +6,9 @@ rows; bench/README.md "Policies and rate limits"). Commands issued in the same e
 one write and replies come back in order, so under load many admissions and settlements share each round
 trip, and a settlement sent before an admission is applied before it.
 
-Every call is bounded by `timeout_s` (connecting included) of silence from Redis, and by 10 × timeout_s
-while Redis keeps answering the calls queued ahead of it (see _bounded). Error replies are raised, never returned,
+Every call is bounded by `timeout_s` of silence from Redis, and by 10 × timeout_s while Redis keeps
+answering the calls queued ahead of it (see _bounded). A lost connection is reopened in the background
+(calls fail at once meanwhile, and the failover limiter answers them), so no call waits for a connect. Error replies are raised, never returned,
 as redis-py's exception types (NoScriptError, OutOfMemoryError, ReadOnlyError, ...; BUSY, WRONGTYPE and
 the rest as ResponseError), so callers (the failover limiter) classify them like any redis-py error.
 """
@@ -15,6 +16,7 @@ the rest as ResponseError), so callers (the failover limiter) classify them like
 import asyncio
 import hashlib
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -30,13 +32,18 @@ def encode(*parts: str | bytes | int | float) -> bytes:
 
 
 PROGRESS_CAP = 10  # a call's hard bound, in timeouts, while Redis keeps answering the calls ahead of it
+CONNECT_TIMEOUTS = (
+    20  # opening a connection and loading the scripts: 20 timeouts (at least 1 s), off the path
+)
+RECONNECT_EVERY_S = 0.2
 
 
 class _Connection(asyncio.Protocol):
     """Many commands in flight; replies resolve their futures in order."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[], None]) -> None:
         self._loop = loop
+        self._on_lost = on_lost
         self._reader = hiredis.Reader(replyError=_ErrorReply)
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._outgoing: list[bytes] = []
@@ -76,6 +83,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._fail(ConnectionError("the connection to Redis was lost"))
+        self._on_lost()
 
     def send(self, command: bytes) -> "asyncio.Future[Any]":
         future = self._loop.create_future()
@@ -113,8 +121,11 @@ class RespPool:
             [encode("SELECT", db)] if db else []
         )
         self._timeout_s = timeout_s
+        self._connect_timeout_s = max(1.0, CONNECT_TIMEOUTS * timeout_s)
         self._connection: _Connection | None = None
-        self._connecting = asyncio.Lock()
+        self._connecting: asyncio.Task[_Connection] | None = None
+        self._ever_connected = False
+        self._closed = False
 
     @classmethod
     def from_url(cls, url: str, timeout_s: float) -> "RespPool":
@@ -128,44 +139,64 @@ class RespPool:
                    timeout_s=timeout_s)  # fmt: skip
 
     async def call(self, *parts: str | bytes | int | float) -> Any:
-        """One command's reply; redis-py's TimeoutError when connecting and answering took over timeout_s."""
+        """One command's reply (see send)."""
         return await self.send(*parts)
 
     def send(self, *parts: str | bytes | int | float) -> "asyncio.Future[Any]":
-        """Queues the command at once, behind every command sent before it (when connected), and returns
-        its future reply, bounded by timeout_s. A caller that stops waiting leaves the connection usable:
-        its reply is read and dropped in turn."""
-        deadline = asyncio.get_running_loop().time() + self._timeout_s
+        """Queues the command at once, behind every command sent before it, and returns its future reply,
+        bounded by timeout_s. A caller that stops waiting leaves the connection usable (its reply is read
+        and dropped in turn). Without a connection: the first one is waited for (bounded by the connect
+        timeout); a lost one is reopened in the background while calls fail at once."""
+        loop = asyncio.get_running_loop()
         conn = self._connection
         if conn is not None and not conn.closed:
-            return _bounded(deadline, self._timeout_s, conn, conn.send(encode(*parts)))
-        return asyncio.ensure_future(self._send_when_connected(deadline, parts))
+            return _bounded(loop.time() + self._timeout_s, self._timeout_s, conn, conn.send(encode(*parts)))
+        connecting = self._reconnect()
+        if self._ever_connected:
+            failed = loop.create_future()
+            failed.set_exception(ConnectionError(f"not connected to Redis at {self._where} (reconnecting)"))
+            return failed
+        return asyncio.ensure_future(self._send_when_connected(connecting, parts))
 
     async def _send_when_connected(
-        self, deadline: float, parts: tuple[str | bytes | int | float, ...]
+        self, connecting: "asyncio.Task[_Connection]", parts: tuple[str | bytes | int | float, ...]
     ) -> Any:
-        conn = await self._connected(deadline)
+        conn = await asyncio.shield(connecting)
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
         return await _bounded(deadline, self._timeout_s, conn, conn.send(encode(*parts)))
 
-    async def _connected(self, deadline: float) -> _Connection:
-        if self._connection is not None and not self._connection.closed:
-            return self._connection
+    def _lost(self) -> None:
+        if self._ever_connected and not self._closed:
+            self._reconnect()
+
+    def _reconnect(self) -> "asyncio.Task[_Connection]":
+        if self._connecting is None or self._connecting.done():
+            self._connecting = asyncio.get_running_loop().create_task(self._connect_until_up())
+            self._connecting.add_done_callback(_retrieve)  # a failure reaches the callers waiting, if any
+        return self._connecting
+
+    async def _connect_until_up(self) -> _Connection:
+        """One attempt before the first connection; after it, attempts every RECONNECT_EVERY_S until one
+        succeeds (or the pool closes), so Redis is usable again moments after it returns."""
+        while True:
+            try:
+                self._connection = await self._connect()
+                self._ever_connected = True
+                return self._connection
+            except (RedisError, OSError):
+                if not self._ever_connected or self._closed:
+                    raise
+            await asyncio.sleep(RECONNECT_EVERY_S)
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._connect_timeout_s
         try:
             async with asyncio.timeout_at(deadline):
-                async with self._connecting:
-                    if self._connection is None or self._connection.closed:
-                        self._connection = await self._connect(deadline)
-                    return self._connection
-        except TimeoutError as exc:
-            raise RedisTimeoutError(f"cannot connect to Redis at {self._where} in time") from exc
-
-    async def _connect(self, deadline: float) -> _Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            _, conn = await loop.create_connection(lambda: _Connection(loop), *self._address)
-        except OSError as exc:
+                _, conn = await loop.create_connection(lambda: _Connection(loop, self._lost), *self._address)
+        except (OSError, TimeoutError) as exc:
             raise ConnectionError(f"cannot connect to Redis at {self._where}") from exc
-        replies = [_bounded(deadline, self._timeout_s, conn, conn.send(c)) for c in self._setup]
+        replies = [_bounded(deadline, self._connect_timeout_s, conn, conn.send(c)) for c in self._setup]
         try:
             await asyncio.gather(*replies)
         except BaseException:
@@ -182,8 +213,16 @@ class RespPool:
         return f"{self._address[0]}:{self._address[1]}"
 
     def close(self) -> None:
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
         if self._connection is not None:
             self._connection.close()
+
+
+def _retrieve(task: "asyncio.Task[Any]") -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _bounded(
