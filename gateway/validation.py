@@ -83,7 +83,7 @@ def _check_message(i: int, message: Any) -> None:
     param = f"messages.[{i}]"
     if not isinstance(message, dict):
         raise bad_request(f"Invalid type for '{param}': expected an object.", param=param)
-    if message.get("role") not in _ROLES:
+    if not isinstance(message.get("role"), str) or message["role"] not in _ROLES:
         raise bad_request(
             f"Invalid value for '{param}.role': {message.get('role')!r}.", param=f"{param}.role"
         )
@@ -154,3 +154,7 @@ def upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
 
 def too_large(limit: int) -> OpenAIError:
     return OpenAIError(413, f"Request body too large: the limit is {limit} bytes.", code="request_too_large")
+
+
+# What the checks above accept, for the OpenAPI document (gateway/openapi.py).
+ALLOWED, RANGES, ROLES, POSITIVE_INTS = _ALLOWED, _RANGES, _ROLES, _POSITIVE_INTS

@@ -129,7 +129,9 @@ async def _watch_disconnect(receive: Any, gone: asyncio.Event) -> None:
 def _last_text(body: dict[str, Any]) -> str:
     if "messages" in body:
         content = body["messages"][-1].get("content") or ""
-        return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
+        if isinstance(content, str):
+            return content
+        return " ".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
     prompt = body.get("prompt", "")
     return prompt if isinstance(prompt, str) else str(prompt[0])
 
