@@ -256,10 +256,31 @@ def _policy_sections(schemas: dict[str, Any]) -> None:
     cache, routing, cascade = (refs[m] for m in models)
     sections = {"cache": cache, "routing": routing,
                 "cascade": {"anyOf": [{"type": "object", "maxProperties": 0}, cascade]}}  # fmt: skip
-    for schema in schemas.values():
-        properties = schema.get("properties", {})
-        if set(sections) <= set(properties) and "key_limits" in properties:
+    for name, schema in schemas.items():
+        properties = schema.get("properties", {})  # responses echo the sections as stored: left open
+        if set(sections) <= set(properties) and "key_limits" in properties and not name.endswith("Out"):
             properties |= sections
+
+
+_NO_NUL = "^[^\\x00]*$"
+
+
+def _forbid_nul(node: Any) -> None:
+    """Admin strings (and dict keys) may not hold NUL (PostgreSQL refuses it): the schema says so."""
+    if isinstance(node, list):
+        for item in node:
+            _forbid_nul(item)
+        return
+    if not isinstance(node, dict):
+        return
+    kinds = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
+    if "string" in kinds and not {"format", "pattern", "enum", "const"} & set(node):
+        node["pattern"] = _NO_NUL
+    if "object" in kinds and node.get("additionalProperties") not in (None, False):
+        node.setdefault("propertyNames", {"pattern": _NO_NUL})
+    for key, value in node.items():
+        if key not in ("propertyNames", "examples", "default"):
+            _forbid_nul(value)
 
 
 def install_openapi(app: FastAPI) -> None:
@@ -281,6 +302,9 @@ def install_openapi(app: FastAPI) -> None:
             schemas.pop("HTTPValidationError", None)
             schemas.pop("ValidationError", None)
             _policy_sections(schemas)
+            _forbid_nul(schemas)
+            _forbid_nul([op.get("parameters", []) for path, item in schema["paths"].items()
+                         if path.startswith("/admin/") for op in item.values()])  # fmt: skip
             schemas["Error"] = _ERROR
             schemas["ModelList"] = _MODEL_LIST
             for endpoint in _SUMMARIES:

@@ -109,6 +109,9 @@ def _check_input(body: dict[str, Any]) -> None:
 def _check_sampling(body: dict[str, Any]) -> None:
     for name, (low, high) in _RANGES.items():
         _check_number(body, name, low, high)
+    for name in (*_POSITIVE_INTS, "seed"):  # JSON Schema's integers include 2.0: take it as 2
+        if isinstance(body.get(name), float) and body[name].is_integer() and abs(body[name]) < 2**63:
+            body[name] = int(body[name])
     for name in _POSITIVE_INTS:
         value = body.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
