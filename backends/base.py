@@ -10,11 +10,25 @@ PATHS = {"chat": "/chat/completions", "completions": "/completions", "embeddings
 
 
 class UpstreamError(OpenAIError):
-    """An error from a deployment. `retryable` errors may be retried elsewhere before the first byte."""
+    """An error from a deployment. `retryable` errors may be retried elsewhere before the first byte.
 
-    def __init__(self, status: int, message: str, *, retryable: bool, code: str | None = None) -> None:
-        super().__init__(status, message, code=code)
+    `retry_after_s` is the upstream's Retry-After (429/503): that deployment is not tried again before it.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        retryable: bool,
+        code: str | None = None,
+        type: str | None = None,
+        param: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(status, message, type=type, param=param, code=code)
         self.retryable = retryable
+        self.retry_after_s = retry_after_s
 
 
 class Backend(Protocol):

@@ -1,6 +1,8 @@
 """Any OpenAI-compatible server (vLLM, SGLang, llama.cpp, OpenAI) over one keep-alive connection pool."""
 
+import time
 from collections.abc import AsyncIterator
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import orjson
@@ -9,7 +11,7 @@ from backends.base import PATHS, UpstreamError
 from backends.http_client import HttpPool, Response, TransportError
 from gateway.settings import DeploymentConfig
 
-_PASSED_THROUGH = {400, 401, 403, 404, 409, 413, 415, 422, 429}
+_RETRY_AFTER_STATUSES = (429, 503)
 _DATA = b"data:"
 
 
@@ -39,7 +41,7 @@ class OpenAICompatBackend:
         response = await self._post(endpoint, body, request_id)
         data = await self._guard(response.read())
         if response.status != 200:
-            raise self._status_error(response.status, data)
+            raise self._status_error(response.status, data, response.headers)
         return orjson.loads(data)
 
     async def stream(
@@ -48,7 +50,8 @@ class OpenAICompatBackend:
         response = await self._post(endpoint, body, request_id)
         try:
             if response.status != 200:
-                raise self._status_error(response.status, await self._guard(response.read()))
+                data = await self._guard(response.read())
+                raise self._status_error(response.status, data, response.headers)
             async for chunk in self._events(response):
                 yield chunk
         finally:
@@ -104,12 +107,19 @@ class OpenAICompatBackend:
         )
         return UpstreamError(status, f"deployment {self.name} {what}", retryable=before_first_byte)
 
-    def _status_error(self, status: int, data: bytes) -> UpstreamError:
-        message = self._redact(_upstream_message(data) or f"HTTP {status}")
-        if status in _PASSED_THROUGH:
-            return UpstreamError(status, message, retryable=status == 429)
-        mapped = status if status in (503, 504) else 502
-        return UpstreamError(mapped, f"deployment {self.name} failed: {message}", retryable=True)
+    def _status_error(self, status: int, data: bytes, headers: list[tuple[bytes, bytes]]) -> UpstreamError:
+        """4xx (but 408) reach the client as the upstream sent them; 5xx become 502 (503/504 kept)."""
+        fields = _upstream_error(data)
+        message = self._redact(fields.get("message") or f"HTTP {status}")
+        retry_after = retry_after_s(headers) if status in _RETRY_AFTER_STATUSES else None
+        if 400 <= status < 500 and status != 408:
+            return UpstreamError(status, message, retryable=status == 429, type=fields.get("type"),
+                                 param=fields.get("param"), code=fields.get("code"),
+                                 retry_after_s=retry_after)  # fmt: skip
+        mapped = status if status in (503, 504) else (504 if status == 408 else 502)
+        return UpstreamError(
+            mapped, f"deployment {self.name} failed: {message}", retryable=True, retry_after_s=retry_after
+        )
 
     def _error_event(self, error: Any) -> UpstreamError:
         message = error.get("message") if isinstance(error, dict) else str(error)
@@ -121,11 +131,32 @@ class OpenAICompatBackend:
         return text.replace(self._secret, "***") if self._secret else text
 
 
-def _upstream_message(data: bytes) -> str | None:
+def _upstream_error(data: bytes) -> dict[str, str]:
+    """message, type, param and code of an OpenAI-style error body ({"error": {...}} or vLLM's flat one)."""
     try:
-        error = orjson.loads(data).get("error")
-    except (orjson.JSONDecodeError, AttributeError):
-        return data[:200].decode("utf-8", "replace") or None
-    if isinstance(error, dict):
-        return str(error.get("message") or "")
-    return str(error) if error else None
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return {"message": data[:200].decode("utf-8", "replace")}
+    error = body.get("error", body) if isinstance(body, dict) else body
+    if not isinstance(error, dict):
+        return {"message": str(error)} if error else {}
+    fields = {k: error.get(k) for k in ("message", "type", "param", "code")}
+    return {k: str(v) for k, v in fields.items() if v is not None and v != ""}
+
+
+def retry_after_s(headers: list[tuple[bytes, bytes]], now: float | None = None) -> float | None:
+    """Seconds from `retry-after-ms`, or `retry-after` (seconds or an HTTP date); None if absent or bad."""
+    values = dict(headers)
+    try:
+        if b"retry-after-ms" in values:
+            return max(0.0, float(values[b"retry-after-ms"]) / 1000)
+        raw = values.get(b"retry-after")
+        if raw is None:
+            return None
+        text = raw.decode("latin-1").strip()
+        if text.replace(".", "", 1).isdigit():
+            return float(text)
+        when = parsedate_to_datetime(text).timestamp()
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return None
+    return max(0.0, when - (time.time() if now is None else now))

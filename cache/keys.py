@@ -77,7 +77,7 @@ def _normalise(value: Any) -> Any:
         return {str(k): _normalise(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_normalise(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:  # larger: JSON writers refuse
         return int(value)
     return value
 

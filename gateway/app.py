@@ -12,6 +12,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from gateway.errors import OpenAIError, error_response
+from gateway.inbound import client_request_id
+from gateway.openapi import allowed_methods, install_openapi
 from gateway.proxy import ENDPOINTS, JSON, Proxy, next_request_id
 from gateway.services import Services, start_services
 from gateway.settings import Settings, load_settings
@@ -29,7 +31,8 @@ class GatewayApp(FastAPI):
         if endpoint and self.proxy is not None:
             if scope["method"] != "POST":
                 error = OpenAIError(405, f"Method not allowed: use POST for {scope['path']}.")
-                error.headers["x-request-id"] = next_request_id()
+                error.headers["allow"] = "POST"
+                error.headers["x-request-id"] = client_request_id(scope["headers"]) or next_request_id()
                 return await error_response(error)(scope, receive, send)
             return await self.proxy(scope, receive, send, endpoint)
         return await super().__call__(scope, receive, send)
@@ -57,6 +60,7 @@ def create_app(settings: Settings) -> GatewayApp:
     app = GatewayApp(title="llmgw", version="0.1.0", lifespan=lifespan, docs_url="/docs", redoc_url=None)
     _add_error_handlers(app)
     _add_info_routes(app)
+    install_openapi(app)
     app.add_middleware(RequestIdMiddleware)
     return app
 
@@ -96,9 +100,11 @@ def _add_error_handlers(app: FastAPI) -> None:
         message = {404: "Unknown request URL.", 405: "Method not allowed."}.get(
             exc.status_code, str(exc.detail)
         )
-        return error_response(
-            OpenAIError(exc.status_code, f"{message} ({request.method} {request.url.path})")
-        )
+        error = OpenAIError(exc.status_code, f"{message} ({request.method} {request.url.path})")
+        error.headers.update({k: v for k, v in (exc.headers or {}).items() if k.lower() != "allow"})
+        if exc.status_code == 405:  # Starlette's Allow names one route's methods; a path may have several
+            error.headers["allow"] = allowed_methods(request.app, request.url.path)
+        return error_response(error)
 
     async def on_validation_error(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {}
@@ -126,7 +132,7 @@ class RequestIdMiddleware:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        header = (b"x-request-id", next_request_id().encode())
+        header = (b"x-request-id", (client_request_id(scope["headers"]) or next_request_id()).encode())
 
         async def send_with_id(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":

@@ -16,6 +16,7 @@ from starlette.responses import Response
 from gateway import validation
 from gateway.context import Handler, Reply, RequestContext
 from gateway.errors import OpenAIError, error_response
+from gateway.inbound import client_request_id, decode_body
 from gateway.sse import SSEResponse, sse_body
 
 log = logging.getLogger("llmgw.proxy")
@@ -39,7 +40,7 @@ class Proxy:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, endpoint: str) -> None:
         started = time.perf_counter()
-        request_id = next_request_id()
+        request_id = client_request_id(scope["headers"]) or next_request_id()
         try:
             ctx = await self._context(scope, receive, endpoint, request_id, started)
             response = render(ctx, await self._handler(ctx))
@@ -57,7 +58,8 @@ class Proxy:
         self, scope: dict[str, Any], receive: Any, endpoint: str, request_id: str, started: float
     ) -> RequestContext:
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
-        body = validation.parse_json(await read_body(receive, headers, self._limit))
+        raw = await read_body(receive, headers, self._limit)
+        body = validation.parse_json(decode_body(raw, headers.get("content-encoding", ""), self._limit))
         validation.validate(endpoint, body)
         stream = bool(body.get("stream"))
         return RequestContext(

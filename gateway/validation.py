@@ -83,7 +83,7 @@ def _check_message(i: int, message: Any) -> None:
     param = f"messages.[{i}]"
     if not isinstance(message, dict):
         raise bad_request(f"Invalid type for '{param}': expected an object.", param=param)
-    if message.get("role") not in _ROLES:
+    if not isinstance(message.get("role"), str) or message["role"] not in _ROLES:
         raise bad_request(
             f"Invalid value for '{param}.role': {message.get('role')!r}.", param=f"{param}.role"
         )
@@ -109,6 +109,9 @@ def _check_input(body: dict[str, Any]) -> None:
 def _check_sampling(body: dict[str, Any]) -> None:
     for name, (low, high) in _RANGES.items():
         _check_number(body, name, low, high)
+    for name in (*_POSITIVE_INTS, "seed"):  # JSON Schema's integers include 2.0: take it as 2
+        if isinstance(body.get(name), float) and body[name].is_integer() and abs(body[name]) < 2**63:
+            body[name] = int(body[name])
     for name in _POSITIVE_INTS:
         value = body.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -154,3 +157,7 @@ def upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
 
 def too_large(limit: int) -> OpenAIError:
     return OpenAIError(413, f"Request body too large: the limit is {limit} bytes.", code="request_too_large")
+
+
+# What the checks above accept, for the OpenAPI document (gateway/openapi.py).
+ALLOWED, RANGES, ROLES, POSITIVE_INTS = _ALLOWED, _RANGES, _ROLES, _POSITIVE_INTS

@@ -98,6 +98,14 @@ class RoutingSettings(BaseModel):
     max_attempts: int = Field(default=3, ge=1, description="tries per alias (other replicas first)")
     backoff_base_s: float = Field(default=0.05, ge=0)
     backoff_max_s: float = Field(default=1.0, ge=0)
+    retry_budget_ratio: float = Field(
+        default=0.2, ge=0, description="retries per first attempt, per deployment"
+    )
+    retry_budget_min_per_s: float = Field(default=5.0, ge=0, description="retries a second always allowed")
+    retry_budget_burst: float = Field(default=10.0, ge=1, description="most retry tokens a deployment keeps")
+    retry_after_max_s: float = Field(
+        default=300.0, gt=0, description="longest upstream Retry-After honoured (a deployment's cool-down)"
+    )
     first_byte_timeout_s: float | None = Field(default=None, gt=0, description="streams; None = read timeout")
     first_byte_timeouts: dict[str, float] = Field(default_factory=dict, description="per deployment name")
     cascades: list[CascadePolicy] = Field(default_factory=list, description="static cascades (YAML)")

@@ -21,6 +21,10 @@ class RoutingMetrics:
             "llmgw_routing_retries", "Attempts after a failed one, before the first byte.",
             ["model", "deployment"], registry=registry,
         )  # fmt: skip
+        self.retries_denied = Counter(
+            "llmgw_routing_retries_denied", "Retries not sent: the deployment's retry budget was spent.",
+            ["model", "deployment"], registry=registry,
+        )  # fmt: skip
         self.fallbacks = Counter(
             "llmgw_routing_fallbacks", "Requests handed to a fallback alias.", ["model", "fallback"],
             registry=registry,

@@ -5,8 +5,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from backends.base import Backend
+from backends.base import Backend, UpstreamError
 from routing.breaker import CircuitBreaker
+from routing.retry import RetryBudget
 
 
 @dataclass
@@ -43,14 +44,30 @@ class PeakEwma:
 
 class Replica:
     def __init__(
-        self, backend: Backend, breaker: CircuitBreaker, latency: PeakEwma, engine_pool: bool
+        self,
+        backend: Backend,
+        breaker: CircuitBreaker,
+        latency: PeakEwma,
+        engine_pool: bool,
+        retry_budget: RetryBudget | None = None,
     ) -> None:
         self.backend = backend
         self.breaker = breaker
         self.latency = latency
         self.engine_pool = engine_pool
+        self.retry_budget = retry_budget or RetryBudget(0.2, 5.0, 10.0)
         self.outstanding = 0
         self.engine = EngineLoad()
+        self.not_before = -math.inf  # clock time before which it is not tried (upstream Retry-After)
+        self.cooled_by: UpstreamError | None = None  # the 429/503 that said so
+
+    def cool_down(self, until: float, error: UpstreamError) -> None:
+        if until > self.not_before:
+            self.not_before = until
+            self.cooled_by = error
+
+    def cooling(self, now: float) -> bool:
+        return now < self.not_before
 
     @property
     def name(self) -> str:

@@ -10,6 +10,7 @@ from routing.config import RoutingPolicy, RoutingSettings, StrategyName
 from routing.metrics import RoutingMetrics
 from routing.prefix import PrefixIndex, block_hashes, render_prompt
 from routing.replica import PeakEwma, Replica
+from routing.retry import RetryBudget
 from routing.strategies import (
     EngineScore,
     LeastOutstanding,
@@ -58,7 +59,8 @@ class Router:
         )  # fmt: skip
         self.metrics.set_breaker(name, "closed")
         is_engine = engine_pool or backend.config.backend == "local_engine"
-        return Replica(backend, breaker, PeakEwma(s.ewma_decay_s, self.clock), is_engine)
+        budget = RetryBudget(s.retry_budget_ratio, s.retry_budget_min_per_s, s.retry_budget_burst, self.clock)
+        return Replica(backend, breaker, PeakEwma(s.ewma_decay_s, self.clock), is_engine, budget)
 
     def _build_strategies(self, rng: random.Random) -> dict[StrategyName, Strategy]:
         s = self.settings
@@ -98,8 +100,12 @@ class Router:
         hashes = []
         if name in PREFIX_AWARE:
             hashes = block_hashes(render_prompt(endpoint, body), self.settings.prefix_block_chars)
-        available = [r for r in replicas if r.breaker.available()] or replicas  # all ejected: try anyway
-        return self._strategies[name].order(available, RouteRequest(hashes, self.clock())), hashes
+        now = self.clock()
+        ready = [r for r in replicas if not r.cooling(now)]  # an upstream Retry-After is never overridden
+        available = [r for r in ready if r.breaker.available()] or ready  # all ejected: try anyway
+        if not available:
+            return [], hashes
+        return self._strategies[name].order(available, RouteRequest(hashes, now)), hashes
 
     def fallbacks(self, alias: str, policy: RoutingPolicy | None) -> list[str]:
         extra = policy.fallbacks.get(alias, []) if policy else []

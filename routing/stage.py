@@ -5,6 +5,7 @@ an UpstreamError, which the SSE writer turns into an error event (no [DONE]) bef
 """
 
 import asyncio
+import math
 import random
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -18,6 +19,7 @@ from routing.config import RoutingPolicy, RoutingSettings
 from routing.metrics import RoutingMetrics
 from routing.policy import policy_section
 from routing.replica import Replica
+from routing.retry import backoff_s
 from routing.router import Router
 
 
@@ -34,7 +36,7 @@ class RouteStage:
         policy = policy_section(ctx.policy, "routing", RoutingPolicy) or self._settings.defaults
         if ctx.model not in self._router.pools:
             raise model_not_found(ctx.model)
-        last_error: UpstreamError | None = None
+        errors: list[UpstreamError] = []
         for alias in [ctx.model, *self._router.fallbacks(ctx.model, policy)]:
             if alias != ctx.model:
                 if alias not in self._router.pools:
@@ -45,38 +47,73 @@ class RouteStage:
             except UpstreamError as error:
                 if not error.retryable:
                     raise
-                last_error = error
-        raise last_error or OpenAIError(503, f"No deployment of `{ctx.model}` is available.")
+                errors.append(error)
+        raise _for_client(errors) or OpenAIError(503, f"No deployment of `{ctx.model}` is available.")
 
     async def _serve(self, ctx: RequestContext, alias: str, policy: RoutingPolicy, first: bool) -> Reply:
+        """Tries the alias's deployments in the strategy's order, each at most as often as the others."""
         replicas = [r for r in self._router.pools[alias] if ctx.endpoint in r.backend.config.endpoints]
         if not replicas:
             if first:
                 raise OpenAIError(400, f"The model `{alias}` does not support {ctx.endpoint}.", param="model")
             raise UpstreamError(503, f"fallback `{alias}` does not serve {ctx.endpoint}", retryable=True)
         order, hashes = self._router.plan(alias, replicas, ctx.endpoint, ctx.body, policy)
+        tries = dict.fromkeys((r.name for r in order), 0)
         error: UpstreamError | None = None
         for attempt in range(self._router.max_attempts(policy)):
-            replica = order[attempt % len(order)]
+            replica = self._next(order, tries)
+            if replica is None:
+                break
+            if attempt and not replica.retry_budget.withdraw():
+                self._metrics.retries_denied.labels(alias, replica.name).inc()
+                break
             if attempt:
                 self._metrics.retries.labels(alias, replica.name).inc()
                 await asyncio.sleep(self._backoff(attempt))
+            else:
+                replica.retry_budget.deposit()
+            tries[replica.name] += 1
             try:
                 reply = await self._call(replica, ctx)
             except UpstreamError as failure:
                 if not failure.retryable:
                     raise
+                self._honour_retry_after(replica, failure)
                 error = failure
                 continue
             if hashes:
                 self._router.prefixes.record(replica.name, hashes)
             return reply
-        raise error or UpstreamError(503, f"no deployment of `{alias}` answered", retryable=True)
+        raise (
+            self._cooling_error(replicas)
+            or error
+            or UpstreamError(503, f"no deployment of `{alias}` answered", retryable=True)
+        )
+
+    def _next(self, order: list[Replica], tries: dict[str, int]) -> Replica | None:
+        """The first replica in order among those tried least, skipping any told to wait (Retry-After)."""
+        now = self._router.clock()
+        ready = [r for r in order if not r.cooling(now)]
+        return min(ready, key=lambda r: tries[r.name]) if ready else None
+
+    def _honour_retry_after(self, replica: Replica, failure: UpstreamError) -> None:
+        if failure.retry_after_s is not None:
+            wait = min(failure.retry_after_s, self._settings.retry_after_max_s)
+            replica.cool_down(self._router.clock() + wait, failure)
+
+    def _cooling_error(self, replicas: list[Replica]) -> UpstreamError | None:
+        """When every replica waits out a Retry-After: the soonest one's error, with the time left."""
+        now = self._router.clock()
+        cooling = [r for r in replicas if r.cooling(now) and r.cooled_by is not None]
+        if len(cooling) < len(replicas) or not cooling:
+            return None
+        soonest = min(cooling, key=lambda r: r.not_before)
+        cause = soonest.cooled_by
+        return UpstreamError(cause.status, cause.message, retryable=True, type=cause.type, param=cause.param,
+                             code=cause.code, retry_after_s=soonest.not_before - now)  # fmt: skip
 
     def _backoff(self, attempt: int) -> float:
-        """Exponential backoff with full jitter."""
-        ceiling = min(self._settings.backoff_max_s, self._settings.backoff_base_s * 2 ** (attempt - 1))
-        return self._rng.uniform(0, ceiling)
+        return backoff_s(attempt, self._settings.backoff_base_s, self._settings.backoff_max_s, self._rng)
 
     async def _call(self, replica: Replica, ctx: RequestContext) -> Reply:
         call = _Call(replica, self._router, self._first_byte_timeout(replica))
@@ -85,6 +122,21 @@ class RouteStage:
 
     def _first_byte_timeout(self, replica: Replica) -> float | None:
         return self._settings.first_byte_timeouts.get(replica.name, self._settings.first_byte_timeout_s)
+
+
+def _for_client(errors: list[UpstreamError]) -> UpstreamError | None:
+    """The error a client sees when every alias failed: a Retry-After one (soonest) wins, else the last.
+
+    Retry-After goes out in whole seconds, at least 1, as the rate limiter sends it.
+    """
+    waiting = [e for e in errors if e.retry_after_s is not None]
+    if not waiting:
+        return errors[-1] if errors else None
+    error = min(waiting, key=lambda e: e.retry_after_s or 0.0)
+    seconds = error.retry_after_s or 0.0
+    error.headers["retry-after"] = str(max(1, math.ceil(seconds)))
+    error.headers["retry-after-ms"] = str(max(1, math.ceil(seconds * 1000)))
+    return error
 
 
 class _Call:

@@ -1,7 +1,8 @@
 """A fake OpenAI-compatible upstream and helpers to run ASGI apps under uvicorn in a thread.
 
 The fake's behaviour is steered by the last message's text:
-  "fail:<status>"    answer with that HTTP status and an OpenAI error body
+  "fail:<status>"    answer with that HTTP status and an OpenAI error body ("fail:429:7": retry-after 7)
+  "context-too-long" a 400 with code context_length_exceeded and param messages
   "die-mid-stream"   send two chunks, then drop the connection
   "sleep:<seconds>"  wait before answering
 anything else        echo it back ("echo: <text>")
@@ -17,6 +18,8 @@ import orjson
 import uvicorn
 
 Scope = dict[str, Any]
+CONTEXT_TOO_LONG = {"message": "This model's maximum context length is 8192 tokens.",
+                    "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}  # fmt: skip
 
 
 def free_port() -> int:
@@ -73,9 +76,14 @@ class FakeUpstream:
         text = _last_text(body)
         if text.startswith("sleep:"):
             await asyncio.sleep(float(text.split(":")[1]))
-        if text.startswith("fail:"):
-            status = int(text.split(":")[1])
-            return await _json(send, status, {"error": {"message": f"upstream says {status}", "type": "x"}})
+        if text.startswith("fail:"):  # fail:<status>[:<retry-after>]
+            status, *retry_after = text.split(":")[1:]
+            error = {"message": f"upstream says {status}", "type": "x"}
+            return await _json(
+                send, int(status), {"error": error}, dict(zip(["retry-after"], retry_after, strict=False))
+            )
+        if text == "context-too-long":
+            return await _json(send, 400, {"error": CONTEXT_TOO_LONG})
         if path.endswith("/embeddings"):
             return await _json(send, 200, _embeddings(body))
         if body.get("stream"):
@@ -121,7 +129,9 @@ async def _watch_disconnect(receive: Any, gone: asyncio.Event) -> None:
 def _last_text(body: dict[str, Any]) -> str:
     if "messages" in body:
         content = body["messages"][-1].get("content") or ""
-        return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
+        if isinstance(content, str):
+            return content
+        return " ".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
     prompt = body.get("prompt", "")
     return prompt if isinstance(prompt, str) else str(prompt[0])
 
@@ -193,9 +203,10 @@ async def _read(receive: Any) -> bytes:
             return b"".join(parts)
 
 
-async def _json(send: Any, status: int, payload: dict[str, Any]) -> None:
+async def _json(send: Any, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None) -> None:
     data = orjson.dumps(payload)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
 

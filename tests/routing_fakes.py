@@ -32,6 +32,7 @@ class Upstream:
         self.logprobs = logprobs or [-0.1] * len(answer.split())
         self.metrics_text = ""
         self.requests: list[dict[str, Any]] = []
+        self.failure: tuple[int, dict[str, Any], dict[str, str]] | None = None  # status, body, headers
         self._runner: web.AppRunner | None = None
 
     @property
@@ -73,6 +74,9 @@ class Upstream:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        if self.failure is not None:
+            status, error, headers = self.failure
+            return web.json_response(error, status=status, headers=headers)
         if self.mode in ("error_500", "error_400"):
             status = int(self.mode[-3:])
             return web.json_response({"error": {"message": f"{self.name} says {status}"}}, status=status)

@@ -7,6 +7,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import SecretStr
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from gateway.errors import OpenAIError, error_response
@@ -57,6 +58,8 @@ def as_openai_error(exc: Exception) -> OpenAIError:
         return OpenAIError(404, str(exc), code=f"{exc.kind}_not_found")
     if isinstance(exc, Conflict):
         return OpenAIError(409, str(exc), code="conflict")
+    if isinstance(exc, HTTPException):  # e.g. FastAPI's "error parsing the body"
+        return OpenAIError(exc.status_code, f"Invalid request: {exc.detail}", code="invalid_json")
     raise exc
 
 

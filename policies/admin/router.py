@@ -6,12 +6,13 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.errors import OpenAIError, bad_request
 from gateway.settings import ModelConfig
 from policies.admin.http import OpenAIErrorRoute, admin_guard
+from policies.admin.inputs import Moment, reject_nul
 from policies.admin.schemas import (
     CacheFlushIn,
     CacheFlushOut,
@@ -53,7 +54,7 @@ def create_admin_router(deps: AdminDeps) -> APIRouter:
         prefix="/admin/v1",
         tags=["admin"],
         route_class=OpenAIErrorRoute,
-        dependencies=[Depends(admin_guard(deps.admin_token))],
+        dependencies=[Depends(admin_guard(deps.admin_token)), Depends(reject_nul)],
     )
     _policy_routes(router, deps)
     _tenant_routes(router, deps)
@@ -126,7 +127,7 @@ def _tenant_routes(router: APIRouter, deps: AdminDeps) -> None:
 
     @router.patch("/tenants/{tenant_id}", response_model=TenantOut)
     async def update_tenant(tenant_id: str, body: TenantPatch) -> Any:
-        changes = body.model_dump(include=body.model_fields_set)
+        changes = _changes(body)
         if changes.get("name", "") is None:
             raise bad_request("name cannot be null", param="name")
         row = await deps.store.update_tenant(tenant_id, changes)
@@ -162,7 +163,7 @@ def _key_routes(router: APIRouter, deps: AdminDeps) -> None:
 
     @router.patch("/keys/{key_id}", response_model=KeyOut)
     async def update_key(key_id: str, body: KeyPatch) -> Any:
-        changes = body.model_dump(include=body.model_fields_set)
+        changes = _changes(body)
         if "expires_at" in changes:
             changes["expires_at"] = _naive_utc(changes["expires_at"])
         if changes.get("name", "") is None:
@@ -206,8 +207,8 @@ def _usage_routes(router: APIRouter, deps: AdminDeps) -> None:
     @router.get("/usage", response_model=UsageOut)
     async def usage(
         group_by: Annotated[list[GroupBy] | None, Query(description="repeat to group by several")] = None,
-        start: datetime | None = None,
-        end: datetime | None = None,
+        start: Moment | None = None,
+        end: Moment | None = None,
         tenant_id: str | None = None,
         key_id: str | None = None,
         model: str | None = None,
@@ -223,6 +224,13 @@ def _usage_routes(router: APIRouter, deps: AdminDeps) -> None:
         if deps.cache_flush is None:
             raise OpenAIError(501, "No cache is configured on this gateway.", code="cache_unavailable")
         return CacheFlushOut(flushed=await deps.cache_flush(body.tenant_id, body.model))
+
+
+def _changes(patch: BaseModel) -> dict[str, Any]:
+    """The fields a PATCH sets; one that sets none is a mistake, not a no-op."""
+    if not patch.model_fields_set:
+        raise OpenAIError(422, "Invalid request: the PATCH body sets no field.", code="invalid_value")
+    return patch.model_dump(include=patch.model_fields_set)
 
 
 def _naive_utc(value: datetime | None) -> datetime | None:

@@ -1,12 +1,29 @@
 """Request and response bodies of the admin API (they also make its OpenAPI docs)."""
 
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic.json_schema import SkipJsonSchema
 
 from gateway.settings import ModelConfig
+from policies.admin.inputs import Expiry
 from policies.policy import Policy
+
+
+def _utc_iso(value: datetime) -> str:
+    """The database keeps naive UTC; the API says so (RFC 3339 needs the offset)."""
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat().replace("+00:00", "Z")
+
+
+Timestamp = Annotated[
+    datetime,
+    PlainSerializer(_utc_iso, return_type=str),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+_AT_LEAST_ONE = ConfigDict(
+    extra="forbid", json_schema_extra={"minProperties": 1}
+)  # a PATCH that sets nothing: 422
 
 
 class PolicyIn(Policy):
@@ -17,8 +34,8 @@ class PolicyOut(PolicyIn):
     model_config = ConfigDict(extra="ignore")
 
     id: str
-    created_at: datetime
-    updated_at: datetime
+    created_at: Timestamp
+    updated_at: Timestamp
 
 
 class TenantIn(BaseModel):
@@ -32,9 +49,9 @@ class TenantIn(BaseModel):
 
 
 class TenantPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _AT_LEAST_ONE
 
-    name: str | None = Field(default=None, min_length=1, max_length=200)
+    name: Annotated[str, Field(min_length=1, max_length=200)] | SkipJsonSchema[None] = None
     policy_id: str | None = Field(default=None, description="null detaches the policy")
 
 
@@ -42,7 +59,7 @@ class TenantOut(BaseModel):
     id: str
     name: str
     policy_id: str | None
-    created_at: datetime
+    created_at: Timestamp
 
 
 class KeyIn(BaseModel):
@@ -51,15 +68,15 @@ class KeyIn(BaseModel):
     tenant_id: str
     name: str = Field(default="", max_length=200)
     policy_id: str | None = Field(default=None, description="overrides the tenant's policy for this key")
-    expires_at: datetime | None = None
+    expires_at: Expiry | None = Field(default=None, description="between 1970 and 2100")
 
 
 class KeyPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _AT_LEAST_ONE
 
-    name: str | None = Field(default=None, max_length=200)
+    name: Annotated[str, Field(max_length=200)] | SkipJsonSchema[None] = None
     policy_id: str | None = Field(default=None, description="null: the tenant's policy applies")
-    expires_at: datetime | None = Field(default=None, description="null: never expires")
+    expires_at: Expiry | None = Field(default=None, description="null: never expires; at most 2100")
 
 
 class KeyOut(BaseModel):
@@ -68,9 +85,9 @@ class KeyOut(BaseModel):
     name: str
     prefix: str
     policy_id: str | None
-    created_at: datetime
-    expires_at: datetime | None
-    revoked_at: datetime | None
+    created_at: Timestamp
+    expires_at: Timestamp | None
+    revoked_at: Timestamp | None
 
 
 class KeyCreated(KeyOut):
@@ -84,8 +101,8 @@ class ModelOut(BaseModel):
 
 
 class UsageOut(BaseModel):
-    start: datetime | None
-    end: datetime | None
+    start: Timestamp | None
+    end: Timestamp | None
     group_by: list[str]
     data: list[dict[str, Any]]
 

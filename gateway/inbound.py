@@ -1,0 +1,50 @@
+"""What the client sends besides the JSON: a compressed body (gzip/deflate) and its own request id."""
+
+import re
+import zlib
+
+from gateway.errors import OpenAIError
+from gateway.validation import too_large
+
+_CLIENT_ID = re.compile(rb"[!-~]{1,64}")  # visible ASCII, at most the 64 the usage table keeps
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def client_request_id(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The client's x-request-id when it is usable (1–64 visible ASCII characters), else None."""
+    for name, value in headers:
+        if name.lower() == b"x-request-id":
+            return value.decode() if _CLIENT_ID.fullmatch(value) else None
+    return None
+
+
+def decode_body(raw: bytes, content_encoding: str, limit: int) -> bytes:
+    """The body with its Content-Encoding undone; 413 when it inflates past `limit` bytes."""
+    coding = content_encoding.strip().lower()
+    if coding in ("", "identity"):
+        return raw
+    if coding not in _WBITS:
+        raise OpenAIError(
+            415,
+            f"Unsupported Content-Encoding {coding!r}: use gzip, deflate or none.",
+            code="unsupported_encoding",
+        )
+    body = _inflate(raw, _WBITS[coding], limit)
+    if body is None and coding == "deflate":  # some clients send raw DEFLATE without the zlib wrapper
+        body = _inflate(raw, -zlib.MAX_WBITS, limit)
+    if body is None:
+        raise OpenAIError(400, f"The body is not valid {coding} data.", code="invalid_encoding")
+    return body
+
+
+def _inflate(raw: bytes, wbits: int, limit: int) -> bytes | None:
+    inflater = zlib.decompressobj(wbits)
+    try:
+        body = inflater.decompress(raw, limit + 1)
+    except zlib.error:
+        return None
+    if len(body) > limit or inflater.unconsumed_tail:
+        raise too_large(limit)
+    if not inflater.eof:
+        return None  # truncated
+    return body
