@@ -4,9 +4,13 @@ The fake's behaviour is steered by the last message's text:
   "fail:<status>"    answer with that HTTP status and an OpenAI error body
   "die-mid-stream"   send two chunks, then drop the connection
   "sleep:<seconds>"  wait before answering
+  "slow-stream[:<s>]" stream with a pause of <s> seconds (default 0.05) after each chunk
 anything else        echo it back ("echo: <text>")
+
+As its own process (chaos tests, bench/soak.py): python -m tests.fakes --port N
 """
 
+import argparse
 import asyncio
 import socket
 import threading
@@ -107,9 +111,15 @@ class FakeUpstream:
                 }
             )
             if text.startswith("slow-stream"):
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(_pause(text))
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
         watcher.cancel()
+
+
+def _pause(text: str) -> float:
+    """The per-chunk pause of "slow-stream:<seconds> ..." (0.05 s when not given)."""
+    head = text.split(" ", 1)[0]
+    return float(head.split(":", 1)[1]) if ":" in head else 0.05
 
 
 async def _watch_disconnect(receive: Any, gone: asyncio.Event) -> None:
@@ -207,3 +217,14 @@ async def _lifespan(receive: Any, send: Any) -> None:
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             return await send({"type": "lifespan.shutdown.complete"})
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="a fake OpenAI-compatible upstream")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    uvicorn.run(FakeUpstream(), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()
