@@ -7,7 +7,7 @@ The fake's behaviour is steered by the last message's text:
   "slow-stream[:<s>]" stream with a pause of <s> seconds (default 0.05) after each chunk
 anything else        echo it back ("echo: <text>")
 
-As its own process (chaos tests, bench/soak.py): python -m tests.fakes --port N
+As its own process (chaos tests, bench/soak.py): python -m tests.fakes --port N [--delay SECONDS]
 """
 
 import argparse
@@ -59,8 +59,9 @@ class ServerThread:
 class FakeUpstream:
     """ASGI app speaking enough of the OpenAI API for gateway tests and benchmarks."""
 
-    def __init__(self, name: str = "fake") -> None:
+    def __init__(self, name: str = "fake", delay_s: float = 0.0) -> None:
         self.name = name
+        self.delay_s = delay_s  # every completion waits this long first (a slow backend)
         self.requests: list[dict[str, Any]] = []
         self.cancelled = 0
 
@@ -75,6 +76,8 @@ class FakeUpstream:
 
     async def _answer(self, path: str, body: dict[str, Any], receive: Any, send: Any) -> None:
         text = _last_text(body)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         if text.startswith("sleep:"):
             await asyncio.sleep(float(text.split(":")[1]))
         if text.startswith("fail:"):
@@ -222,8 +225,15 @@ async def _lifespan(receive: Any, send: Any) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="a fake OpenAI-compatible upstream")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds every completion waits first")
     args = parser.parse_args(argv)
-    uvicorn.run(FakeUpstream(), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    uvicorn.run(
+        FakeUpstream(delay_s=args.delay),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+    )
 
 
 if __name__ == "__main__":
