@@ -101,7 +101,10 @@ async def run_load(
         async def client_loop() -> None:
             while time.monotonic() < deadline:
                 i = next(numbers)
-                result.outcomes.append(await send(client, urls[i % len(urls)], key, bodies(i)))
+                outcome = await send(client, urls[i % len(urls)], key, bodies(i))
+                result.outcomes.append(outcome)
+                if outcome.status == CONNECTION_FAILED:
+                    await asyncio.sleep(0.1)  # a replica that is gone: no busy loop
 
         await asyncio.gather(*(client_loop() for _ in range(concurrency)))
     return result
