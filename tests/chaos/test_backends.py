@@ -10,7 +10,8 @@ import time
 import httpx
 import pytest
 
-from tests.chaos.conftest import Fleet, settled_rows
+from tests.chaos.conftest import Fleet
+from tests.chaos.database import settled_rows
 from tests.chaos.load import chat, run_load, send
 from tests.chaos.processes import PostgresCluster, Upstream
 

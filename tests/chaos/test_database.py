@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from tests.chaos.conftest import Fleet, metric, settled_rows
+from tests.chaos.conftest import Fleet, metric
+from tests.chaos.database import settled_rows
 from tests.chaos.load import chat, run_load
 from tests.chaos.processes import PostgresCluster
 

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from tests.chaos.conftest import new_schema, usage_rows
+from tests.chaos.database import new_schema, usage_rows
 from tests.chaos.load import chat, run_load, send
 from tests.chaos.processes import MASTER_KEY, Gateway, PostgresCluster, Upstream, deployment, gateway_env
 
