@@ -51,9 +51,13 @@ def create_app(settings: Settings) -> GatewayApp:
         if not any(getattr(r, "path", "").startswith("/admin/v1") for r in app.routes):
             app.include_router(services.admin_router)
         app.proxy = Proxy(services.handler, settings.max_body_bytes)
+        restore_signals = (
+            services.drain.hook_signals()
+        )  # SIGTERM: readiness fails at once (gateway/lifecycle.py)
         try:
             yield
         finally:
+            restore_signals()
             app.proxy = None
             await services.aclose()
 

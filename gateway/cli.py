@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -25,13 +26,24 @@ def _serve(args: argparse.Namespace, rest: list[str]) -> int:
         )
         return 2
     common = {"host": settings.host, "port": settings.port, "loop": "uvloop", "http": "httptools",
-              "log_level": settings.log_level, "access_log": False}  # fmt: skip
+              "log_level": settings.log_level, "access_log": False,
+              "timeout_graceful_shutdown": settings.shutdown_grace_s + SHUTDOWN_BACKSTOP_S}  # fmt: skip
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     if settings.workers == 1:
         uvicorn.run(create_app(settings), **common)
         return 0
     _share_settings_with_workers(settings)
     uvicorn.run("gateway.app:app_from_environment", factory=True, workers=settings.workers, **common)
     return 0
+
+
+SHUTDOWN_BACKSTOP_S = 5.0  # uvicorn cancels what is left this long after the gateway's own grace period
+
+
+def _exit_cleanly(sig: int, frame: object) -> None:
+    """SIGTERM outside uvicorn's handler: before start, or re-raised by uvicorn after its graceful
+    shutdown (which would otherwise end the process with status 143). Either way: exit 0."""
+    raise SystemExit(0)
 
 
 def _share_settings_with_workers(settings: Settings) -> None:

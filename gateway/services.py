@@ -14,6 +14,7 @@ from backends.registry import Backends
 from cache.factory import CacheComponents, create_cache
 from gateway.accounting import AccountingStage
 from gateway.context import Handler, RequestContext, Stage
+from gateway.lifecycle import Drain, DrainStage
 from gateway.observe import Observability, create_observability
 from gateway.pipeline import chain
 from gateway.settings import ModelConfig, Settings
@@ -32,6 +33,7 @@ class Services:
     stages: list[Stage]
     handler: Handler
     accounting: AccountingStage
+    drain: Drain
     closers: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
 
     @property
@@ -59,6 +61,8 @@ class Services:
         self.observability.metrics.set_models(self.settings.model_copy(update={"models": models}))
 
     async def readiness(self) -> dict[str, Any]:
+        if self.drain.draining:
+            return {"ready": False, "draining": True}
         backends = self.backends.all()
         healthy = await asyncio.gather(*(b.health() for b in backends))
         status = {b.name: ok for b, ok in zip(backends, healthy, strict=True)}
@@ -97,9 +101,11 @@ async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]
     policy = await create_policy_services(settings, cache.service.flush if cache else None)
     closers.append(policy.aclose)
     accounting = AccountingStage(settings)
+    drain = Drain(settings.shutdown_grace_s)
     stages: list[Stage] = [
         observability.stage,  # metrics and the access log see every outcome
         *policy.stages,  # authenticate → resolve policy → rate limits and budget
+        DrainStage(drain),  # on shutdown, work past the grace period ends with a 503 / an error event
         *(cache.stages if cache else []),  # exact cache → semantic cache
         routing.cascade_stage,  # small → large, when the alias is a cascade
         accounting,  # tokens × the serving deployment's prices
@@ -107,7 +113,7 @@ async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]
         routing.route_stage,  # load balancing, affinity, retries, fallbacks → backend call
     ]
     services = Services(settings, backends, observability, policy, routing, cache, stages, chain(stages), accounting,
-                        closers)  # fmt: skip
+                        drain, closers)  # fmt: skip
     policy.on_models_changed(services.apply_models)
     if policy.directory.models != settings.models:
         await services.apply_models(policy.directory.models)

@@ -77,6 +77,7 @@ class Settings(BaseSettings):
     database_url: str = "sqlite+aiosqlite:///./llmgw.db"
     redis_url: str | None = None
     max_body_bytes: int = 4 * 1024 * 1024
+    shutdown_grace_s: float = Field(default=30.0, ge=0)  # SIGTERM: in-flight work gets this long, then is cut
     models: list[ModelConfig] = Field(default_factory=default_models)
     engine: EngineSettings = Field(default_factory=EngineSettings)
     engine_startup_timeout_s: float = 300.0

@@ -26,6 +26,8 @@ class PoliciesSettings(BaseModel):
     # in-flight slots and budget reservations: renewed every third of it; a dead replica's free after it
     concurrency_lease_s: float = Field(default=30.0, gt=0, le=30)
     default_max_tokens: int = 1024  # TPM reservation when neither request nor policy sets max_tokens
-    usage_queue_size: int = Field(default=10_000, ge=1)
+    usage_queue_size: int = Field(default=50_000, ge=1)  # records buffered while the database is away
     usage_batch_size: int = Field(default=500, ge=1)
     usage_flush_interval_s: float = 1.0
+    usage_retry_max_s: float = Field(default=5.0, gt=0)  # backoff cap between write attempts
+    usage_shutdown_timeout_s: float = Field(default=10.0, ge=0)  # then what is still buffered is dropped

@@ -78,7 +78,12 @@ async def create_policy_services(settings: Settings, cache_flush: CacheFlush | N
     )
     notifier.start()
     usage = UsageWriter(
-        engine, config.usage_queue_size, config.usage_batch_size, config.usage_flush_interval_s
+        engine,
+        config.usage_queue_size,
+        config.usage_batch_size,
+        config.usage_flush_interval_s,
+        config.usage_retry_max_s,
+        config.usage_shutdown_timeout_s,
     )
     usage.start()
     prices = cost_estimator(lambda: directory.models)

@@ -5,9 +5,13 @@ The fake's behaviour is steered by the last message's text:
   "context-too-long" a 400 with code context_length_exceeded and param messages
   "die-mid-stream"   send two chunks, then drop the connection
   "sleep:<seconds>"  wait before answering
+  "slow-stream[:<s>]" stream with a pause of <s> seconds (default 0.05) after each chunk
 anything else        echo it back ("echo: <text>")
+
+As its own process (chaos tests, bench/soak.py): python -m tests.fakes --port N [--delay SECONDS]
 """
 
+import argparse
 import asyncio
 import socket
 import threading
@@ -58,8 +62,9 @@ class ServerThread:
 class FakeUpstream:
     """ASGI app speaking enough of the OpenAI API for gateway tests and benchmarks."""
 
-    def __init__(self, name: str = "fake") -> None:
+    def __init__(self, name: str = "fake", delay_s: float = 0.0) -> None:
         self.name = name
+        self.delay_s = delay_s  # every completion waits this long first (a slow backend)
         self.requests: list[dict[str, Any]] = []
         self.cancelled = 0
 
@@ -74,6 +79,8 @@ class FakeUpstream:
 
     async def _answer(self, path: str, body: dict[str, Any], receive: Any, send: Any) -> None:
         text = _last_text(body)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         if text.startswith("sleep:"):
             await asyncio.sleep(float(text.split(":")[1]))
         if text.startswith("fail:"):  # fail:<status>[:<retry-after>]
@@ -115,9 +122,15 @@ class FakeUpstream:
                 }
             )
             if text.startswith("slow-stream"):
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(_pause(text))
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
         watcher.cancel()
+
+
+def _pause(text: str) -> float:
+    """The per-chunk pause of "slow-stream:<seconds> ..." (0.05 s when not given)."""
+    head = text.split(" ", 1)[0]
+    return float(head.split(":", 1)[1]) if ":" in head else 0.05
 
 
 async def _watch_disconnect(receive: Any, gone: asyncio.Event) -> None:
@@ -218,3 +231,21 @@ async def _lifespan(receive: Any, send: Any) -> None:
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             return await send({"type": "lifespan.shutdown.complete"})
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="a fake OpenAI-compatible upstream")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds every completion waits first")
+    args = parser.parse_args(argv)
+    uvicorn.run(
+        FakeUpstream(delay_s=args.delay),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Fixtures of the chaos suite: one PostgreSQL cluster and fake upstreams per session, a fleet of two
+gateway replicas sharing a Redis of their own, and helpers to provision keys and count usage rows."""
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from policies.policy import Policy
+from tests.chaos.database import Key, new_schema, provision
+from tests.chaos.processes import Gateway, PostgresCluster, RedisServer, Upstream, deployment, gateway_env
+
+
+@dataclass
+class Fleet:
+    """Two replicas, one Redis, one database schema; `keys` by the case that uses them."""
+
+    replicas: list[Gateway]
+    redis: RedisServer
+    schema: str
+    keys: dict[str, Key] = field(default_factory=dict)
+
+    @property
+    def urls(self) -> list[str]:
+        return [r.url for r in self.replicas]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresCluster]:
+    reason = PostgresCluster.available()
+    if reason:
+        pytest.skip(reason)
+    cluster = PostgresCluster().init()
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def upstreams() -> Iterator[dict[str, Upstream]]:
+    """Two healthy fake upstreams and one that takes 3 s to answer anything."""
+    fakes = {"a": Upstream(), "b": Upstream(), "slow": Upstream(delay_s=3.0)}
+    try:
+        for fake in fakes.values():
+            fake.start()
+        yield fakes
+    finally:
+        for fake in fakes.values():
+            fake.stop()
+
+
+def models(upstreams: dict[str, Upstream]) -> list[dict]:
+    """ "m": two healthy deployments; "slow": a deployment slower than its read timeout, falling back to "m";
+    "slow-only": the same without a fallback."""
+    slow = deployment("slow-1", upstreams["slow"], read_timeout_s=1.0)
+    return [
+        {
+            "name": "m",
+            "deployments": [deployment("fake-a", upstreams["a"]), deployment("fake-b", upstreams["b"])],
+        },
+        {"name": "slow", "deployments": [slow], "fallbacks": ["m"]},
+        {"name": "slow-only", "deployments": [{**slow, "name": "slow-2"}]},
+    ]
+
+
+FLEET_KEYS = {
+    "database": Policy(),
+    "redis-kill": Policy(key_limits={"rpm": 1_000_000}),
+    "redis-pause": Policy(key_limits={"rpm": 1_000_000}),
+    "exact": Policy(key_limits={"rpm": 100}),
+    "exact-after-restart": Policy(key_limits={"rpm": 100}),
+    "backend": Policy(),
+}
+
+
+@pytest.fixture(scope="session")
+def fleet(postgres: PostgresCluster, upstreams: dict[str, Upstream], tmp_path_factory) -> Iterator[Fleet]:
+    redis = RedisServer().start()
+    schema = new_schema(postgres)
+    keys = asyncio.run(provision(postgres.url, schema, FLEET_KEYS))
+    env = gateway_env(postgres.url, schema, models(upstreams), redis.url)
+    log_dir = tmp_path_factory.mktemp("fleet")
+    replicas = [Gateway(env, log_dir=log_dir).spawn() for _ in range(2)]
+    try:
+        for replica in replicas:
+            replica.wait_ready()
+        yield Fleet(replicas, redis, schema, keys)
+    finally:
+        for replica in replicas:
+            replica.terminate()
+        redis.stop()
+
+
+async def metric(url: str, name: str) -> float:
+    """The sum of one metric's samples on a replica's /metrics."""
+    async with httpx.AsyncClient(timeout=5) as client:
+        text = (await client.get(url + "/metrics")).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and line[len(name)] in " {")  # fmt: skip

@@ -1,0 +1,69 @@
+"""Redis killed, restarted empty, or paused under load: no 5xx, bounded latency, and limits exact
+again (within 1 %) once Redis is back."""
+
+import asyncio
+
+import httpx
+import pytest
+
+from tests.chaos.conftest import Fleet
+from tests.chaos.load import chat, run_load, send
+
+NEEDS_REDIS_BRANCH = pytest.mark.xfail(
+    reason="needs redis branch (redis-py client with timeouts, breaker and NOSCRIPT reload)", strict=False
+)
+pytestmark = pytest.mark.chaos
+
+
+async def admitted(fleet: Fleet, secret: str, requests: int) -> tuple[int, set[int]]:
+    """Sends `requests` requests over both replicas (8 at a time); returns how many got 200 and the statuses."""
+    limits = httpx.Limits(max_connections=16)
+    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+        gate = asyncio.Semaphore(8)
+
+        async def one(i: int) -> int:
+            async with gate:
+                return (await send(client, fleet.urls[i % 2], secret, chat(f"count {i}"))).status
+
+        statuses = await asyncio.gather(*(one(i) for i in range(requests)))
+    return statuses.count(200), set(statuses)
+
+
+@NEEDS_REDIS_BRANCH
+async def test_rpm_is_exact_across_replicas(fleet: Fleet) -> None:
+    ok, statuses = await admitted(fleet, fleet.keys["exact"].secret, 150)
+    assert statuses <= {200, 429}
+    assert abs(ok - 100) <= 1  # the policy's rpm, within 1 %
+
+
+@NEEDS_REDIS_BRANCH
+async def test_redis_killed_then_restarted_empty(fleet: Fleet) -> None:
+    key = fleet.keys["redis-kill"]
+    load = asyncio.create_task(run_load(fleet.urls, key.secret, lambda i: chat(f"kill {i}"), 8, 4))
+    await asyncio.sleep(2)
+    await asyncio.to_thread(fleet.redis.kill)
+    await asyncio.sleep(2)
+    await asyncio.to_thread(fleet.redis.restart)  # empty: no scripts, no counters
+    result = await load
+    print(f"Redis killed 2 s, restarted empty: {result.summary()}")
+    assert result.server_errors() == [], result.summary()
+    assert result.latency(0.99) < 1.0, result.summary()
+    await asyncio.sleep(1)  # limits are exact again within 1 s of Redis returning
+    ok, statuses = await admitted(fleet, fleet.keys["exact-after-restart"].secret, 150)
+    assert statuses <= {200, 429} and abs(ok - 100) <= 1
+
+
+@NEEDS_REDIS_BRANCH
+async def test_redis_paused(fleet: Fleet) -> None:
+    key = fleet.keys["redis-pause"]
+    load = asyncio.create_task(run_load(fleet.urls, key.secret, lambda i: chat(f"pause {i}"), 7, 4))
+    await asyncio.sleep(2)
+    fleet.redis.pause()
+    try:
+        await asyncio.sleep(3)
+    finally:
+        fleet.redis.resume()
+    result = await load
+    print(f"Redis paused 3 s: {result.summary()}")
+    assert result.server_errors() == [], result.summary()
+    assert result.latency(0.99) < 1.0, result.summary()  # no request waits out the pause
