@@ -9,9 +9,6 @@ import pytest
 from tests.chaos.conftest import Fleet
 from tests.chaos.load import chat, run_load, send
 
-NEEDS_REDIS_BRANCH = pytest.mark.xfail(
-    reason="needs redis branch (redis-py client with timeouts, breaker and NOSCRIPT reload)", strict=False
-)
 pytestmark = pytest.mark.chaos
 
 
@@ -29,14 +26,12 @@ async def admitted(fleet: Fleet, secret: str, requests: int) -> tuple[int, set[i
     return statuses.count(200), set(statuses)
 
 
-@NEEDS_REDIS_BRANCH
 async def test_rpm_is_exact_across_replicas(fleet: Fleet) -> None:
     ok, statuses = await admitted(fleet, fleet.keys["exact"].secret, 150)
     assert statuses <= {200, 429}
     assert abs(ok - 100) <= 1  # the policy's rpm, within 1 %
 
 
-@NEEDS_REDIS_BRANCH
 async def test_redis_killed_then_restarted_empty(fleet: Fleet) -> None:
     key = fleet.keys["redis-kill"]
     load = asyncio.create_task(run_load(fleet.urls, key.secret, lambda i: chat(f"kill {i}"), 8, 4))
@@ -53,7 +48,6 @@ async def test_redis_killed_then_restarted_empty(fleet: Fleet) -> None:
     assert statuses <= {200, 429} and abs(ok - 100) <= 1
 
 
-@NEEDS_REDIS_BRANCH
 async def test_redis_paused(fleet: Fleet) -> None:
     key = fleet.keys["redis-pause"]
     load = asyncio.create_task(run_load(fleet.urls, key.secret, lambda i: chat(f"pause {i}"), 7, 4))
