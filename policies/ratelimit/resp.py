@@ -271,12 +271,33 @@ class LuaScript:
         return await self._reply(self._pool.send("EVALSHA", self._sha, len(keys), *keys, *args), keys, args)
 
     def send(self, keys: list[str], args: list[Any]) -> "asyncio.Future[Any]":
-        """Queues the call at once (see RespPool.send); the future resolves to its reply."""
-        first = self._pool.send("EVALSHA", self._sha, len(keys), *keys, *args)
-        return asyncio.ensure_future(self._reply(first, keys, args))
+        """Queues the call at once (see RespPool.send); the future resolves to its reply. No task is made:
+        settlement sends one of these per request."""
+        result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def evalsha_done(first: "asyncio.Future[Any]") -> None:
+            if not first.cancelled() and isinstance(first.exception(), NoScriptError):
+                again = self._pool.send("EVAL", self._source, len(keys), *keys, *args)
+                again.add_done_callback(lambda done: _copy(done, result))
+            else:
+                _copy(first, result)
+
+        self._pool.send("EVALSHA", self._sha, len(keys), *keys, *args).add_done_callback(evalsha_done)
+        return result
 
     async def _reply(self, first: "asyncio.Future[Any]", keys: list[str], args: list[Any]) -> Any:
         try:
             return await first
         except NoScriptError:
             return await self._pool.send("EVAL", self._source, len(keys), *keys, *args)
+
+
+def _copy(source: "asyncio.Future[Any]", target: "asyncio.Future[Any]") -> None:
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif (error := source.exception()) is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())
