@@ -195,6 +195,8 @@ async def test_admin_dates_and_patches(admin: httpx.AsyncClient) -> None:
             "/admin/v1/usage", params={"start": start_at, "end": "9999-12-31T00:00:00Z"}
         )
         assert response.status_code == 200 and response.json()["data"] == []
+    for number in ("0.5", "1700000000", "-1e5"):
+        assert_error(await admin.get("/admin/v1/usage", params={"start": number}), 422)
     assert (await admin.post("/admin/v1/tenants", json={"id": "acme", "name": "Acme"})).status_code == 201
     for expiry in ("9999-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "2200-01-01T00:00:00Z"):
         error = assert_error(
