@@ -12,11 +12,12 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from gateway.errors import OpenAIError, error_response
-from gateway.inbound import client_request_id
+from gateway.inbound import bounded_receive, client_request_id, declared_size
 from gateway.openapi import allowed_methods, install_openapi
 from gateway.proxy import ENDPOINTS, JSON, Proxy, next_request_id
 from gateway.services import Services, start_services
 from gateway.settings import Settings, load_settings
+from gateway.validation import too_large
 
 log = logging.getLogger("llmgw.app")
 
@@ -35,6 +36,10 @@ class GatewayApp(FastAPI):
                 error.headers["x-request-id"] = client_request_id(scope["headers"]) or next_request_id()
                 return await error_response(error)(scope, receive, send)
             return await self.proxy(scope, receive, send, endpoint)
+        if scope["type"] == "http" and self.proxy is not None:  # the admin API and the rest: same body limit
+            if declared_size(scope["headers"]) > self.proxy.max_body_bytes:
+                return await error_response(too_large(self.proxy.max_body_bytes))(scope, receive, send)
+            receive = bounded_receive(receive, self.proxy.max_body_bytes)
         return await super().__call__(scope, receive, send)
 
 

@@ -1,7 +1,9 @@
-"""What the client sends besides the JSON: a compressed body (gzip/deflate) and its own request id."""
+"""What the client sends besides the JSON: its size, a compressed body (gzip/deflate), its own request id."""
 
 import re
 import zlib
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from gateway.errors import OpenAIError
 from gateway.validation import too_large
@@ -48,3 +50,29 @@ def _inflate(raw: bytes, wbits: int, limit: int) -> bytes | None:
     if not inflater.eof:
         return None  # truncated
     return body
+
+
+def declared_size(headers: list[tuple[bytes, bytes]]) -> int:
+    """The Content-Length the client declared (0 if none or not a number)."""
+    for name, value in headers:
+        if name.lower() == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+
+
+def bounded_receive(receive: Receive, limit: int) -> Receive:
+    """An ASGI receive that fails with a 413 once the body passes `limit` bytes (chunked uploads)."""
+    seen = 0
+
+    async def bounded() -> dict[str, Any]:
+        nonlocal seen
+        message = await receive()
+        seen += len(message.get("body", b""))
+        if seen > limit:
+            raise too_large(limit)
+        return message
+
+    return bounded

@@ -36,7 +36,7 @@ def next_request_id() -> str:
 class Proxy:
     def __init__(self, handler: Handler, max_body_bytes: int) -> None:
         self._handler = handler
-        self._limit = max_body_bytes
+        self._limit = self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, endpoint: str) -> None:
         started = time.perf_counter()

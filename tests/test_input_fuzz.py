@@ -31,7 +31,7 @@ def served() -> Iterator[tuple[FakeUpstream, ServerThread]]:
             yield fake, gateway
 
 
-def send(gateway: ServerThread, content: bytes, headers: dict[str, str] | None = None,
+def send(gateway: ServerThread, content: bytes | Iterator[bytes], headers: dict[str, str] | None = None,
          method: str = "POST", path: str = "/v1/chat/completions") -> httpx.Response:  # fmt: skip
     return httpx.request(method, gateway.url + path, content=content, headers={**AUTH, **(headers or {})},
                          timeout=30)  # fmt: skip
@@ -94,6 +94,18 @@ def test_nul_in_content_is_passed_on(served: tuple[FakeUpstream, ServerThread]) 
 def test_huge_body_is_413(served: tuple[FakeUpstream, ServerThread]) -> None:
     body = orjson.dumps({**CHAT, "messages": [{"role": "user", "content": "x" * (LIMIT * 4)}]})
     assert_error(send(served[1], body), 413)
+
+
+def test_huge_admin_bodies_are_refused(served: tuple[FakeUpstream, ServerThread]) -> None:
+    body = orjson.dumps({"name": "x" * (LIMIT * 4)})
+    assert_error(send(served[1], body, path="/admin/v1/tenants"), 413)
+
+    def chunks() -> Iterator[bytes]:
+        yield from (body[i : i + 4096] for i in range(0, len(body), 4096))
+
+    response = send(served[1], chunks(), path="/admin/v1/tenants")  # no content-length: counted as it comes
+    assert response.status_code in (400, 413)
+    assert_error(response, response.status_code)
 
 
 @pytest.mark.parametrize("method", ["TRACE", "PUT", "DELETE", "PATCH", "GET"])
@@ -183,6 +195,8 @@ async def test_admin_dates_and_patches(admin: httpx.AsyncClient) -> None:
             "/admin/v1/usage", params={"start": start_at, "end": "9999-12-31T00:00:00Z"}
         )
         assert response.status_code == 200 and response.json()["data"] == []
+    for number in ("0.5", "1700000000", "-1e5"):
+        assert_error(await admin.get("/admin/v1/usage", params={"start": number}), 422)
     assert (await admin.post("/admin/v1/tenants", json={"id": "acme", "name": "Acme"})).status_code == 201
     for expiry in ("9999-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "2200-01-01T00:00:00Z"):
         error = assert_error(

@@ -5,12 +5,13 @@ or year-9999 timestamp overflows on the way to UTC: a usage query bound is clamp
 key's expiry past 2100 (or before 1970) is refused.
 """
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import orjson
 from fastapi import Request
-from pydantic import AfterValidator, WithJsonSchema
+from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 
 from gateway.errors import OpenAIError
 
@@ -42,8 +43,20 @@ def _expiry(value: datetime) -> datetime:
 
 # Years 1980-2099, safely inside the validator's bounds whatever the offset: as far as JSON Schema can say it.
 _EXPIRY_SCHEMA = {"type": "string", "format": "date-time", "pattern": "^(19[89][0-9]|20[0-9][0-9])-"}
-Moment = Annotated[datetime, AfterValidator(_bounded)]  # a query bound, clamped to 1970..3000
-Expiry = Annotated[datetime, AfterValidator(_expiry), WithJsonSchema(_EXPIRY_SCHEMA)]  # 1970..2100
+
+
+def _iso_only(value: Any) -> Any:
+    """Pydantic would read 0.5 as a Unix time; the API documents RFC 3339 date-times only."""
+    if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.fullmatch(value.strip())):
+        raise ValueError("expected an RFC 3339 date-time such as 2025-01-31T00:00:00Z")
+    return value
+
+
+_NUMBER = re.compile(r"[-+]?[\d.]+([eE][-+]?\d+)?")
+Moment = Annotated[datetime, BeforeValidator(_iso_only), AfterValidator(_bounded)]  # clamped to 1970..3000
+Expiry = Annotated[
+    datetime, BeforeValidator(_iso_only), AfterValidator(_expiry), WithJsonSchema(_EXPIRY_SCHEMA)
+]  # 1970..2100
 
 
 async def reject_nul(request: Request) -> None:
