@@ -13,6 +13,7 @@ NEEDS_REDIS_BRANCH = pytest.mark.xfail(
     reason="needs redis branch (redis-py client with timeouts, breaker and NOSCRIPT reload)", strict=False
 )
 pytestmark = pytest.mark.chaos
+LATENCY_BOUND_S = 2.5  # p99 while Redis misbehaves; generous for a loaded 2-core machine (typical: < 0.4 s)
 
 
 async def admitted(fleet: Fleet, secret: str, requests: int) -> tuple[int, set[int]]:
@@ -47,7 +48,7 @@ async def test_redis_killed_then_restarted_empty(fleet: Fleet) -> None:
     result = await load
     print(f"Redis killed 2 s, restarted empty: {result.summary()}")
     assert result.server_errors() == [], result.summary()
-    assert result.latency(0.99) < 1.0, result.summary()
+    assert result.latency(0.99) < LATENCY_BOUND_S, result.summary()
     await asyncio.sleep(1)  # limits are exact again within 1 s of Redis returning
     ok, statuses = await admitted(fleet, fleet.keys["exact-after-restart"].secret, 150)
     assert statuses <= {200, 429} and abs(ok - 100) <= 1
@@ -56,14 +57,14 @@ async def test_redis_killed_then_restarted_empty(fleet: Fleet) -> None:
 @NEEDS_REDIS_BRANCH
 async def test_redis_paused(fleet: Fleet) -> None:
     key = fleet.keys["redis-pause"]
-    load = asyncio.create_task(run_load(fleet.urls, key.secret, lambda i: chat(f"pause {i}"), 7, 4))
+    load = asyncio.create_task(run_load(fleet.urls, key.secret, lambda i: chat(f"pause {i}"), 8, 4))
     await asyncio.sleep(2)
     fleet.redis.pause()
     try:
-        await asyncio.sleep(3)
+        await asyncio.sleep(4)
     finally:
         fleet.redis.resume()
     result = await load
-    print(f"Redis paused 3 s: {result.summary()}")
+    print(f"Redis paused 4 s: {result.summary()}")
     assert result.server_errors() == [], result.summary()
-    assert result.latency(0.99) < 1.0, result.summary()  # no request waits out the pause
+    assert result.latency(0.99) < LATENCY_BOUND_S, result.summary()  # no request waits out the pause
