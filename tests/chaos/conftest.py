@@ -15,9 +15,10 @@ from tests.chaos.processes import Gateway, PostgresCluster, RedisServer, Upstrea
 
 @dataclass
 class Fleet:
-    """Two replicas, one Redis, one database schema; `keys` by the case that uses them."""
+    """Two replicas (and a spare one to kill), one Redis, one database schema; `keys` by the case that uses them."""
 
     replicas: list[Gateway]
+    spare: Gateway
     redis: RedisServer
     schema: str
     keys: dict[str, Key] = field(default_factory=dict)
@@ -73,7 +74,9 @@ FLEET_KEYS = {
     "exact": Policy(key_limits={"rpm": 100}),
     "exact-after-restart": Policy(key_limits={"rpm": 100}),
     "backend": Policy(),
+    "concurrency": Policy(key_limits={"max_concurrent": 2}),
 }
+LEASE_S = 6  # concurrency slots of a killed replica free after this long
 
 
 @pytest.fixture(scope="session")
@@ -81,13 +84,14 @@ def fleet(postgres: PostgresCluster, upstreams: dict[str, Upstream], tmp_path_fa
     redis = RedisServer().start()
     schema = new_schema(postgres)
     keys = asyncio.run(provision(postgres.url, schema, FLEET_KEYS))
-    env = gateway_env(postgres.url, schema, models(upstreams), redis.url)
+    env = gateway_env(postgres.url, schema, models(upstreams), redis.url,
+                      LLMGW_POLICIES__CONCURRENCY_LEASE_S=str(LEASE_S))  # fmt: skip
     log_dir = tmp_path_factory.mktemp("fleet")
-    replicas = [Gateway(env, log_dir=log_dir).spawn() for _ in range(2)]
+    replicas = [Gateway(env, log_dir=log_dir).spawn() for _ in range(3)]
     try:
         for replica in replicas:
             replica.wait_ready()
-        yield Fleet(replicas, redis, schema, keys)
+        yield Fleet(replicas[:2], replicas[2], redis, schema, keys)
     finally:
         for replica in replicas:
             replica.terminate()

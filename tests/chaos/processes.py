@@ -3,8 +3,11 @@ gateway replicas, each on its own port in a range reserved for it, each with sta
 
 Ports: Redis 16390-16399, PostgreSQL 15440-15449, gateways and fake upstreams 18100-18199.
 Everything binds 127.0.0.1 and is stopped by the fixture that started it (no process outlives a run).
+Runs in parallel on one machine (CI and a developer, several checkouts) never share a port: each port
+handed out is held with a lock file under /tmp/llmgw-chaos-ports until the process that took it exits.
 """
 
+import fcntl
 import json
 import os
 import shutil
@@ -26,22 +29,36 @@ HTTP_PORTS = range(18100, 18200)
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 MASTER_KEY = "sk-chaos-master"
 ADMIN_TOKEN = "chaos-admin-token"
-_taken: set[int] = set()  # ports handed out by this process (a stopped server's port stays reserved)
+LOCKS = Path(tempfile.gettempdir()) / "llmgw-chaos-ports"
+_held: dict[int, int] = {}  # port -> the locked file descriptor (kept open: the lock lasts as long as we do)
 
 
 def free_port(ports: Iterable[int]) -> int:
-    """The first port of the range that nobody listens on and this process has not handed out."""
+    """The first port of the range that no process on this machine holds and nobody listens on."""
+    LOCKS.mkdir(exist_ok=True)
     for port in ports:
-        if port in _taken:
+        if port in _held:
             continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _taken.add(port)
-        return port
+        fd = os.open(LOCKS / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        if _bindable(port):
+            _held[port] = fd
+            return port
+        os.close(fd)
     raise RuntimeError(f"no free port in {ports}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_for(check: "callable", what: str, timeout_s: float = 60.0) -> None:  # type: ignore[valid-type]

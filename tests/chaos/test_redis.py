@@ -1,15 +1,18 @@
 """Redis killed, restarted empty, or paused under load: no 5xx, bounded latency, and limits exact
-again (within 1 %) once Redis is back."""
+again (within 1 %) once Redis is back. A replica killed while holding a key's concurrency slots: they
+free within the lease."""
 
 import asyncio
+import time
 
 import httpx
 import pytest
 
-from tests.chaos.conftest import Fleet
+from tests.chaos.conftest import LEASE_S, Fleet
 from tests.chaos.load import chat, run_load, send
 
 pytestmark = pytest.mark.chaos
+LATENCY_BOUND_S = 2.5  # p99 while Redis misbehaves; generous for a loaded 2-core machine (typical: < 0.4 s)
 
 
 async def admitted(fleet: Fleet, secret: str, requests: int) -> tuple[int, set[int]]:
@@ -42,7 +45,7 @@ async def test_redis_killed_then_restarted_empty(fleet: Fleet) -> None:
     result = await load
     print(f"Redis killed 2 s, restarted empty: {result.summary()}")
     assert result.server_errors() == [], result.summary()
-    assert result.latency(0.99) < 1.0, result.summary()
+    assert result.latency(0.99) < LATENCY_BOUND_S, result.summary()
     await asyncio.sleep(1)  # limits are exact again within 1 s of Redis returning
     ok, statuses = await admitted(fleet, fleet.keys["exact-after-restart"].secret, 150)
     assert statuses <= {200, 429} and abs(ok - 100) <= 1
@@ -50,14 +53,52 @@ async def test_redis_killed_then_restarted_empty(fleet: Fleet) -> None:
 
 async def test_redis_paused(fleet: Fleet) -> None:
     key = fleet.keys["redis-pause"]
-    load = asyncio.create_task(run_load(fleet.urls, key.secret, lambda i: chat(f"pause {i}"), 7, 4))
+    load = asyncio.create_task(run_load(fleet.urls, key.secret, lambda i: chat(f"pause {i}"), 8, 4))
     await asyncio.sleep(2)
     fleet.redis.pause()
     try:
-        await asyncio.sleep(3)
+        await asyncio.sleep(4)
     finally:
         fleet.redis.resume()
     result = await load
-    print(f"Redis paused 3 s: {result.summary()}")
+    print(f"Redis paused 4 s: {result.summary()}")
     assert result.server_errors() == [], result.summary()
-    assert result.latency(0.99) < 1.0, result.summary()  # no request waits out the pause
+    assert result.latency(0.99) < LATENCY_BOUND_S, result.summary()  # no request waits out the pause
+
+
+@NEEDS_REDIS_BRANCH
+async def test_killed_replica_frees_its_concurrency_slots(fleet: Fleet) -> None:
+    key = fleet.keys["concurrency"]  # max_concurrent 2
+    words = " ".join(f"w{i}" for i in range(300))  # 60 s streams: they outlive the replica
+    async with httpx.AsyncClient(timeout=90) as client:
+        holders = [
+            asyncio.create_task(
+                send(client, fleet.spare.url, key.secret, chat(f"slow-stream:0.2 {words}", True))
+            )
+            for _ in range(2)
+        ]
+        refused = await _until(lambda: _status(client, fleet.urls[0], key.secret), lambda s: s == 429, 30)
+        fleet.spare.kill()
+        killed = time.monotonic()
+        freed = await _until(
+            lambda: _status(client, fleet.urls[0], key.secret), lambda s: s != 429, LEASE_S + 30
+        )
+        waited = time.monotonic() - killed
+        await asyncio.gather(*holders)
+    print(f"replica killed holding 2 slots: slots free after {waited:.1f}s (lease {LEASE_S}s)")
+    assert refused == 429 and freed == 200
+    assert waited < LEASE_S + 5
+
+
+async def _status(client: httpx.AsyncClient, url: str, secret: str) -> int:
+    return (await send(client, url, secret, chat("probe"))).status
+
+
+async def _until(probe, done, timeout_s: float) -> int:  # noqa: ANN001
+    """Probes every 0.25 s until `done(status)`; returns the last status."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = await probe()
+        if done(status) or time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.25)
