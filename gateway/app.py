@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from gateway.errors import OpenAIError, error_response
+from gateway.errors import OpenAIError, error_response, model_not_found
 from gateway.proxy import ENDPOINTS, JSON, Proxy, next_request_id
 from gateway.services import Services, start_services
 from gateway.settings import Settings, load_settings
@@ -68,8 +68,13 @@ def _services(request: Request) -> Services:
 def _add_info_routes(app: FastAPI) -> None:
     async def models(request: Request) -> Response:
         names = await _services(request).visible_models(request.headers)
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "llmgw"} for m in names]
+        data = [model_card(m) for m in names]
         return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
+
+    async def model(request: Request, model_id: str) -> Response:
+        if model_id not in await _services(request).visible_models(request.headers):
+            raise model_not_found(model_id)
+        return Response(orjson.dumps(model_card(model_id)), media_type=JSON)
 
     async def metrics(request: Request) -> Response:
         body, content_type = _services(request).observability.render()
@@ -83,9 +88,14 @@ def _add_info_routes(app: FastAPI) -> None:
         return Response(orjson.dumps(report), status_code=200 if report["ready"] else 503, media_type=JSON)
 
     app.add_api_route("/v1/models", models, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/v1/models/{model_id:path}", model, methods=["GET"], summary="Retrieve a model")
     app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
     app.add_api_route("/health/live", live, methods=["GET"])
     app.add_api_route("/health/ready", ready, methods=["GET"])
+
+
+def model_card(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "llmgw"}
 
 
 def _add_error_handlers(app: FastAPI) -> None:

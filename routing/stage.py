@@ -14,6 +14,7 @@ from backends.base import Backend, UpstreamError
 from gateway.context import Handler, Reply, RequestContext, Usage
 from gateway.errors import OpenAIError, model_not_found
 from gateway.sse import track_usage
+from gateway.validation import unrecognized
 from routing.config import RoutingPolicy, RoutingSettings
 from routing.metrics import RoutingMetrics
 from routing.policy import policy_section
@@ -54,6 +55,14 @@ class RouteStage:
             if first:
                 raise OpenAIError(400, f"The model `{alias}` does not support {ctx.endpoint}.", param="model")
             raise UpstreamError(503, f"fallback `{alias}` does not serve {ctx.endpoint}", retryable=True)
+        if (
+            ctx.extra_params
+        ):  # parameters beyond OpenAI's go only to deployments with extra_params: passthrough
+            replicas = [r for r in replicas if r.backend.config.accepts_extras()]
+            if not replicas:
+                if first:
+                    raise unrecognized(ctx.extra_params[0])
+                raise UpstreamError(503, f"fallback `{alias}` takes no extra parameters", retryable=True)
         order, hashes = self._router.plan(alias, replicas, ctx.endpoint, ctx.body, policy)
         error: UpstreamError | None = None
         for attempt in range(self._router.max_attempts(policy)):
