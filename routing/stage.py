@@ -55,9 +55,8 @@ class RouteStage:
             if first:
                 raise OpenAIError(400, f"The model `{alias}` does not support {ctx.endpoint}.", param="model")
             raise UpstreamError(503, f"fallback `{alias}` does not serve {ctx.endpoint}", retryable=True)
-        if (
-            ctx.extra_params
-        ):  # parameters beyond OpenAI's go only to deployments with extra_params: passthrough
+        # parameters beyond OpenAI's go only to deployments with extra_params: passthrough
+        if ctx.extra_params:
             replicas = [r for r in replicas if r.backend.config.accepts_extras()]
             if not replicas:
                 if first:
