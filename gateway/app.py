@@ -13,6 +13,8 @@ from starlette.responses import Response
 
 from gateway.errors import OpenAIError, error_response, model_not_found
 from gateway.proxy import ENDPOINTS, JSON, Proxy, next_request_id
+from gateway.responses_api.routes import router as responses_router
+from gateway.responses_api.store import create_response_store
 from gateway.services import Services, start_services
 from gateway.settings import Settings, load_settings
 
@@ -48,15 +50,18 @@ def create_app(settings: Settings) -> GatewayApp:
         if not any(getattr(r, "path", "").startswith("/admin/v1") for r in app.routes):
             app.include_router(services.admin_router)
         app.proxy = Proxy(services.handler, settings.max_body_bytes)
+        app.state.response_store = create_response_store(settings.responses, settings.redis_url)
         try:
             yield
         finally:
             app.proxy = None
+            await app.state.response_store.aclose()
             await services.aclose()
 
     app = GatewayApp(title="llmgw", version="0.1.0", lifespan=lifespan, docs_url="/docs", redoc_url=None)
     _add_error_handlers(app)
     _add_info_routes(app)
+    app.include_router(responses_router)
     app.add_middleware(RequestIdMiddleware)
     return app
 
@@ -136,7 +141,9 @@ class RequestIdMiddleware:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        header = (b"x-request-id", next_request_id().encode())
+        request_id = next_request_id()
+        scope.setdefault("state", {})["request_id"] = request_id  # routes that run the pipeline use it
+        header = (b"x-request-id", request_id.encode())
 
         async def send_with_id(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from backends.local_engine.config import EngineSettings
 from cache.config import CacheSettings
 from gateway.observability_config import ObservabilitySettings
+from gateway.responses_api.config import ResponsesSettings
 from policies.config import PoliciesSettings
 from routing.config import RoutingSettings
 
@@ -96,6 +97,7 @@ class Settings(BaseSettings):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     policies: PoliciesSettings = Field(default_factory=PoliciesSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+    responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
 
     @classmethod
     def settings_customise_sources(

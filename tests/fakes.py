@@ -4,6 +4,7 @@ The fake's behaviour is steered by the last message's text:
   "fail:<status>"    answer with that HTTP status and an OpenAI error body
   "die-mid-stream"   send two chunks, then drop the connection
   "sleep:<seconds>"  wait before answering
+  "use-tool"         with `tools` in the body: call the first tool with {"city": "Paris"}
 anything else        echo it back ("echo: <text>")
 """
 
@@ -140,10 +141,16 @@ def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
     usage = _usage(body, len(answer.split(" ")))
     if "messages" in body:
         message = {"role": "assistant", "content": answer}
+        finish = "stop"
+        if _wants_tool(body, text):
+            message, finish = (
+                {"role": "assistant", "content": None, "tool_calls": [_tool_call(body)]},
+                "tool_calls",
+            )
         choice = {
             "index": 0,
             "message": message,
-            "finish_reason": "stop",
+            "finish_reason": finish,
             "logprobs": _logprobs(body, answer),
         }
         return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": body["model"],
@@ -166,11 +173,32 @@ def _chunks(body: dict[str, Any], words: list[str]) -> list[dict[str, Any]]:
     deltas = [{"role": "assistant", "content": ""}] + [
         {"content": w if i == 0 else " " + w} for i, w in enumerate(words)
     ]
+    finish = "stop"
+    if _wants_tool(body, _last_text(body)):
+        call = _tool_call(body)
+        head = {**call, "index": 0, "function": {"name": call["function"]["name"], "arguments": ""}}
+        halves = ['{"city": ', '"Paris"}']
+        deltas = [{"role": "assistant", "content": None, "tool_calls": [head]}]
+        deltas += [{"tool_calls": [{"index": 0, "function": {"arguments": half}}]} for half in halves]
+        finish = "tool_calls"
     chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
-    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
     if (body.get("stream_options") or {}).get("include_usage"):
         chunks.append({**base, "choices": [], "usage": _usage(body, len(words))})
     return chunks
+
+
+def _wants_tool(body: dict[str, Any], text: str) -> bool:
+    return bool(body.get("tools")) and text.startswith("use-tool")
+
+
+def _tool_call(body: dict[str, Any]) -> dict[str, Any]:
+    name = body["tools"][0]["function"]["name"]
+    return {
+        "id": "call_fake_1",
+        "type": "function",
+        "function": {"name": name, "arguments": '{"city": "Paris"}'},
+    }
 
 
 def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
