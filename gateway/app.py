@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
+from gateway.anthropic_api.routes import router as messages_router
 from gateway.errors import OpenAIError, error_response, model_not_found
 from gateway.proxy import ENDPOINTS, JSON, Proxy, next_request_id
 from gateway.responses_api.routes import router as responses_router
@@ -62,6 +63,7 @@ def create_app(settings: Settings) -> GatewayApp:
     _add_error_handlers(app)
     _add_info_routes(app)
     app.include_router(responses_router)
+    app.include_router(messages_router)
     app.add_middleware(RequestIdMiddleware)
     return app
 

@@ -29,7 +29,12 @@ async def read_json(request: Request) -> dict[str, Any]:
 
 
 async def run_chat(
-    request: Request, chat: dict[str, Any], *, api: str, options: dict[str, Any] | None = None
+    request: Request,
+    chat: dict[str, Any],
+    *,
+    api: str,
+    options: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> tuple[RequestContext, Reply]:
     """Validate `chat` as a chat-completions body and run the pipeline on it."""
     started = time.perf_counter()
@@ -39,7 +44,7 @@ async def run_chat(
         request_id=request_id_of(request),
         endpoint="chat",
         body=validation.upstream_body(chat, stream),
-        headers=dict(request.headers),
+        headers=headers if headers is not None else dict(request.headers),
         model=chat["model"],
         stream=stream,
         include_usage=True,

@@ -1,0 +1,95 @@
+"""Chat chunks → Anthropic's event stream: message_start, then per content block content_block_start,
+content_block_delta (text_delta or input_json_delta) and content_block_stop, then message_delta
+(stop_reason, usage) and message_stop. One block is open at a time, as Anthropic streams them."""
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+import orjson
+
+from gateway.anthropic_api.errors import error_body
+from gateway.anthropic_api.reply import stop_reason, usage_of
+from gateway.errors import OpenAIError
+
+log = logging.getLogger("llmgw.messages")
+Event = dict[str, Any]
+
+
+def frame(event: Event) -> bytes:
+    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+class BlockWriter:
+    def __init__(self, message_id: str, model: str) -> None:
+        self._message = {"id": message_id, "type": "message", "role": "assistant", "model": model, "content": [],
+                         "stop_reason": None, "stop_sequence": None, "usage": usage_of(None)}  # fmt: skip
+        self._index = -1  # the open block's index; -1: none open
+        self._open: tuple[str, int] | None = None  # ("text", 0) or ("tool", chat tool-call index)
+
+    def start(self) -> list[Event]:
+        return [{"type": "message_start", "message": self._message}]
+
+    def on_chunk(self, chunk: dict[str, Any]) -> list[Event]:
+        events: list[Event] = []
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                events += self._switch(("text", 0), {"type": "text", "text": ""})
+                events.append(self._delta({"type": "text_delta", "text": delta["content"]}))
+            for call in delta.get("tool_calls") or []:
+                function = call.get("function") or {}
+                block = {"type": "tool_use", "id": call.get("id"), "name": function.get("name"), "input": {}}
+                events += self._switch(("tool", call.get("index", 0)), block)
+                if function.get("arguments"):
+                    events.append(
+                        self._delta({"type": "input_json_delta", "partial_json": function["arguments"]})
+                    )
+        return events
+
+    def finish(self, finish_reason: str | None, usage: dict[str, Any] | None) -> list[Event]:
+        events = self._close()
+        delta = {"stop_reason": stop_reason(finish_reason) or "end_turn", "stop_sequence": None}
+        events.append({"type": "message_delta", "delta": delta, "usage": usage_of(usage)})
+        events.append({"type": "message_stop"})
+        return events
+
+    def _switch(self, block: tuple[str, int], content_block: dict[str, Any]) -> list[Event]:
+        if self._open == block:
+            return []
+        events = self._close()
+        self._open, self._index = block, self._index + 1
+        events.append({"type": "content_block_start", "index": self._index, "content_block": content_block})
+        return events
+
+    def _close(self) -> list[Event]:
+        if self._open is None:
+            return []
+        self._open = None
+        return [{"type": "content_block_stop", "index": self._index}]
+
+    def _delta(self, delta: dict[str, Any]) -> Event:
+        return {"type": "content_block_delta", "index": self._index, "delta": delta}
+
+
+async def events(writer: BlockWriter, chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    for event in writer.start():
+        yield frame(event)
+    finish_reason, usage = None, None
+    try:
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                for event in writer.on_chunk(chunk):
+                    yield frame(event)
+                for choice in chunk.get("choices") or []:
+                    finish_reason = choice.get("finish_reason") or finish_reason
+                usage = chunk.get("usage") or usage
+    except Exception as exc:
+        if not isinstance(exc, OpenAIError):
+            log.exception("messages stream failed")
+            exc = OpenAIError(500, "The gateway failed while streaming.")
+        yield frame(error_body(exc))
+        return
+    for event in writer.finish(finish_reason, usage):
+        yield frame(event)
