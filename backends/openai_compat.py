@@ -7,6 +7,7 @@ import orjson
 
 from backends.base import PATHS, UpstreamError
 from backends.http_client import HttpPool, Response, TransportError
+from gateway import tracing
 from gateway.settings import DeploymentConfig
 
 _PASSED_THROUGH = {400, 401, 403, 404, 409, 413, 415, 422, 429}
@@ -65,6 +66,7 @@ class OpenAICompatBackend:
     async def _post(self, endpoint: str, body: dict[str, Any], request_id: str) -> Response:
         payload = orjson.dumps({**body, "model": self.config.model})
         headers = {**self._headers, "x-request-id": request_id}
+        tracing.inject(headers)  # traceparent of this attempt's span, when tracing is on
         try:
             return await self._pool.request("POST", PATHS[endpoint], payload, headers)
         except TransportError as error:

@@ -16,6 +16,7 @@ from backends.local_engine.config import EngineSettings
 from cache.config import CacheSettings
 from gateway.observability_config import ObservabilitySettings
 from gateway.responses_api.config import ResponsesSettings
+from gateway.tracing_config import TracingSettings
 from policies.config import PoliciesSettings
 from routing.config import RoutingSettings
 
@@ -98,6 +99,7 @@ class Settings(BaseSettings):
     policies: PoliciesSettings = Field(default_factory=PoliciesSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     @classmethod
     def settings_customise_sources(

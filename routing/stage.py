@@ -14,6 +14,7 @@ from backends.base import Backend, UpstreamError
 from gateway.context import Handler, Reply, RequestContext, Usage
 from gateway.errors import OpenAIError, model_not_found
 from gateway.sse import track_usage
+from gateway.tracing import attempt_span
 from gateway.validation import unrecognized
 from routing.config import RoutingPolicy, RoutingSettings
 from routing.metrics import RoutingMetrics
@@ -70,7 +71,8 @@ class RouteStage:
                 self._metrics.retries.labels(alias, replica.name).inc()
                 await asyncio.sleep(self._backoff(attempt))
             try:
-                reply = await self._call(replica, ctx)
+                with attempt_span(ctx, replica.name, alias, attempt):
+                    reply = await self._call(replica, ctx)
             except UpstreamError as failure:
                 if not failure.retryable:
                     raise
