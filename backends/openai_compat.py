@@ -1,12 +1,15 @@
 """Any OpenAI-compatible server (vLLM, SGLang, llama.cpp, OpenAI) over one keep-alive connection pool."""
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import orjson
 
+from backends import responses_wire
 from backends.base import PATHS, UpstreamError
 from backends.http_client import HttpPool, Response, TransportError
+from backends.responses_wire import to_responses
 from gateway import tracing
 from gateway.settings import DeploymentConfig
 
@@ -37,13 +40,32 @@ class OpenAICompatBackend:
         await self._pool.aclose()
 
     async def complete(self, endpoint: str, body: dict[str, Any], request_id: str) -> dict[str, Any]:
+        if endpoint == "responses":  # a chat body, sent to the upstream's own Responses API
+            return responses_wire.to_completion(
+                await self._complete(endpoint, to_responses(body), request_id)
+            )
+        return await self._complete(endpoint, body, request_id)
+
+    async def _complete(self, endpoint: str, body: dict[str, Any], request_id: str) -> dict[str, Any]:
         response = await self._post(endpoint, body, request_id)
         data = await self._guard(response.read())
         if response.status != 200:
             raise self._status_error(response.status, data)
         return orjson.loads(data)
 
-    async def stream(
+    def stream(self, endpoint: str, body: dict[str, Any], request_id: str) -> AsyncIterator[dict[str, Any]]:
+        if endpoint == "responses":
+            return self._responses_stream(body, request_id)
+        return self._stream(endpoint, body, request_id)
+
+    async def _responses_stream(self, body: dict[str, Any], request_id: str) -> AsyncIterator[dict[str, Any]]:
+        translator = responses_wire.ChunkTranslator()
+        async with aclosing(self._stream("responses", to_responses(body), request_id)) as events:
+            async for event in events:
+                for chunk in translator.on_event(event):
+                    yield chunk
+
+    async def _stream(
         self, endpoint: str, body: dict[str, Any], request_id: str
     ) -> AsyncIterator[dict[str, Any]]:
         response = await self._post(endpoint, body, request_id)
@@ -97,6 +119,9 @@ class OpenAICompatBackend:
             if "error" in chunk:
                 raise self._error_event(chunk["error"])
             yield chunk
+            if chunk.get("type") in responses_wire.FINAL_EVENTS:  # Responses streams end without [DONE]
+                await self._guard(response.drain())
+                return
         raise UpstreamError(502, f"deployment {self.name} closed the stream before [DONE]", retryable=False)
 
     def _transport_error(self, error: TransportError, before_first_byte: bool) -> UpstreamError:

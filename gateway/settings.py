@@ -52,6 +52,8 @@ class DeploymentConfig(BaseModel):
     def _needs_url(self) -> "DeploymentConfig":
         if self.backend == "openai" and not self.base_url:
             raise ValueError(f"deployment {self.name!r}: backend 'openai' needs base_url")
+        if self.responses_api and self.backend != "openai":
+            raise ValueError(f"deployment {self.name!r}: responses_api needs an OpenAI-compatible upstream")
         return self
 
     def accepts_extras(self) -> bool:

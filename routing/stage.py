@@ -109,12 +109,13 @@ class _Call:
     async def run(self, ctx: RequestContext) -> Reply:
         self._begin()
         try:
+            endpoint = self._endpoint(ctx)
             if not ctx.stream:
-                body = await self._replica.backend.complete(ctx.endpoint, ctx.body, ctx.request_id)
+                body = await self._replica.backend.complete(endpoint, ctx.body, ctx.request_id)
                 self._succeeded()
                 ctx.usage = Usage.from_openai(body.get("usage"))
                 return Reply(body=body)
-            chunks = self._replica.backend.stream(ctx.endpoint, ctx.body, ctx.request_id)
+            chunks = self._replica.backend.stream(endpoint, ctx.body, ctx.request_id)
             first = await self._first_chunk(chunks)
             self._replica.latency.observe(self._router.clock() - self._started)
             return Reply(stream=track_usage(ctx, self._rest(first, chunks)))
@@ -124,6 +125,11 @@ class _Call:
         except BaseException:
             self._release()
             raise
+
+    def _endpoint(self, ctx: RequestContext) -> str:
+        """/v1/responses requests go to the upstream's own Responses API where the deployment has one."""
+        native = ctx.extra.get("api") == "responses" and self._replica.backend.config.responses_api
+        return "responses" if native else ctx.endpoint
 
     def _begin(self) -> None:
         self._started = self._router.clock()

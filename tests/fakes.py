@@ -17,6 +17,8 @@ from typing import Any
 import orjson
 import uvicorn
 
+from tests import fakes_responses
+
 Scope = dict[str, Any]
 
 
@@ -79,9 +81,26 @@ class FakeUpstream:
             return await _json(send, status, {"error": {"message": f"upstream says {status}", "type": "x"}})
         if path.endswith("/embeddings"):
             return await _json(send, 200, _embeddings(body))
+        if path.endswith("/responses"):
+            return await self._responses(body, send)
         if body.get("stream"):
             return await self._stream(body, text, send, receive)
         return await _json(send, 200, _completion(body, text))
+
+    async def _responses(self, body: dict[str, Any], send: Any) -> None:
+        if not body.get("stream"):
+            return await _json(send, 200, fakes_responses.response(body))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        for event in fakes_responses.events(body):
+            frame = b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _stream(self, body: dict[str, Any], text: str, send: Any, receive: Any) -> None:
         await send(
