@@ -9,7 +9,7 @@ from starlette.responses import Response
 from gateway.anthropic_api import reply, stream
 from gateway.anthropic_api.errors import anthropic_error_response
 from gateway.anthropic_api.request import to_chat
-from gateway.chat_bridge import StreamResponse, read_json, run_chat, served_by
+from gateway.chat_bridge import StreamResponse, read_json, render_events, run_chat, served_by
 from gateway.errors import OpenAIError
 
 log = logging.getLogger("llmgw.messages")
@@ -68,7 +68,7 @@ async def _create(request: Request) -> Response:
     out_headers = {**answer.headers, **served_by(ctx), "request-id": ctx.request_id}
     if answer.stream is not None:
         return StreamResponse(
-            stream.events(stream.BlockWriter(message_id, ctx.model), answer.stream), out_headers
+            render_events(stream.BlockWriter(message_id, ctx.model), answer.stream), out_headers
         )
     message = reply.message(message_id, ctx.model, answer.body or {})
     return Response(orjson.dumps(message), headers=out_headers, media_type="application/json")

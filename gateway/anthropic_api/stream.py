@@ -2,23 +2,12 @@
 content_block_delta (text_delta or input_json_delta) and content_block_stop, then message_delta
 (stop_reason, usage) and message_stop. One block is open at a time, as Anthropic streams them."""
 
-import logging
-from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any
-
-import orjson
 
 from gateway.anthropic_api.errors import error_body
 from gateway.anthropic_api.reply import stop_reason, usage_of
+from gateway.chat_bridge import Event
 from gateway.errors import OpenAIError
-
-log = logging.getLogger("llmgw.messages")
-Event = dict[str, Any]
-
-
-def frame(event: Event) -> bytes:
-    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 class BlockWriter:
@@ -55,6 +44,9 @@ class BlockWriter:
         events.append({"type": "message_stop"})
         return events
 
+    def failure(self, error: OpenAIError) -> Event:
+        return error_body(error)
+
     def _switch(self, block: tuple[str, int], content_block: dict[str, Any]) -> list[Event]:
         if self._open == block:
             return []
@@ -71,25 +63,3 @@ class BlockWriter:
 
     def _delta(self, delta: dict[str, Any]) -> Event:
         return {"type": "content_block_delta", "index": self._index, "delta": delta}
-
-
-async def events(writer: BlockWriter, chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    for event in writer.start():
-        yield frame(event)
-    finish_reason, usage = None, None
-    try:
-        async with aclosing(chunks):
-            async for chunk in chunks:
-                for event in writer.on_chunk(chunk):
-                    yield frame(event)
-                for choice in chunk.get("choices") or []:
-                    finish_reason = choice.get("finish_reason") or finish_reason
-                usage = chunk.get("usage") or usage
-    except Exception as exc:
-        if not isinstance(exc, OpenAIError):
-            log.exception("messages stream failed")
-            exc = OpenAIError(500, "The gateway failed while streaming.")
-        yield frame(error_body(exc))
-        return
-    for event in writer.finish(finish_reason, usage):
-        yield frame(event)

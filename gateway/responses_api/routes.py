@@ -6,7 +6,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from gateway.chat_bridge import StreamResponse, principal_of, read_json, run_chat, served_by
+from gateway.chat_bridge import StreamResponse, principal_of, read_json, render_events, run_chat, served_by
 from gateway.errors import OpenAIError, bad_request
 from gateway.responses_api import reply, stream
 from gateway.responses_api.request import to_chat
@@ -69,7 +69,8 @@ async def create_response(request: Request) -> Response:
             await store.put(StoredResponse(tenant, response, history, items))
 
     if answer.stream is not None:
-        frames = stream.events(stream.EventWriter(skeleton), answer.stream, keep)
+        writer = stream.EventWriter(skeleton)
+        frames = render_events(writer, answer.stream, lambda: keep(writer.response))
         return StreamResponse(frames, {**answer.headers, **served_by(ctx)})
     response = reply.from_completion(skeleton, answer.body or {})
     await keep(response)

@@ -2,22 +2,11 @@
 content_part.added, output_text.delta ... output_text.done, content_part.done, output_item.done (function
 calls: function_call_arguments.delta/.done), and response.completed (or response.incomplete)."""
 
-import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
 from typing import Any
 
-import orjson
-
+from gateway.chat_bridge import Event
 from gateway.errors import OpenAIError
 from gateway.responses_api import reply
-
-log = logging.getLogger("llmgw.responses")
-Event = dict[str, Any]
-
-
-def frame(event: Event) -> bytes:
-    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 class EventWriter:
@@ -110,41 +99,12 @@ class EventWriter:
         events.append(self.event(kind, response=self.response))
         return events
 
+    def failure(self, error: OpenAIError) -> Event:
+        """The `error` event. It also carries OpenAI's error object, which makes the SDKs raise APIError."""
+        details = error.to_dict()["error"]
+        return self.event("error", code=error.code or error.type, message=error.message, param=error.param,
+                          error=details)  # fmt: skip
+
     @staticmethod
     def _where(state: dict[str, Any]) -> dict[str, Any]:
         return {"item_id": state["item"]["id"], "output_index": state["index"], "content_index": 0}
-
-
-async def events(
-    writer: EventWriter, chunks: AsyncIterator[dict[str, Any]], on_done: Callable[[dict[str, Any]], Any]
-) -> AsyncIterator[bytes]:
-    """SSE frames for the chunk stream; `on_done(response)` is awaited once the response completed."""
-    for event in writer.start():
-        yield frame(event)
-    finish_reason, usage = None, None
-    try:
-        async with aclosing(chunks):
-            async for chunk in chunks:
-                for event in writer.on_chunk(chunk):
-                    yield frame(event)
-                for choice in chunk.get("choices") or []:
-                    finish_reason = choice.get("finish_reason") or finish_reason
-                usage = chunk.get("usage") or usage
-    except Exception as exc:
-        error = (
-            exc if isinstance(exc, OpenAIError) else OpenAIError(500, "The gateway failed while streaming.")
-        )
-        if not isinstance(exc, OpenAIError):
-            log.exception("responses stream %s failed", writer.response["id"])
-        yield frame(failure(writer, error))
-        return
-    for event in writer.finish(finish_reason, usage):
-        yield frame(event)
-    await on_done(writer.response)
-
-
-def failure(writer: EventWriter, error: OpenAIError) -> Event:
-    """The `error` event. It also carries OpenAI's error object, which makes the SDKs raise APIError."""
-    details = error.to_dict()["error"]
-    return writer.event("error", code=error.code or error.type, message=error.message, param=error.param,
-                        error=details)  # fmt: skip
