@@ -151,6 +151,8 @@ def _tool_choice(choice: Any) -> Any:
 
 def _format(text: Any) -> dict[str, Any] | None:
     fmt = text.get("format") if isinstance(text, dict) else None
+    if fmt is not None and not isinstance(fmt, dict):
+        raise bad_request("'text.format' must be an object.", param="text.format")
     if fmt is None or fmt.get("type") == "text":
         return None
     if fmt.get("type") == "json_object":
