@@ -107,6 +107,17 @@ def test_named_tool_choice_and_streamed_tool_use(client: anthropic.Anthropic, up
     assert final.stop_reason == "tool_use" and final.content[0].input == {"city": "Paris"}
 
 
+def test_output_config_format_becomes_a_json_schema(client: anthropic.Anthropic, upstream: tuple) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    client.messages.create(model="fake-model", max_tokens=5, messages=[{"role": "user", "content": "x"}],
+                           output_config={"format": {"type": "json_schema", "schema": schema}},
+                           cache_control={"type": "ephemeral"})  # fmt: skip
+    assert sent(upstream)["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema},
+    }
+
+
 def test_errors_are_anthropic_shaped(client: anthropic.Anthropic, gateway: ServerThread) -> None:
     with pytest.raises(anthropic.NotFoundError) as missing:
         client.messages.create(model="nope", max_tokens=5, messages=[{"role": "user", "content": "x"}])

@@ -8,12 +8,15 @@ from gateway.errors import bad_request
 
 _SAME = {"model": "model", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "stream": "stream",
          "max_tokens": "max_tokens", "stop_sequences": "stop"}  # fmt: skip
-_HANDLED = {"system", "messages", "tools", "tool_choice", "metadata", "thinking", "service_tier", "cache"}
+_HANDLED = {"system", "messages", "tools", "tool_choice", "metadata", "output_config", "cache"}
+# hints with no chat equivalent and no effect on the answer's content: accepted and dropped
+_DROPPED = {"thinking", "service_tier", "cache_control", "inference_geo", "speed", "diagnostics", "user_profile_id",
+            "workspace_id"}  # fmt: skip
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 
 
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(body) - set(_SAME) - _HANDLED)
+    unknown = sorted(set(body) - set(_SAME) - _HANDLED - _DROPPED)
     if unknown:
         raise bad_request(f"{unknown[0]}: Extra inputs are not permitted", param=unknown[0])
     if not isinstance(body.get("max_tokens"), int) or isinstance(body.get("max_tokens"), bool):
@@ -24,6 +27,8 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         chat["tools"] = [_tool(i, t) for i, t in enumerate(_list(body["tools"], "tools"))]
     if body.get("tool_choice") is not None:
         _tool_choice(chat, body["tool_choice"])
+    if body.get("output_config") is not None:
+        _output_format(chat, body["output_config"])
     user = (body.get("metadata") or {}).get("user_id") if isinstance(body.get("metadata"), dict) else None
     if isinstance(user, str):
         chat["user"] = user
@@ -137,6 +142,25 @@ def _tool_choice(chat: dict[str, Any], choice: Any) -> None:
         raise bad_request("tool_choice: expected auto, any, none or tool", param="tool_choice")
     if choice.get("disable_parallel_tool_use") and kind != "none":
         chat["parallel_tool_calls"] = False
+
+
+def _output_format(chat: dict[str, Any], config: Any) -> None:
+    """output_config.format (Anthropic's structured outputs) → the chat response_format json_schema."""
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if fmt is None:
+        return
+    if (
+        not isinstance(fmt, dict)
+        or fmt.get("type") != "json_schema"
+        or not isinstance(fmt.get("schema"), dict)
+    ):
+        raise bad_request(
+            "output_config.format: expected {type: json_schema, schema}", param="output_config.format"
+        )
+    chat["response_format"] = {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": fmt["schema"]},
+    }
 
 
 def _kind(block: Any, param: str) -> str:
