@@ -8,7 +8,8 @@ only when tracing is on.
 """
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from opentelemetry import context, propagate, trace
@@ -95,17 +96,17 @@ def _finish(span: Any, ctx: RequestContext, status: int) -> None:
     span.end()
 
 
-@contextlib.contextmanager
-def attempt_span(ctx: RequestContext, deployment: str, alias: str, attempt: int) -> Iterator[None]:
-    """A span around one backend attempt (none when the request is not traced)."""
+_UNTRACED = contextlib.nullcontext()
+
+
+def attempt_span(ctx: RequestContext, deployment: str, alias: str, attempt: int) -> AbstractContextManager[Any]:
+    """A span around one backend attempt (a shared no-op when the request is not traced)."""
     tracer = ctx.extra.get("tracer")
     if tracer is None:
-        yield
-        return
+        return _UNTRACED
     attributes = {"llmgw.deployment": deployment, "llmgw.model": alias, "llmgw.attempt": attempt,
                   "llmgw.retry": attempt > 0}  # fmt: skip
-    with tracer.start_as_current_span("backend.attempt", kind=trace.SpanKind.CLIENT, attributes=attributes):
-        yield
+    return tracer.start_as_current_span("backend.attempt", kind=trace.SpanKind.CLIENT, attributes=attributes)
 
 
 def inject(headers: dict[str, str]) -> None:
