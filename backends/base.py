@@ -6,7 +6,8 @@ from typing import Any, Protocol
 from gateway.errors import OpenAIError
 from gateway.settings import DeploymentConfig
 
-PATHS = {"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings"}
+PATHS = {"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings",
+         "responses": "/responses"}  # fmt: skip
 
 
 class UpstreamError(OpenAIError):

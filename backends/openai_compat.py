@@ -3,12 +3,16 @@
 import time
 from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
+from contextlib import aclosing
 from typing import Any
 
 import orjson
 
+from backends import responses_wire
 from backends.base import PATHS, UpstreamError
 from backends.http_client import HttpPool, Response, TransportError
+from backends.responses_wire import to_responses
+from gateway import tracing
 from gateway.settings import DeploymentConfig
 
 _RETRY_AFTER_STATUSES = (429, 503)
@@ -38,13 +42,32 @@ class OpenAICompatBackend:
         await self._pool.aclose()
 
     async def complete(self, endpoint: str, body: dict[str, Any], request_id: str) -> dict[str, Any]:
+        if endpoint == "responses":  # a chat body, sent to the upstream's own Responses API
+            return responses_wire.to_completion(
+                await self._complete(endpoint, to_responses(body), request_id)
+            )
+        return await self._complete(endpoint, body, request_id)
+
+    async def _complete(self, endpoint: str, body: dict[str, Any], request_id: str) -> dict[str, Any]:
         response = await self._post(endpoint, body, request_id)
         data = await self._guard(response.read())
         if response.status != 200:
             raise self._status_error(response.status, data, response.headers)
         return orjson.loads(data)
 
-    async def stream(
+    def stream(self, endpoint: str, body: dict[str, Any], request_id: str) -> AsyncIterator[dict[str, Any]]:
+        if endpoint == "responses":
+            return self._responses_stream(body, request_id)
+        return self._stream(endpoint, body, request_id)
+
+    async def _responses_stream(self, body: dict[str, Any], request_id: str) -> AsyncIterator[dict[str, Any]]:
+        translator = responses_wire.ChunkTranslator()
+        async with aclosing(self._stream("responses", to_responses(body), request_id)) as events:
+            async for event in events:
+                for chunk in translator.on_event(event):
+                    yield chunk
+
+    async def _stream(
         self, endpoint: str, body: dict[str, Any], request_id: str
     ) -> AsyncIterator[dict[str, Any]]:
         response = await self._post(endpoint, body, request_id)
@@ -68,6 +91,7 @@ class OpenAICompatBackend:
     async def _post(self, endpoint: str, body: dict[str, Any], request_id: str) -> Response:
         payload = orjson.dumps({**body, "model": self.config.model})
         headers = {**self._headers, "x-request-id": request_id}
+        tracing.inject(headers)  # traceparent of this attempt's span, when tracing is on
         try:
             return await self._pool.request("POST", PATHS[endpoint], payload, headers)
         except TransportError as error:
@@ -98,6 +122,9 @@ class OpenAICompatBackend:
             if "error" in chunk:
                 raise self._error_event(chunk["error"])
             yield chunk
+            if chunk.get("type") in responses_wire.FINAL_EVENTS:  # Responses streams end without [DONE]
+                await self._guard(response.drain())
+                return
         raise UpstreamError(502, f"deployment {self.name} closed the stream before [DONE]", retryable=False)
 
     def _transport_error(self, error: TransportError, before_first_byte: bool) -> UpstreamError:

@@ -40,6 +40,8 @@ class AccessLog:
         if not self._settings.access_log or not self._logger.isEnabledFor(logging.INFO):
             return
         entry = access_entry(ctx, outcome, error)
+        if ctx.extra_params:
+            entry["extra_params"] = extra_params(ctx, self._settings.sensitive_params)
         if self.wants_bodies:
             limit = self._settings.access_log_body_chars
             entry["prompt"] = prompt_text(ctx.body)[:limit]
@@ -73,6 +75,11 @@ def access_entry(ctx: RequestContext, outcome: Outcome, error: str | None) -> di
         "status": outcome.status,
         "error": error,
     }
+
+
+def extra_params(ctx: RequestContext, sensitive: list[str]) -> dict[str, Any]:
+    """The request's non-OpenAI parameters, values of those marked sensitive replaced."""
+    return {name: "[redacted]" if name in sensitive else ctx.body.get(name) for name in ctx.extra_params}
 
 
 def prompt_text(body: dict[str, Any]) -> str:

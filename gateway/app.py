@@ -11,10 +11,13 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from gateway.errors import OpenAIError, error_response
+from gateway.anthropic_api.routes import router as messages_router
+from gateway.errors import OpenAIError, error_response, model_not_found
 from gateway.inbound import bounded_receive, client_request_id, declared_size
 from gateway.openapi import allowed_methods, install_openapi
 from gateway.proxy import ENDPOINTS, JSON, Proxy, next_request_id
+from gateway.responses_api.routes import router as responses_router
+from gateway.responses_api.store import create_response_store
 from gateway.services import Services, start_services
 from gateway.settings import Settings, load_settings
 from gateway.validation import too_large
@@ -59,16 +62,20 @@ def create_app(settings: Settings) -> GatewayApp:
         restore_signals = (
             services.drain.hook_signals()
         )  # SIGTERM: readiness fails at once (gateway/lifecycle.py)
+        app.state.response_store = create_response_store(settings.responses, settings.redis_url)
         try:
             yield
         finally:
             restore_signals()
             app.proxy = None
+            await app.state.response_store.aclose()
             await services.aclose()
 
     app = GatewayApp(title="llmgw", version="0.1.0", lifespan=lifespan, docs_url="/docs", redoc_url=None)
     _add_error_handlers(app)
     _add_info_routes(app)
+    app.include_router(responses_router)
+    app.include_router(messages_router)
     install_openapi(app)
     app.add_middleware(RequestIdMiddleware)
     return app
@@ -81,8 +88,13 @@ def _services(request: Request) -> Services:
 def _add_info_routes(app: FastAPI) -> None:
     async def models(request: Request) -> Response:
         names = await _services(request).visible_models(request.headers)
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "llmgw"} for m in names]
+        data = [model_card(m) for m in names]
         return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
+
+    async def model(request: Request, model_id: str) -> Response:
+        if model_id not in await _services(request).visible_models(request.headers):
+            raise model_not_found(model_id)
+        return Response(orjson.dumps(model_card(model_id)), media_type=JSON)
 
     async def metrics(request: Request) -> Response:
         body, content_type = _services(request).observability.render()
@@ -96,9 +108,14 @@ def _add_info_routes(app: FastAPI) -> None:
         return Response(orjson.dumps(report), status_code=200 if report["ready"] else 503, media_type=JSON)
 
     app.add_api_route("/v1/models", models, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/v1/models/{model_id:path}", model, methods=["GET"], summary="Retrieve a model")
     app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
     app.add_api_route("/health/live", live, methods=["GET"])
     app.add_api_route("/health/ready", ready, methods=["GET"])
+
+
+def model_card(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "llmgw"}
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -141,7 +158,9 @@ class RequestIdMiddleware:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        header = (b"x-request-id", (client_request_id(scope["headers"]) or next_request_id()).encode())
+        request_id = client_request_id(scope["headers"]) or next_request_id()
+        scope.setdefault("state", {})["request_id"] = request_id  # routes that run the pipeline use it
+        header = (b"x-request-id", request_id.encode())
 
         async def send_with_id(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":

@@ -57,6 +57,7 @@ class RequestContext:
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
     options: dict[str, Any] = field(default_factory=dict)  # gateway extensions from the body, e.g. "cache"
+    extra_params: tuple[str, ...] = ()  # body fields beyond OpenAI's, for deployments that accept extras
     extra: dict[str, Any] = field(default_factory=dict)  # stage-private notes, keyed by stage name
 
 

@@ -12,3 +12,5 @@ class ObservabilitySettings(BaseModel):
     access_log: bool = True  # one JSON line per request on the `llmgw.access` logger
     access_log_bodies: bool = False  # also log prompt and response text (may hold personal data)
     access_log_body_chars: int = Field(default=2000, ge=0)  # cut logged text after this many characters
+    # extra (non-OpenAI) request parameters whose values the access log must not show, e.g. ["mm_processor_kwargs"]
+    sensitive_params: list[str] = Field(default_factory=list)

@@ -11,7 +11,7 @@ account tokens and cost                gateway/accounting.py
 route and call a deployment            routing/, backends/
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gateway.context import Handler, Reply, RequestContext, Stage
 from gateway.errors import OpenAIError
@@ -21,11 +21,13 @@ async def _nobody_answered(ctx: RequestContext) -> Reply:
     raise OpenAIError(500, "The pipeline ended without an answer.")
 
 
-def chain(stages: Sequence[Stage]) -> Handler:
-    """Fold the stages into one handler: stage[0] runs first and sees the final reply last."""
+def chain(stages: Sequence[Stage], around: Callable[[Stage], Stage] | None = None) -> Handler:
+    """Fold the stages into one handler: stage[0] runs first and sees the final reply last.
+
+    `around` wraps each stage (tracing: a span per stage); None adds nothing to the hot path."""
     handler: Handler = _nobody_answered
     for stage in reversed(stages):
-        handler = _bind(stage, handler)
+        handler = _bind(around(stage) if around else stage, handler)
     return handler
 
 

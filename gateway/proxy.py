@@ -72,6 +72,7 @@ class Proxy:
             include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
             started_at=started,
             options={k: body[k] for k in validation.GATEWAY_EXTENSIONS if k in body},
+            extra_params=validation.extra_fields(endpoint, body),
         )
 
 

@@ -18,6 +18,7 @@ from gateway.lifecycle import Drain, DrainStage
 from gateway.observe import Observability, create_observability
 from gateway.pipeline import chain
 from gateway.settings import ModelConfig, Settings
+from gateway.tracing import Tracing, create_tracing
 from policies.service import PolicyServices, create_policy_services
 from routing.factory import RoutingServices, create_routing_stages
 
@@ -35,6 +36,7 @@ class Services:
     accounting: AccountingStage
     drain: Drain
     closers: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
+    tracing: Tracing | None = None  # OpenTelemetry, when settings.tracing.enabled
 
     @property
     def admin_router(self) -> APIRouter:
@@ -112,8 +114,12 @@ async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]
         observability.upstream_timer,  # time spent waiting on deployments
         routing.route_stage,  # load balancing, affinity, retries, fallbacks → backend call
     ]
-    services = Services(settings, backends, observability, policy, routing, cache, stages, chain(stages), accounting,
-                        drain, closers)  # fmt: skip
+    tracing = create_tracing(settings.tracing)
+    if tracing:
+        closers.insert(0, tracing.aclose)  # closed last: flushes the spans of the final requests
+    handler = tracing.pipeline(stages) if tracing else chain(stages)
+    services = Services(settings, backends, observability, policy, routing, cache, stages, handler, accounting,
+                        drain, closers, tracing)  # fmt: skip
     policy.on_models_changed(services.apply_models)
     if policy.directory.models != settings.models:
         await services.apply_models(policy.directory.models)

@@ -15,10 +15,14 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from backends.local_engine.config import EngineSettings
 from cache.config import CacheSettings
 from gateway.observability_config import ObservabilitySettings
+from gateway.responses_api.config import ResponsesSettings
+from gateway.tracing_config import TracingSettings
 from policies.config import PoliciesSettings
 from routing.config import RoutingSettings
 
 BackendKind = Literal["openai", "local_engine"]
+ExtraParams = Literal["passthrough", "reject"]
+_NO_EXTRAS_HOSTS = ("api.openai.com",)  # hosted APIs that answer 400 to parameters they do not know
 Endpoint = Literal["chat", "completions", "embeddings"]
 DEFAULT_MASTER_KEY = "sk-llmgw-local"
 
@@ -39,12 +43,24 @@ class DeploymentConfig(BaseModel):
     max_connections: int = 1024
     endpoints: list[Endpoint] = Field(default_factory=lambda: ["chat", "completions"])
     engine: EngineSettings | None = None  # for backend=local_engine; None = the gateway's engine settings
+    # request fields beyond OpenAI's (vLLM's structured_outputs, llama.cpp's cache_prompt, ...): sent on, or the
+    # deployment is skipped for such requests; None = passthrough for self-hosted OpenAI-compatible servers
+    extra_params: ExtraParams | None = None
+    responses_api: bool = False  # the upstream serves POST /v1/responses itself (vLLM): sent there as is
 
     @model_validator(mode="after")
     def _needs_url(self) -> "DeploymentConfig":
         if self.backend == "openai" and not self.base_url:
             raise ValueError(f"deployment {self.name!r}: backend 'openai' needs base_url")
+        if self.responses_api and self.backend != "openai":
+            raise ValueError(f"deployment {self.name!r}: responses_api needs an OpenAI-compatible upstream")
         return self
+
+    def accepts_extras(self) -> bool:
+        if self.extra_params is not None:
+            return self.extra_params == "passthrough"
+        hosted = any(host in (self.base_url or "") for host in _NO_EXTRAS_HOSTS)
+        return self.backend == "openai" and not hosted
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -85,6 +101,8 @@ class Settings(BaseSettings):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     policies: PoliciesSettings = Field(default_factory=PoliciesSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+    responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     @classmethod
     def settings_customise_sources(

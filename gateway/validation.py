@@ -13,7 +13,7 @@ _SAMPLING = {
 _CHAT_ONLY = {
     "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
     "functions", "function_call", "store", "service_tier", "modalities", "reasoning_effort", "prediction",
-    "audio", "prompt_cache_key", "safety_identifier", "verbosity", "web_search_options",
+    "audio", "prompt_cache_key", "prompt_cache_retention", "safety_identifier", "verbosity", "web_search_options",
 }  # fmt: skip
 _COMPLETIONS_ONLY = {"prompt", "echo", "best_of", "suffix"}
 _VLLM_EXTRAS = {
@@ -52,17 +52,20 @@ def parse_json(raw: bytes) -> dict[str, Any]:
 
 
 def validate(endpoint: str, body: dict[str, Any]) -> None:
-    _check_known_fields(endpoint, body)
+    """Known fields are checked here; unknown ones (see extra_fields) are for the route stage to place."""
     _check_model(body)
     {"chat": _check_messages, "completions": _check_prompt, "embeddings": _check_input}[endpoint](body)
     if endpoint != "embeddings":
         _check_sampling(body)
 
 
-def _check_known_fields(endpoint: str, body: dict[str, Any]) -> None:
-    unknown = sorted(set(body) - _ALLOWED[endpoint])
-    if unknown:
-        raise bad_request(f"Unrecognized request argument supplied: {unknown[0]}", param=unknown[0])
+def extra_fields(endpoint: str, body: dict[str, Any]) -> tuple[str, ...]:
+    """Fields beyond OpenAI's (and the vLLM ones we know): sent only to deployments that accept extras."""
+    return tuple(sorted(set(body) - _ALLOWED[endpoint]))
+
+
+def unrecognized(name: str) -> OpenAIError:
+    return bad_request(f"Unrecognized request argument supplied: {name}", param=name)
 
 
 def _check_model(body: dict[str, Any]) -> None:

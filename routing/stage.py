@@ -15,6 +15,8 @@ from backends.base import Backend, UpstreamError
 from gateway.context import Handler, Reply, RequestContext, Usage
 from gateway.errors import OpenAIError, model_not_found
 from gateway.sse import track_usage
+from gateway.tracing import attempt_span
+from gateway.validation import unrecognized
 from routing.config import RoutingPolicy, RoutingSettings
 from routing.metrics import RoutingMetrics
 from routing.policy import policy_section
@@ -57,6 +59,13 @@ class RouteStage:
             if first:
                 raise OpenAIError(400, f"The model `{alias}` does not support {ctx.endpoint}.", param="model")
             raise UpstreamError(503, f"fallback `{alias}` does not serve {ctx.endpoint}", retryable=True)
+        # parameters beyond OpenAI's go only to deployments with extra_params: passthrough
+        if ctx.extra_params:
+            replicas = [r for r in replicas if r.backend.config.accepts_extras()]
+            if not replicas:
+                if first:
+                    raise unrecognized(ctx.extra_params[0])
+                raise UpstreamError(503, f"fallback `{alias}` takes no extra parameters", retryable=True)
         order, hashes = self._router.plan(alias, replicas, ctx.endpoint, ctx.body, policy)
         tries = dict.fromkeys((r.name for r in order), 0)
         error: UpstreamError | None = None
@@ -74,7 +83,8 @@ class RouteStage:
                 replica.retry_budget.deposit()
             tries[replica.name] += 1
             try:
-                reply = await self._call(replica, ctx)
+                with attempt_span(ctx, replica.name, alias, attempt):
+                    reply = await self._call(replica, ctx)
             except UpstreamError as failure:
                 if not failure.retryable:
                     raise
@@ -151,12 +161,13 @@ class _Call:
     async def run(self, ctx: RequestContext) -> Reply:
         self._begin()
         try:
+            endpoint = self._endpoint(ctx)
             if not ctx.stream:
-                body = await self._replica.backend.complete(ctx.endpoint, ctx.body, ctx.request_id)
+                body = await self._replica.backend.complete(endpoint, ctx.body, ctx.request_id)
                 self._succeeded()
                 ctx.usage = Usage.from_openai(body.get("usage"))
                 return Reply(body=body)
-            chunks = self._replica.backend.stream(ctx.endpoint, ctx.body, ctx.request_id)
+            chunks = self._replica.backend.stream(endpoint, ctx.body, ctx.request_id)
             first = await self._first_chunk(chunks)
             self._replica.latency.observe(self._router.clock() - self._started)
             return Reply(stream=track_usage(ctx, self._rest(first, chunks)))
@@ -166,6 +177,11 @@ class _Call:
         except BaseException:
             self._release()
             raise
+
+    def _endpoint(self, ctx: RequestContext) -> str:
+        """/v1/responses requests go to the upstream's own Responses API where the deployment has one."""
+        native = ctx.extra.get("api") == "responses" and self._replica.backend.config.responses_api
+        return "responses" if native else ctx.endpoint
 
     def _begin(self) -> None:
         self._started = self._router.clock()

@@ -6,6 +6,7 @@ The fake's behaviour is steered by the last message's text:
   "die-mid-stream"   send two chunks, then drop the connection
   "sleep:<seconds>"  wait before answering
   "slow-stream[:<s>]" stream with a pause of <s> seconds (default 0.05) after each chunk
+  "use-tool"         with `tools` in the body: call the first tool with {"city": "Paris"}
 anything else        echo it back ("echo: <text>")
 
 As its own process (chaos tests, bench/soak.py): python -m tests.fakes --port N [--delay SECONDS]
@@ -20,6 +21,8 @@ from typing import Any
 
 import orjson
 import uvicorn
+
+from tests import fakes_responses
 
 Scope = dict[str, Any]
 CONTEXT_TOO_LONG = {"message": "This model's maximum context length is 8192 tokens.",
@@ -93,9 +96,26 @@ class FakeUpstream:
             return await _json(send, 400, {"error": CONTEXT_TOO_LONG})
         if path.endswith("/embeddings"):
             return await _json(send, 200, _embeddings(body))
+        if path.endswith("/responses"):
+            return await self._responses(body, send)
         if body.get("stream"):
             return await self._stream(body, text, send, receive)
         return await _json(send, 200, _completion(body, text))
+
+    async def _responses(self, body: dict[str, Any], send: Any) -> None:
+        if not body.get("stream"):
+            return await _json(send, 200, fakes_responses.response(body))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        for event in fakes_responses.events(body):
+            frame = b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _stream(self, body: dict[str, Any], text: str, send: Any, receive: Any) -> None:
         await send(
@@ -163,10 +183,16 @@ def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
     usage = _usage(body, len(answer.split(" ")))
     if "messages" in body:
         message = {"role": "assistant", "content": answer}
+        finish = "stop"
+        if _wants_tool(body, text):
+            message, finish = (
+                {"role": "assistant", "content": None, "tool_calls": [_tool_call(body)]},
+                "tool_calls",
+            )
         choice = {
             "index": 0,
             "message": message,
-            "finish_reason": "stop",
+            "finish_reason": finish,
             "logprobs": _logprobs(body, answer),
         }
         return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": body["model"],
@@ -189,11 +215,32 @@ def _chunks(body: dict[str, Any], words: list[str]) -> list[dict[str, Any]]:
     deltas = [{"role": "assistant", "content": ""}] + [
         {"content": w if i == 0 else " " + w} for i, w in enumerate(words)
     ]
+    finish = "stop"
+    if _wants_tool(body, _last_text(body)):
+        call = _tool_call(body)
+        head = {**call, "index": 0, "function": {"name": call["function"]["name"], "arguments": ""}}
+        halves = ['{"city": ', '"Paris"}']
+        deltas = [{"role": "assistant", "content": None, "tool_calls": [head]}]
+        deltas += [{"tool_calls": [{"index": 0, "function": {"arguments": half}}]} for half in halves]
+        finish = "tool_calls"
     chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
-    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
     if (body.get("stream_options") or {}).get("include_usage"):
         chunks.append({**base, "choices": [], "usage": _usage(body, len(words))})
     return chunks
+
+
+def _wants_tool(body: dict[str, Any], text: str) -> bool:
+    return bool(body.get("tools")) and text.startswith("use-tool")
+
+
+def _tool_call(body: dict[str, Any]) -> dict[str, Any]:
+    name = body["tools"][0]["function"]["name"]
+    return {
+        "id": "call_fake_1",
+        "type": "function",
+        "function": {"name": name, "arguments": '{"city": "Paris"}'},
+    }
 
 
 def _embeddings(body: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ TokenText = Callable[[int], str]
 def sampling_params(endpoint: str, body: dict[str, Any], default_max_tokens: int) -> SamplingParams:
     if body.get("n", 1) != 1:
         raise bad_request("Only n=1 is supported by this engine.", param="n")
+    refuse_what_cannot_be_honoured(body)
     stop = body.get("stop") or []
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens
     return SamplingParams(
@@ -37,6 +38,28 @@ def sampling_params(endpoint: str, body: dict[str, Any], default_max_tokens: int
         ignore_eos=bool(body.get("ignore_eos", False)),
         **_logprob_options(endpoint, body),
     )
+
+
+_GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+
+
+def refuse_what_cannot_be_honoured(body: dict[str, Any]) -> None:
+    """This engine has no constrained decoding: tools, JSON modes and guided decoding are refused with a 400
+    rather than answered with free text that ignores them."""
+    if (body.get("tools") or body.get("functions")) and body.get("tool_choice", "auto") != "none":
+        param = "tools" if body.get("tools") else "functions"
+        raise bad_request("This engine cannot call tools: send tool_choice 'none' or use a deployment that "
+                          "supports tool calling.", param=param, code="unsupported_parameter")  # fmt: skip
+    given = body.get("response_format") or {}
+    kind = given.get("type", "text") if isinstance(given, dict) else given
+    if kind != "text":
+        raise bad_request(f"This engine cannot guarantee response_format {kind!r} (no constrained decoding).",
+                          param="response_format", code="unsupported_parameter")  # fmt: skip
+    for name in _GUIDED:
+        if body.get(name) is not None:
+            raise bad_request(
+                f"This engine does not support {name}.", param=name, code="unsupported_parameter"
+            )
 
 
 def _logprob_options(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,119 @@
+"""OpenTelemetry traces: one trace per request, a span per pipeline stage and per backend attempt.
+
+Off by default, at no cost: the pipeline is then built without any wrapper, and the route stage and the
+backends only look up `ctx.extra["tracer"]` / a module flag. On, an incoming W3C `traceparent` becomes
+the parent of the request's trace, and each upstream call carries the attempt span's `traceparent`.
+The SDK (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http: the `tracing` extra) is imported
+only when tracing is on.
+"""
+
+import contextlib
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from opentelemetry import context, propagate, trace
+
+from gateway.context import Handler, Reply, RequestContext, Stage, after_stream
+from gateway.pipeline import chain
+from gateway.tracing_config import TracingSettings
+
+_SPAN_NAMES = {"ObserveStage": "observe", "AuthStage": "auth", "PolicyStage": "policy",
+               "RateLimitStage": "limits", "ExactCacheStage": "exact_cache", "SemanticCacheStage": "semantic_cache",
+               "CascadeStage": "cascade", "AccountingStage": "accounting", "UpstreamTimer": "upstream_timer",
+               "RouteStage": "route"}  # fmt: skip
+_enabled = False  # any app in this process traces: backends then add traceparent to upstream calls
+
+
+class Tracing:
+    """The tracer of one app, and its provider (tests add an in-memory exporter to it)."""
+
+    def __init__(self, settings: TracingSettings) -> None:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        global _enabled
+        _enabled = True
+        self.provider = TracerProvider(resource=Resource.create({"service.name": settings.service_name}))
+        if settings.exporter == "otlp":
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            self.provider.add_span_processor(
+                BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.otlp_endpoint))
+            )
+        self.tracer = self.provider.get_tracer("llmgw")
+
+    def stage(self, stage: Stage) -> Stage:
+        """The stage, inside a span named after it."""
+        name = _SPAN_NAMES.get(type(stage).__name__, type(stage).__name__)
+
+        async def traced(ctx: RequestContext, call_next: Handler) -> Reply:
+            with self.tracer.start_as_current_span(name):
+                return await stage(ctx, call_next)
+
+        return traced
+
+    def request(self, handler: Handler) -> Handler:
+        """The whole pipeline in one root span, child of the caller's traceparent; it ends with the stream."""
+
+        async def traced(ctx: RequestContext) -> Reply:
+            parent = propagate.extract(ctx.headers)
+            root = self.tracer.start_span(f"llmgw {ctx.endpoint}", context=parent, kind=trace.SpanKind.SERVER)
+            token = context.attach(trace.set_span_in_context(root, parent))
+            ctx.extra["tracer"] = self.tracer
+            try:
+                reply = await handler(ctx)
+            except Exception as error:
+                _finish(root, ctx, getattr(error, "status", 500))
+                raise
+            finally:
+                context.detach(token)
+            if reply.stream is None:
+                _finish(root, ctx, reply.status)
+            else:
+                reply.stream = after_stream(reply.stream, lambda: _finish(root, ctx, reply.status))
+            return reply
+
+        return traced
+
+    def pipeline(self, stages: Sequence[Stage]) -> Handler:
+        return self.request(chain(stages, self.stage))
+
+    async def aclose(self) -> None:
+        self.provider.shutdown()
+
+
+def _finish(span: Any, ctx: RequestContext, status: int) -> None:
+    span.set_attributes({"llmgw.request_id": ctx.request_id, "llmgw.model": ctx.model,
+                         "llmgw.endpoint": ctx.endpoint, "llmgw.stream": ctx.stream,
+                         "llmgw.cache_status": ctx.cache_status, "llmgw.deployment": ctx.deployment or "",
+                         "llmgw.prompt_tokens": ctx.usage.prompt_tokens,
+                         "llmgw.completion_tokens": ctx.usage.completion_tokens,
+                         "http.response.status_code": status})  # fmt: skip
+    if status >= 500:
+        span.set_status(trace.StatusCode.ERROR)
+    span.end()
+
+
+_UNTRACED = contextlib.nullcontext()
+
+
+def attempt_span(ctx: RequestContext, deployment: str, alias: str, attempt: int) -> AbstractContextManager[Any]:
+    """A span around one backend attempt (a shared no-op when the request is not traced)."""
+    tracer = ctx.extra.get("tracer")
+    if tracer is None:
+        return _UNTRACED
+    attributes = {"llmgw.deployment": deployment, "llmgw.model": alias, "llmgw.attempt": attempt,
+                  "llmgw.retry": attempt > 0}  # fmt: skip
+    return tracer.start_as_current_span("backend.attempt", kind=trace.SpanKind.CLIENT, attributes=attributes)
+
+
+def inject(headers: dict[str, str]) -> None:
+    """Add the current span's `traceparent` to an upstream request's headers (when tracing is on)."""
+    if _enabled:
+        propagate.inject(headers)
+
+
+def create_tracing(settings: TracingSettings) -> Tracing | None:
+    return Tracing(settings) if settings.enabled else None

@@ -1,0 +1,34 @@
+"""The embedded engine refuses what it cannot honour (tools, JSON modes, guided decoding) with a clear 400."""
+
+from typing import Any
+
+import pytest
+
+from backends.local_engine.protocol import sampling_params
+from gateway.errors import OpenAIError
+
+CHAT = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}]}
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(("extra", "param"), [
+    ({"tools": [TOOL]}, "tools"),
+    ({"tools": [TOOL], "tool_choice": "required"}, "tools"),
+    ({"functions": [{"name": "f"}]}, "functions"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
+    ({"response_format": "json"}, "response_format"),
+    ({"guided_json": {"type": "object"}}, "guided_json"),
+    ({"guided_choice": ["a", "b"]}, "guided_choice"),
+])  # fmt: skip
+def test_unhonourable_requests_are_400(extra: dict[str, Any], param: str) -> None:
+    with pytest.raises(OpenAIError) as error:
+        sampling_params("chat", {**CHAT, **extra}, 16)
+    assert (error.value.status, error.value.param, error.value.code) == (400, param, "unsupported_parameter")
+
+
+@pytest.mark.parametrize(
+    "extra", [{}, {"tools": [TOOL], "tool_choice": "none"}, {"response_format": {"type": "text"}}]
+)
+def test_what_it_can_honour_passes(extra: dict[str, Any]) -> None:
+    assert sampling_params("chat", {**CHAT, **extra}, 16).max_tokens == 16
