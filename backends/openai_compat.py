@@ -2,8 +2,8 @@
 
 import time
 from collections.abc import AsyncIterator
-from email.utils import parsedate_to_datetime
 from contextlib import aclosing
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import orjson

@@ -66,7 +66,6 @@ async def test_redis_paused(fleet: Fleet) -> None:
     assert result.latency(0.99) < LATENCY_BOUND_S, result.summary()  # no request waits out the pause
 
 
-@NEEDS_REDIS_BRANCH
 async def test_killed_replica_frees_its_concurrency_slots(fleet: Fleet) -> None:
     key = fleet.keys["concurrency"]  # max_concurrent 2
     words = " ".join(f"w{i}" for i in range(300))  # 60 s streams: they outlive the replica
