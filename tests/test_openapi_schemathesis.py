@@ -50,7 +50,9 @@ def test_openapi_documents_every_route(gateway: ServerThread) -> None:
                     assert schema == {"$ref": "#/components/schemas/Error"}, (method, path, status)
 
 
-def test_schemathesis_finds_no_server_error_and_no_schema_violation(gateway: ServerThread, tmp_path: Path) -> None:
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(
+    gateway: ServerThread, tmp_path: Path
+) -> None:
     report = tmp_path / "report.json"
     command = [
         sys.executable, "-m", "schemathesis.cli", "run", gateway.url + "/openapi.json",
