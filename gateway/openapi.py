@@ -51,6 +51,18 @@ _STATUS_TEXT = {
     504: "The deployment timed out",
 }
 _PROXY_ERRORS = (400, 401, 403, 404, 413, 415, 429, 502, 503, 504)
+_ANTHROPIC_ERROR = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+    },
+}
 
 
 def _nullable(kind: str, **constraints: Any) -> dict[str, Any]:
@@ -236,13 +248,18 @@ def _use_error_shape(schema: dict[str, Any]) -> None:
     for path, item in schema["paths"].items():
         for operation in item.values():
             responses = operation.setdefault("responses", {})
-            extra = (400, 401, 403, 404, 409, 413, 422) if path.startswith("/admin/") else ()
+            extra: tuple[int, ...] = ()
+            if path.startswith("/admin/"):
+                extra = (400, 401, 403, 404, 409, 413, 422)
+            elif path.startswith("/v1/"):  # the Responses, Messages and model routes run the pipeline
+                extra = _PROXY_ERRORS
             for status in extra:
                 responses.setdefault(str(status), {})
+            shape = "AnthropicError" if path == "/v1/messages" else "Error"
             for status, response in responses.items():
                 if status[0] in "45":
                     response["description"] = _STATUS_TEXT.get(int(status), response.get("description", ""))
-                    response["content"] = _json_ref("Error")
+                    response["content"] = _json_ref(shape)
             if path.startswith("/admin/"):
                 operation["security"] = _BEARER
 
@@ -306,6 +323,7 @@ def install_openapi(app: FastAPI) -> None:
             _forbid_nul([op.get("parameters", []) for path, item in schema["paths"].items()
                          if path.startswith("/admin/") for op in item.values()])  # fmt: skip
             schemas["Error"] = _ERROR
+            schemas["AnthropicError"] = _ANTHROPIC_ERROR
             schemas["ModelList"] = _MODEL_LIST
             for endpoint in _SUMMARIES:
                 name = endpoint.title()
