@@ -81,7 +81,7 @@ def test_malformed_chat_bodies_are_4xx(served: tuple[FakeUpstream, ServerThread]
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/embeddings"])
 def test_wrong_types_on_other_endpoints_are_400(served: tuple[FakeUpstream, ServerThread], path: str) -> None:
     for body in ({"model": "fake-model", "prompt": {}}, {"model": "fake-model", "input": 5},
-                 {"model": "fake-model", "input": [], "prompt": "x"}):  # fmt: skip
+                 {"model": "fake-model", "input": [], "prompt": "x", "max_tokens": "many"}):  # fmt: skip
         assert_error(send(served[1], orjson.dumps(body), path=path), 400)
 
 
