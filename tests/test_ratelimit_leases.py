@@ -7,7 +7,10 @@ import uuid
 import orjson
 import pytest
 
+from gateway.context import Reply, Usage
 from gateway.errors import OpenAIError, error_response
+from gateway.pipeline import chain
+from gateway.settings import DeploymentConfig, ModelConfig
 from policies.policy import Budget, Limits, Policy
 from policies.ratelimit.buckets import Bucket, Spend
 from policies.ratelimit.failover import FailoverLimiter
@@ -17,7 +20,7 @@ from policies.ratelimit.redis_limiter import RedisLimiter
 from policies.ratelimit.replicas import ReplicaCount
 from policies.ratelimit.resp import RespPool
 from policies.ratelimit.responses import rejection
-from tests.policies_support import Database, make_settings, provision, start
+from tests.policies_support import Database, make_settings, provision, redis_prefix_fixture, start  # noqa: F401
 from tests.redis_servers import redis_servers
 from tests.test_ratelimit_stage import chat, pipeline
 
@@ -185,5 +188,35 @@ async def test_policy_failure_mode_through_the_stage(tmp_path, mode):
         error = orjson.loads(response.body)["error"]
         assert set(error) == {"message", "type", "param", "code"}
         assert error["type"] == "service_unavailable_error" and error["code"] == "rate_limit_unavailable"
+    finally:
+        await services.aclose()
+
+
+async def test_budget_reserves_the_estimated_cost_of_requests_in_flight(tmp_path, redis_prefix):
+    deployment = DeploymentConfig(name="d1", base_url="http://127.0.0.1:9/v1", model="m",
+                                  input_price_per_1m=1000, output_price_per_1m=1000)  # fmt: skip
+    settings = make_settings(Database(f"sqlite+aiosqlite:///{tmp_path}/t.db", None), redis_prefix)
+    settings.models = [ModelConfig(name="m", deployments=[deployment])]
+    services = await start(settings)
+    release = asyncio.Event()
+
+    async def slow_backend(ctx, call_next):
+        await release.wait()
+        ctx.usage, ctx.cost_usd = Usage(14, 6), 0.02  # $0.001 a token
+        return Reply(body={"ok": True})
+
+    try:
+        _, secret = await provision(services, Policy(key_budget=Budget(usd_per_day=0.2)))
+        handler = chain([*services.stages, slow_backend])
+        # each reserves (14 prompt + 50 max_tokens) × $0.001 = $0.064: admitted at $0, 0.064, 0.128, 0.192
+        calls = [asyncio.create_task(handler(chat(secret, max_tokens=50))) for _ in range(20)]
+        await asyncio.sleep(0.5)
+        release.set()
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        assert sum(not isinstance(o, Exception) for o in outcomes) == 4
+        refused = next(o for o in outcomes if isinstance(o, OpenAIError))
+        assert refused.status == 429 and "of $0.20 " in refused.message
+        await services.ratelimit_stage.drain()
+        assert isinstance(await handler(chat(secret, max_tokens=50)), Reply)  # spent $0.08 now
     finally:
         await services.aclose()

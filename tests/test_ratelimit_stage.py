@@ -162,6 +162,9 @@ class FlakyLimiter:
     async def settle(self, *args):
         return await self.inner.settle(*args)
 
+    def replay(self, admitted):
+        self.inner.replay(admitted)
+
     async def seed_spend(self, spends):
         return None
 

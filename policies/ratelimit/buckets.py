@@ -52,6 +52,16 @@ class Decision:
     failed: BucketState | None = None
 
 
+@dataclass
+class Replayed:
+    """A request admitted by the in-process fallback while Redis was away, to replay into Redis after."""
+
+    member: str
+    buckets: list[Bucket]
+    at: float  # time.time() of the admission
+    tokens: int | None = None  # its real usage, once settled
+
+
 Held = tuple[str, list[Bucket]]  # a request in flight: its member id and the buckets it was admitted to
 
 
@@ -72,6 +82,10 @@ class Limiter(Protocol):
 
     async def drain(self) -> None:
         """Wait for settlements still on their way (shutdown, tests)."""
+        ...
+
+    def replay(self, admitted: list[Replayed]) -> None:
+        """Count requests that another limiter admitted (during an outage) in this one's windows."""
         ...
 
     async def aclose(self) -> None:

@@ -6,7 +6,9 @@
 
 Unavailable means no answer within the timeout, a lost connection, or a reply saying Redis cannot serve
 (BUSY, LOADING, OOM, READONLY, MASTERDOWN, ...): the breaker opens at once and Redis is tried again by
-one probe after `retry_s`, so limits are exact again within about `retry_s` of Redis returning. Any other
+one probe after `retry_s`, so limits are exact again within about `retry_s` of Redis returning. The
+requests admitted locally meanwhile are replayed into Redis's RPM/TPM logs ahead of that probe, so the
+windows that span the outage count them (with their settled tokens). Any other
 error reply (e.g. WRONGTYPE on one key) concerns that request only: it is answered by its failure mode
 and the breaker stays closed. Settlement goes to the limiter that admitted the request; spends are also
 mirrored in-process, so a replica's local budget counters know what it spent.
@@ -15,13 +17,14 @@ mirrored in-process, so a replica's local budget counters know what it spent.
 import dataclasses
 import logging
 import math
+import time
 from typing import Literal
 
 from redis import exceptions as errors
 
 from gateway.errors import OpenAIError
 from policies.metrics import REDIS_BREAKER_OPEN, REDIS_FAILURES
-from policies.ratelimit.buckets import Bucket, Decision, Held, Limiter, Spend
+from policies.ratelimit.buckets import Bucket, Decision, Held, Limiter, Replayed, Spend
 from policies.ratelimit.replicas import ReplicaCount
 from routing.breaker import CLOSED, OPEN, CircuitBreaker
 
@@ -31,6 +34,7 @@ _CANNOT_SERVE = (errors.AuthenticationError, errors.BusyLoadingError, errors.Clu
                  errors.NoPermissionError, errors.OutOfMemoryError, errors.ReadOnlyError,
                  errors.TryAgainError)  # fmt: skip
 _FAILURES = (errors.RedisError, OSError, TimeoutError)
+MAX_REPLAYED = 100_000
 _CANNOT_SERVE_PREFIXES = ("BUSY", "MISCONF", "NOREPLICAS", "OOM", "READONLY", "LOADING", "MASTERDOWN")
 
 
@@ -59,17 +63,23 @@ class FailoverLimiter:
         self._breaker = CircuitBreaker(1, retry_s, on_change=_export_state)  # opens on the first failure
         self._replicas = replicas or ReplicaCount(None, "", 1, 1.0)
         self._admitted_by: dict[str, Limiter] = {}
+        self._outage: dict[str, Replayed] = {}  # admitted locally, to replay into Redis on its return
 
     async def admit(self, member: str, buckets: list[Bucket], failure_mode: str | None = None) -> Decision:
         mode = failure_mode or self._mode
         if self._breaker.available():
             self._breaker.on_dispatch()
+            replayed = list(self._outage.values()) if self._outage else []
+            if replayed:  # queued ahead of this admission: the windows count them first
+                self._primary.replay(replayed)
             try:
                 decision = await self._primary.admit(member, buckets)
             except _FAILURES as exc:
                 self._failed("admit", mode, exc)
             else:
                 self._breaker.on_success()
+                for entry in replayed:
+                    self._outage.pop(entry.member, None)
                 if decision.admitted:
                     self._admitted_by[member] = self._primary
                 return decision
@@ -78,10 +88,13 @@ class FailoverLimiter:
         decision = await self._fallback.admit(member, [self._share(b) for b in buckets])
         if decision.admitted:
             self._admitted_by[member] = self._fallback
+            self._remember(Replayed(member, buckets, time.time()))
         return decision
 
     async def settle(self, member: str, buckets: list[Bucket], tokens: int, spends: list[Spend]) -> None:
         by_primary = self._admitted_by.pop(member, self._primary) is self._primary
+        if (outage := self._outage.get(member)) is not None:
+            outage.tokens = tokens
         await self._fallback.settle(member, [] if by_primary else buckets, tokens, spends)
         if by_primary or self._breaker.state == CLOSED:  # spends reach Redis whoever admitted
             await self._primary.settle(member, buckets if by_primary else [], tokens, spends)
@@ -110,6 +123,11 @@ class FailoverLimiter:
             await self._primary.seed_spend(spends)
         except _FAILURES as exc:
             self._failed("seed", self._mode, exc)
+
+    def _remember(self, admitted: Replayed) -> None:
+        self._outage[admitted.member] = admitted
+        if len(self._outage) > MAX_REPLAYED:  # a long outage: the oldest would have left the window first
+            del self._outage[next(iter(self._outage))]
 
     def _share(self, bucket: Bucket) -> Bucket:
         replicas = self._replicas()

@@ -8,7 +8,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from policies.ratelimit.buckets import Bucket, BucketState, Decision, Held, Spend, holds_lease
+from policies.ratelimit.buckets import Bucket, BucketState, Decision, Held, Replayed, Spend, holds_lease
 
 
 @dataclass
@@ -79,6 +79,9 @@ class LocalLimiter:
 
     async def drain(self) -> None:
         return None
+
+    def replay(self, admitted: list[Replayed]) -> None:
+        return None  # only ever the fallback: nothing is admitted elsewhere on its behalf
 
     async def aclose(self) -> None:
         return None

@@ -7,12 +7,13 @@ is awaited in the background (`drain` waits for the outstanding ones).
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from policies.metrics import REDIS_FAILURES
-from policies.ratelimit.buckets import Bucket, BucketState, Decision, Held, Spend, holds_lease
+from policies.ratelimit.buckets import Bucket, BucketState, Decision, Held, Replayed, Spend, holds_lease
 from policies.ratelimit.resp import LuaScript, RespPool
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ class RedisLimiter:
         self._admit = LuaScript(pool, (_SCRIPTS / "admit.lua").read_text())
         self._settle = LuaScript(pool, (_SCRIPTS / "settle.lua").read_text())
         self._renew = LuaScript(pool, (_SCRIPTS / "renew.lua").read_text())
+        self._replay = LuaScript(pool, (_SCRIPTS / "replay.lua").read_text())
         self._pending: set[asyncio.Future[Any]] = set()
 
     async def admit(self, member: str, buckets: list[Bucket], failure_mode: str | None = None) -> Decision:
@@ -79,6 +81,19 @@ class RedisLimiter:
             self._renew(keys=keys, args=[self._lease_ms, *members]) for keys, members in by_scope.values()
         ]
         await asyncio.gather(*calls)
+
+    def replay(self, admitted: list[Replayed]) -> None:
+        """Queues the requests admitted elsewhere while Redis was away into the RPM/TPM logs (ahead of any
+        admission sent after), so the windows that span the outage count them."""
+        ttl_ms = self._window_ms + 60_000
+        cutoff = time.time() - self._window_ms / 1000
+        for entry in (e for e in admitted if e.at > cutoff):
+            for bucket in entry.buckets:
+                if bucket.kind in ("requests", "tokens"):
+                    weight = int(entry.tokens if entry.tokens is not None else bucket.cost)
+                    args = [entry.member, round(entry.at * 1000), weight, ttl_ms]
+                    keys = self._keys(bucket.kind, bucket.scope, bucket.name)
+                    self._background("replay", self._replay.send(keys=keys, args=args))
 
     async def seed_spend(self, spends: list[Spend]) -> None:
         replies = [
