@@ -50,7 +50,9 @@ def test_openapi_documents_every_route(gateway: ServerThread) -> None:
                     assert schema == {"$ref": "#/components/schemas/Error"}, (method, path, status)
 
 
-def test_schemathesis_finds_no_server_error_and_no_schema_violation(gateway: ServerThread, tmp_path: Path) -> None:
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(
+    gateway: ServerThread, tmp_path: Path
+) -> None:
     report = tmp_path / "report.json"
     command = [
         sys.executable, "-m", "schemathesis.cli", "run", gateway.url + "/openapi.json",
@@ -58,7 +60,9 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(gateway: Ser
         "--checks", CHECKS, "--max-examples", "3", "--seed", "20261202", "--workers", "1", "--no-color",
         "--request-timeout", "30", "--report", "json", "--report-json-path", str(report),
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=480)
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=480, cwd=tmp_path
+    )  # its cache too
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     summary = orjson.loads(report.read_bytes()) if report.exists() else {}
     assert summary == {} or "failures" not in summary or not summary["failures"]
