@@ -3,28 +3,12 @@
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    ValidationInfo,
-    WithJsonSchema,
-    field_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 from pydantic.json_schema import SkipJsonSchema
 
-from cache.config import CachePolicy
 from gateway.settings import ModelConfig
 from policies.admin.inputs import Expiry
 from policies.policy import Policy
-from routing.config import CascadePolicy, RoutingPolicy
-
-_SECTIONS: dict[str, type[BaseModel]] = {
-    "cache": CachePolicy,
-    "routing": RoutingPolicy,
-    "cascade": CascadePolicy,
-}
 
 
 def _utc_iso(value: datetime) -> str:
@@ -44,14 +28,6 @@ _AT_LEAST_ONE = ConfigDict(
 
 class PolicyIn(Policy):
     name: str = Field(min_length=1, max_length=200)
-
-    @field_validator("cache", "routing", "cascade")
-    @classmethod
-    def _strict_section(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        """Kept as given, so checked strictly: `false` is no number here (the stored JSON must fit its schema)."""
-        if value:
-            _SECTIONS[info.field_name].model_validate(value, strict=True)
-        return value
 
 
 class PolicyOut(PolicyIn):
