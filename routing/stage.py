@@ -109,7 +109,7 @@ class RouteStage:
     def _honour_retry_after(self, replica: Replica, failure: UpstreamError) -> None:
         if failure.retry_after_s is not None:
             wait = min(failure.retry_after_s, self._settings.retry_after_max_s)
-            replica.cool_down(self._router.clock() + wait, failure)
+            replica.cool_down(self._router.clock() + wait, _detached(failure, wait))
 
     def _cooling_error(self, replicas: list[Replica]) -> UpstreamError | None:
         """When every replica waits out a Retry-After: the soonest one's error, with the time left."""
@@ -118,9 +118,7 @@ class RouteStage:
         if len(cooling) < len(replicas) or not cooling:
             return None
         soonest = min(cooling, key=lambda r: r.not_before)
-        cause = soonest.cooled_by
-        return UpstreamError(cause.status, cause.message, retryable=True, type=cause.type, param=cause.param,
-                             code=cause.code, retry_after_s=soonest.not_before - now)  # fmt: skip
+        return _detached(soonest.cooled_by, soonest.not_before - now)
 
     def _backoff(self, attempt: int) -> float:
         return backoff_s(attempt, self._settings.backoff_base_s, self._settings.backoff_max_s, self._rng)
@@ -132,6 +130,12 @@ class RouteStage:
 
     def _first_byte_timeout(self, replica: Replica) -> float | None:
         return self._settings.first_byte_timeouts.get(replica.name, self._settings.first_byte_timeout_s)
+
+
+def _detached(error: UpstreamError, retry_after_s: float) -> UpstreamError:
+    """A copy without the traceback (a replica keeps it for minutes: no request frames held)."""
+    return UpstreamError(error.status, error.message, retryable=True, type=error.type, param=error.param,
+                         code=error.code, retry_after_s=retry_after_s)  # fmt: skip
 
 
 def _for_client(errors: list[UpstreamError]) -> UpstreamError | None:

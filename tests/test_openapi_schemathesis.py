@@ -61,7 +61,9 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
         "--checks", CHECKS, "--max-examples", "3", "--seed", "20261202", "--workers", "1", "--no-color",
         "--request-timeout", "30", "--report", "json", "--report-json-path", str(report),
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=480)
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=480, cwd=tmp_path
+    )  # its cache too
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     summary = orjson.loads(report.read_bytes()) if report.exists() else {}
     assert summary == {} or "failures" not in summary or not summary["failures"]
