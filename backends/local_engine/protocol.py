@@ -17,10 +17,13 @@ from gateway.errors import bad_request
 TokenText = Callable[[int], str]
 
 
-def sampling_params(endpoint: str, body: dict[str, Any], default_max_tokens: int) -> SamplingParams:
+def sampling_params(
+    endpoint: str, body: dict[str, Any], default_max_tokens: int, grammars: Any = None
+) -> SamplingParams:
+    """`grammars`: a structured.Grammars for this model's tokenizer, which makes JSON response formats possible."""
     if body.get("n", 1) != 1:
         raise bad_request("Only n=1 is supported by this engine.", param="n")
-    refuse_what_cannot_be_honoured(body)
+    refuse_what_cannot_be_honoured(body, json_modes=grammars is not None)
     stop = body.get("stop") or []
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens
     return SamplingParams(
@@ -36,23 +39,32 @@ def sampling_params(endpoint: str, body: dict[str, Any], default_max_tokens: int
         stop=[stop] if isinstance(stop, str) else list(stop),
         stop_token_ids=list(body.get("stop_token_ids") or []),
         ignore_eos=bool(body.get("ignore_eos", False)),
+        constraint=grammars.for_response_format(body["response_format"]) if _wants_json(body) else None,
         **_logprob_options(endpoint, body),
     )
+
+
+_JSON_MODES = ("json_object", "json_schema")
+
+
+def _wants_json(body: dict[str, Any]) -> bool:
+    given = body.get("response_format")
+    return isinstance(given, dict) and given.get("type") in _JSON_MODES
 
 
 _GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
 
 
-def refuse_what_cannot_be_honoured(body: dict[str, Any]) -> None:
-    """This engine has no constrained decoding: tools, JSON modes and guided decoding are refused with a 400
-    rather than answered with free text that ignores them."""
+def refuse_what_cannot_be_honoured(body: dict[str, Any], json_modes: bool = False) -> None:
+    """Tools and guided decoding (and JSON modes, without a grammar compiler for the model's tokenizer) are
+    refused with a 400 rather than answered with free text that ignores them."""
     if (body.get("tools") or body.get("functions")) and body.get("tool_choice", "auto") != "none":
         param = "tools" if body.get("tools") else "functions"
         raise bad_request("This engine cannot call tools: send tool_choice 'none' or use a deployment that "
                           "supports tool calling.", param=param, code="unsupported_parameter")  # fmt: skip
     given = body.get("response_format") or {}
     kind = given.get("type", "text") if isinstance(given, dict) else given
-    if kind != "text":
+    if kind != "text" and not (json_modes and kind in _JSON_MODES):
         raise bad_request(f"This engine cannot guarantee response_format {kind!r} (no constrained decoding).",
                           param="response_format", code="unsupported_parameter")  # fmt: skip
     for name in _GUIDED:

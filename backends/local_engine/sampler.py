@@ -148,6 +148,12 @@ def probabilities(
 
     Speculative rejection sampling needs exactly these.
     """
+    if any(
+        p.constraint is not None for p in params
+    ):  # grammar-constrained rows (backends/local_engine/structured.py)
+        from backends.local_engine.structured import constrain  # llguidance loads only when used
+
+        logits = constrain(logits.float(), [p.constraint for p in params], outputs)
     processed = penalize(logits.float(), params, prompts, outputs)
     greedy = [row for row, p in enumerate(params) if p.greedy]
     sampled = [row for row, p in enumerate(params) if not p.greedy]

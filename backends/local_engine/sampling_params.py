@@ -1,6 +1,7 @@
 """Per-request generation settings, as the OpenAI API names them."""
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -19,6 +20,7 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    constraint: Any = None  # structured.JsonConstraint: masks what a response_format forbids
 
     @property
     def greedy(self) -> bool:

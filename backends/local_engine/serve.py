@@ -67,6 +67,7 @@ def load_local_engine(settings: EngineSettings) -> LoadedEngine:
     from backends.local_engine.metrics import EngineMetrics
     from backends.local_engine.model_runner import ModelRunner
     from backends.local_engine.sampler import probabilities
+    from backends.local_engine.structured import grammars_for
 
     runner = ModelRunner(settings)
     log_capacity(
@@ -80,7 +81,11 @@ def load_local_engine(settings: EngineSettings) -> LoadedEngine:
     engine = LLMEngine(settings, runner, probabilities, detokenizer)
     metrics = EngineMetrics(engine, settings.served_model_name)
     model = ServedModel(
-        settings.served_model_name, tokenizer.encode, tokenizer.encode_chat, tokenizer.token_text
+        settings.served_model_name,
+        tokenizer.encode,
+        tokenizer.encode_chat,
+        tokenizer.token_text,
+        grammars_for(tokenizer),
     )
     return LoadedEngine(AsyncEngine(engine, metrics), model, metrics)
 

@@ -37,6 +37,7 @@ class ServedModel:
     encode_text: Callable[[str], list[int]]
     encode_chat: Callable[[list[dict[str, Any]]], list[int]]
     token_text: Callable[[int], str]
+    grammars: Any = None  # structured.Grammars: JSON response formats by constrained decoding; None = refused
 
 
 @dataclass
@@ -124,7 +125,7 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
     validate(endpoint, body)
     if body["model"] != loaded.model.name:
         raise model_not_found(body["model"])
-    params = sampling_params(endpoint, body, default_max_tokens)
+    params = sampling_params(endpoint, body, default_max_tokens, loaded.model.grammars)
     prompt_ids = _prompt_ids(loaded.model, endpoint, body)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     completion = Completion(endpoint, loaded.model.name, loaded.model.token_text, include_usage)
