@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument(
         "--pairs", type=Path, nargs="*", default=sorted((ROOT / "bench/data").glob("*/pairs.jsonl"))
     )
-    parser.add_argument("--per-subject", type=int, default=12, help="as bench/train_verifier.py was run")
+    parser.add_argument("--per-subject", type=int, default=8, help="as bench/train_verifier.py was run")
     parser.add_argument("--min-precision", type=float, default=CachePolicy().semantic_min_precision)
     args = parser.parse_args()
     sets = {

@@ -41,7 +41,7 @@ def encode_all(encoder: QuestionEncoder, texts: list[str], batch: int = 64) -> d
     for start in range(0, len(ordered), batch):
         chunk = ordered[start : start + batch]
         encoded.update(zip(chunk, encoder.encode(chunk), strict=True))
-        if start % (batch * 50) == 0:
+        if start % (batch * 20) == 0:
             print(f"encoded {start}/{len(ordered)}", flush=True)
     return encoded
 
@@ -104,7 +104,7 @@ def export(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--per-subject", type=int, default=12, help="MMLU questions per subject")
+    parser.add_argument("--per-subject", type=int, default=8, help="MMLU questions per subject")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, help="keep the encodings in this pickle between runs")
     args = parser.parse_args()

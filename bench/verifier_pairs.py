@@ -217,7 +217,7 @@ def mmlu_stems(path: Path) -> list[str]:
     with path.open(newline="") as f:
         prompts = [row["prompt"] for row in csv.DictReader(f)]
     stems = {p.split("\nA.")[0].strip() for p in prompts}
-    return sorted(s for s in stems if 15 <= len(s) <= 220 and "\n" not in s)
+    return sorted(s for s in stems if 15 <= len(s) <= 140 and "\n" not in s)
 
 
 # --- edits that change the meaning ----------------------------------------------------------------------
@@ -309,7 +309,7 @@ _QUESTION_STARTS = frozenset(
 )
 
 
-def build(seed: int = 0, per_subject: int = 12) -> list[Pair]:
+def build(seed: int = 0, per_subject: int = 8) -> list[Pair]:
     rng = random.Random(seed)
     pairs = [*template_pairs(rng), *relation_pairs(rng), *unit_pairs(rng), *mmlu_pairs(rng, per_subject)]
     unique = {(p.a, p.b): p for p in pairs if p.a.strip() != p.b.strip()}
