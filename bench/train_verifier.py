@@ -4,7 +4,7 @@
    heldout splits);
 2. encodes every question once with the shipped MiniLM (sentence + word vectors) and computes the
    alignment features (cache/alignment.py);
-3. fits a small MLP (scikit-learn) on the train split only;
+3. fits gradient-boosted trees (scikit-learn) on the train split only, exported to numpy arrays;
 4. calibration table: precision and recall of the whole lookup (cosine ≥ candidate threshold, numbers
    equal, verifier ≥ t) on the calib split for every t; the gateway picks t from it per precision target;
 5. prints the held-out split at the default target (never used for any choice above).
@@ -21,18 +21,18 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sklearn.neural_network import MLPClassifier
-from sklearn.preprocessing import StandardScaler
+from sklearn.ensemble import HistGradientBoostingClassifier
 
 from bench.verifier_pairs import Pair, build
 from cache.alignment import FEATURES, pair_features
+from cache.config import CachePolicy
 from cache.encoder import EncodedQuestion, QuestionEncoder, build_encoder
 from cache.guard import conflict, parse
 from cache.verifier import MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATE_THRESHOLD = 0.6  # cosine below which the index does not even propose a candidate
-DEFAULT_TARGET = 0.95
+DEFAULT_TARGET = CachePolicy().semantic_min_precision
 
 
 def encode_all(encoder: QuestionEncoder, texts: list[str], batch: int = 64) -> dict[str, EncodedQuestion]:
@@ -89,15 +89,27 @@ def curve(prob: np.ndarray, labels: np.ndarray, eligible: np.ndarray) -> list[di
     return points
 
 
-def export(
-    model: MLPClassifier, scaler: StandardScaler, calibration: list[dict[str, float]], info: dict
-) -> None:
+def export(model: HistGradientBoostingClassifier, calibration: list[dict[str, float]], info: dict) -> None:
+    """The trees as padded arrays (trees × nodes) for cache.verifier.Trees."""
+    trees = [predictors[0].nodes for predictors in model._predictors]
+    width = max(len(t) for t in trees)
+
+    def padded(field: str, dtype: type) -> np.ndarray:
+        out = np.zeros((len(trees), width), dtype=dtype)
+        for i, nodes in enumerate(trees):
+            out[i, : len(nodes)] = nodes[field]
+        return out
+
+    arrays = {
+        "feature": padded("feature_idx", np.int64), "threshold": padded("num_threshold", np.float64),
+        "left": padded("left", np.int64), "right": padded("right", np.int64),
+        "missing_left": padded("missing_go_to_left", bool), "leaf": padded("is_leaf", bool),
+        "value": padded("value", np.float64),
+    }  # fmt: skip
     MODEL_DIR.mkdir(exist_ok=True)
-    arrays = {"mean": scaler.mean_.astype(np.float32), "scale": scaler.scale_.astype(np.float32)}
-    for i, (w, b) in enumerate(zip(model.coefs_, model.intercepts_, strict=True)):
-        arrays[f"w{i}"], arrays[f"b{i}"] = w.astype(np.float32), b.astype(np.float32)
     np.savez_compressed(MODEL_DIR / "verifier.npz", **arrays)
-    meta = {"features": list(FEATURES), "layers": len(model.coefs_), "candidate_threshold": CANDIDATE_THRESHOLD,
+    meta = {"features": list(FEATURES), "baseline": float(np.ravel(model._baseline_prediction)[0]),
+            "depth": int(max(t["depth"].max() for t in trees)) + 1, "candidate_threshold": CANDIDATE_THRESHOLD,
             "calibration": calibration, "trained": info}  # fmt: skip
     (MODEL_DIR / "verifier.json").write_text(json.dumps(meta, indent=1))
 
@@ -115,18 +127,19 @@ def main() -> None:
     features, labels, eligible = featurize(pairs, encoded)
     split = np.array([p.split for p in pairs])
     train = split == "train"
-    scaler = StandardScaler().fit(features[train])
-    model = MLPClassifier((32, 16), alpha=1e-3, max_iter=300, early_stopping=True, random_state=args.seed)
-    model.fit(scaler.transform(features[train]), labels[train])
-    prob = model.predict_proba(scaler.transform(features))[:, 1]
+    model = HistGradientBoostingClassifier(max_iter=300, learning_rate=0.05, max_leaf_nodes=15, random_state=args.seed)
+    model.fit(features[train], labels[train])
+    prob = model.predict_proba(features)[:, 1]
     calib = split == "calib"
     calibration = curve(prob[calib], labels[calib], eligible[calib])
     info = {"pairs": {s: int((split == s).sum()) for s in ("train", "calib", "heldout")}, "seed": args.seed,
             "per_subject": args.per_subject, "encode_s": round(encoded_s, 1), "total_s": round(time.time() - started, 1)}  # fmt: skip
-    export(model, scaler, calibration, info)
+    export(model, calibration, info)
     from cache.verifier import Verifier
 
-    threshold = Verifier.load().threshold_for(DEFAULT_TARGET)
+    shipped = Verifier.load()
+    assert np.allclose(shipped.probabilities(features[:500]), prob[:500], atol=1e-6), "export differs from sklearn"
+    threshold = shipped.threshold_for(DEFAULT_TARGET)
     held = split == "heldout"
     report = {"info": info, "threshold": threshold}
     for name, mask in (("calib", calib), ("heldout", held)):

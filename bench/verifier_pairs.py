@@ -120,10 +120,9 @@ def generic_pairs(question: str, source: str, split: str, rw: Rewrites) -> Itera
     yield make(rw.paraphrase(question), 1, "paraphrase")
     yield make(rw.paraphrase(rw.paraphrase(question)), 1, "paraphrase")
     yield make(rw.constrained(question), 0, "constraint")
-    constrained = rw.constrained(question, "language")
-    yield Pair(
-        constrained, rw.constrained(rw.paraphrase(question), "language"), 0, "constraint", source, split
-    )
+    constrained, other = rw.constrained(question, "language"), rw.constrained(rw.paraphrase(question), "language")
+    same = _languages(constrained) == _languages(other)  # the same language asked for twice: same answer
+    yield Pair(constrained, other, int(same), "paraphrase" if same else "constraint", source, split)
     same = rw.constrained(question, "format")
     yield Pair(same, same.replace(question, rw.paraphrase(question)), 1, "paraphrase", source, split)
     yield make(rw.qualified(question), 0, "scope")
@@ -258,6 +257,10 @@ def swap_entity(question: str, rng: random.Random) -> str | None:
                 other = rng.choice([v for v in T.SLOTS[slot] if v != value])
                 return question.replace(value, other, 1)
     return None
+
+
+def _languages(text: str) -> frozenset[str]:
+    return frozenset(lang for lang in T.LANGUAGES if lang in text)
 
 
 def _end(question: str) -> str:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from cache.encoder import EncodedQuestion
-from cache.guard import parse, stem
-from cache.lexicon import FUNCTION_WORDS, NEGATIONS
+from cache.guard import conflict, parse, stem
+from cache.lexicon import FUNCTION_WORDS, INSTRUCTION_WORDS, NEGATIONS
 
 _QUESTION_WORDS = frozenset(["what", "which", "who", "whom", "whose", "when", "where", "why", "how"])
 
@@ -26,6 +26,8 @@ FEATURES = (
     "length_ratio", "length_max",
     "negation_differs", "unit_differs", "question_word_differs", "stem_jaccard",
     "deficit_sum_max",  # sum of (1 - best match) over content words, the worse side
+    "unmatched_instruction_words",  # words asking for another form of answer, on one side only
+    "arguments_swapped", "antonym_swapped", "time_differs",  # the old rule guard's checks, now only evidence
 )  # fmt: skip
 
 
@@ -59,6 +61,8 @@ def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
         float(_question_words(stems_a) != _question_words(stems_b)),
         len(set(stems_a) & set(stems_b)) / max(len(union), 1),
         max(side_a.deficit, side_b.deficit),
+        len(_instructions(stems_a) ^ _instructions(stems_b)),
+        *(float(conflict(pa, pb, frozenset({check})) is not None) for check in ("swap", "antonym", "time")),
     ]  # fmt: skip
     return np.asarray(values, dtype=np.float32)
 
@@ -118,6 +122,10 @@ def _discordance(stems_a: list[str], stems_b: list[str], content_a: np.ndarray) 
 
 def _negations(stems: list[str]) -> int:
     return sum(1 for s in stems if s in NEGATIONS or s == "t" or s.endswith("n't"))
+
+
+def _instructions(stems: list[str]) -> set[str]:
+    return {s for s in stems if s in INSTRUCTION_WORDS}
 
 
 def _question_words(stems: list[str]) -> frozenset[str]:

@@ -24,3 +24,8 @@ FALSE_HIT_ESTIMATE = Gauge(
 FEEDBACK = Counter(
     "llmgw_cache_semantic_feedback_total", "Semantic hits reported wrong (header or admin API)", ["source"]
 )
+
+for _label in ("agree", "disagree"):
+    SHADOW_CHECKS.labels(_label)  # series exist from the start (rate() and the alert need them)
+for _label in ("header", "admin"):
+    FEEDBACK.labels(_label)
