@@ -1,162 +1,133 @@
-"""Cache latency, measured in-process (the stage's own CPU; the lead's HTTP harness is separate):
+"""What a semantic lookup (encode, search, verify) adds to a cache miss, measured through the gateway's
+HTTP API from the client side, and whether it slows requests that skip the semantic cache.
 
-1. exact-hit path: ExactCacheStage answering from the in-process store, per request;
-2. semantic lookup (FAISS search + guard, embedding excluded) p50/p99 at 1k, 10k, 100k entries in one
-   namespace, for IndexFlatIP and IndexHNSWFlat, with HNSW recall@1 against the exact flat search;
-3. miss overhead: the cache stages on a miss minus the embedding time.
+One gateway (default cache settings: semantic on, ONNX Runtime encoder, shipped verifier) in front of
+the fake upstream. The cache is first filled with `--fill` questions; then, interleaved one by one:
+  semantic miss — temperature 0, a new look-alike question: embedded, searched, candidates verified,
+                  rejected, sent upstream (rows whose status was a hit are counted, not timed);
+  bypass        — the same question at temperature 0.7: the cache stays out (no embedding).
+The difference of the two p50s (and p99s) is the semantic lookup's cost on a miss. Then the bypass p50
+alone, and again while another client sends semantic misses back to back beside it.
 
-    .venv/bin/python bench/cache_latency.py [--sizes 1000 10000 100000] [--queries 300]
+    python -m bench.cache_latency [--requests 300] [--fill 500]
 Writes bench/results/cache_latency.json.
 """
 
 import argparse
-import asyncio
-import json
+import os
 import statistics
-import sys
+import tempfile
+import threading
 import time
-from pathlib import Path
+from typing import Any
 
-import faiss
-import numpy as np
+import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.harness import Process, start_fake_upstream, start_gateway, write_json
+from bench.verifier_templates import INTENTS, SLOTS
 
-from cache.config import CacheSettings  # noqa: E402
-from cache.embedder import SentenceEmbedder, load_sentence_model  # noqa: E402
-from cache.entry import CacheEntry  # noqa: E402
-from cache.guard import conflict, parse  # noqa: E402
-from cache.service import CacheService  # noqa: E402
-from cache.store import MemoryStore  # noqa: E402
-from cache.vector_index import SemanticIndex  # noqa: E402
-from tests.cache_helpers import Upstream, ctx_for, pipeline  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+KEY = "sk-bench-master"
+MODEL = "bench-model"
 
 
-def percentiles(samples_s: list[float]) -> dict[str, float]:
-    ms = sorted(s * 1000 for s in samples_s)
-    return {"p50_ms": statistics.median(ms), "p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))]}
+def questions() -> list[str]:
+    """Template questions in a fixed order: every (slot value, intent, phrasing)."""
+    out = []
+    for slot, intents in INTENTS.values():
+        for value in SLOTS[slot]:
+            for phrasings in intents.values():
+                out += [p.format(x=value) for p in phrasings]
+    return out
 
 
-async def exact_hit(n: int) -> dict[str, float]:
-    service = CacheService(CacheSettings(semantic_enabled=False), MemoryStore())
-    handler = pipeline(service, Upstream())
-    await handler(ctx_for())
-    await service.settle()
-    samples = []
-    for _ in range(n):
-        ctx = ctx_for()
-        start = time.perf_counter()
-        reply = await handler(ctx)
-        samples.append(time.perf_counter() - start)
-        assert reply.headers["x-cache-status"] == "hit"
-    return percentiles(samples)
+def body(question: str, temperature: float) -> dict[str, Any]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": question}], "temperature": temperature}
 
 
-def filled_index(kind: str, vectors: np.ndarray, questions: list[str]) -> SemanticIndex:
-    index = SemanticIndex(vectors.shape[1], kind, hnsw_m=16, ef_search=64)
-    for i, vector in enumerate(vectors):
-        index.on_added(
-            CacheEntry(f"k{i}", "t", "m", "chat", {}, time.time() + 3600, 0.0, "ns", questions[i], vector)
-        )
-    return index
+def timed(client: httpx.Client, question: str, temperature: float) -> tuple[float, str]:
+    start = time.perf_counter()
+    reply = client.post("/v1/chat/completions", json=body(question, temperature))
+    elapsed = time.perf_counter() - start
+    reply.raise_for_status()
+    return elapsed, reply.headers.get("x-cache-status", "")
 
 
-def semantic_lookup(index: SemanticIndex, queries: np.ndarray, texts: list[str]) -> tuple[dict, list[str]]:
-    samples, best = [], []
-    for vector, text in zip(queries, texts, strict=True):
-        start = time.perf_counter()
-        question = parse(text)
-        found = index.search("ns", vector, 4, 0.0)
-        next((n for n in found if not conflict(question, parse(n.item.question))), None)
-        samples.append(time.perf_counter() - start)
-        best.append(found[0].item.key if found else "")
-    return percentiles(samples), best
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ms = sorted(s * 1000 for s in samples)
+    return {"p50_ms": statistics.median(ms), "p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))], "n": len(ms)}
 
 
-def corpus(embedder: SentenceEmbedder, size: int) -> tuple[np.ndarray, list[str]]:
-    """Real question embeddings from the eval data, plus small perturbations of them to reach `size`."""
-    rows = [json.loads(line) for line in (ROOT / "tests/data/semantic_pairs.jsonl").read_text().splitlines()]
-    texts = sorted({r["a"] for r in rows} | {r["b"] for r in rows})
-    base = embedder.encode(texts)
-    rng = np.random.default_rng(0)
-    picks = rng.integers(0, len(texts), size)
-    vectors = base[picks] + rng.normal(0, 0.03, (size, base.shape[1])).astype(np.float32)
-    faiss.normalize_L2(vectors)
-    return vectors, [texts[i] for i in picks]
+def config(upstream: Process) -> dict[str, Any]:
+    deployment = {"name": "fake", "base_url": upstream.url + "/v1", "model": "upstream-model"}
+    database = f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='llmgw-bench-')}/llmgw.db"
+    return {"master_key": KEY, "models": [{"name": MODEL, "deployments": [deployment]}], "database_url": database,
+            "observability": {"access_log": False}}  # fmt: skip
 
 
-class TimedEmbedder:
-    """Wraps the real embedder and records how long each embedding took inside the request."""
-
-    def __init__(self, inner: SentenceEmbedder) -> None:
-        self.inner, self.dim, self.last = inner, inner.dim, 0.0
-
-    async def embed(self, text: str) -> np.ndarray:
-        start = time.perf_counter()
-        vector = await self.inner.embed(text)
-        self.last = time.perf_counter() - start
-        return vector
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        return self.inner.encode(texts)
-
-    async def aclose(self) -> None:
-        pass
+def interleaved(client: httpx.Client, asked: list[str]) -> dict[str, Any]:
+    semantic, bypass, hits = [], [], 0
+    for question in asked:
+        elapsed, status = timed(client, question, 0)
+        if status == "miss":
+            semantic.append(elapsed)
+        else:
+            hits += 1
+        bypass.append(timed(client, question, 0.7)[0])
+    s, b = percentiles(semantic), percentiles(bypass)
+    return {"semantic_miss": s, "bypass": b, "semantic_hits_not_timed": hits,
+            "added_p50_ms": s["p50_ms"] - b["p50_ms"], "added_p99_ms": s["p99_ms"] - b["p99_ms"]}  # fmt: skip
 
 
-async def miss_overhead(embedder: SentenceEmbedder, n: int) -> dict[str, float]:
-    timed = TimedEmbedder(embedder)
-    service = CacheService(CacheSettings(), MemoryStore(), SemanticIndex(embedder.dim, "hnsw"), timed)
-    handler = pipeline(service, Upstream())
-    overhead, embed_only = [], []
-    for i in range(n):
-        start = time.perf_counter()
-        await handler(ctx_for(question=f"What is the population of city number {i}?"))
-        overhead.append(time.perf_counter() - start - timed.last)
-        embed_only.append(timed.last)
-    await service.settle()
-    return {**percentiles(overhead), "embed_p50_ms": percentiles(embed_only)["p50_ms"]}
+def beside(url: str, asked: list[str]) -> dict[str, Any]:
+    """Bypass p50 alone, then while another client keeps semantic lookups running."""
+    with httpx.Client(base_url=url, headers={"authorization": f"Bearer {KEY}"}, timeout=60) as client:
+        alone = percentiles([timed(client, q, 0.7)[0] for q in asked])
+        stop = threading.Event()
+
+        def semantic_load() -> None:
+            with httpx.Client(base_url=url, headers={"authorization": f"Bearer {KEY}"}, timeout=60) as other:
+                i = 0
+                while not stop.is_set():
+                    timed(other, f"{asked[i % len(asked)]} (variant {i})", 0)
+                    i += 1
+
+        thread = threading.Thread(target=semantic_load, daemon=True)
+        thread.start()
+        time.sleep(0.5)
+        loaded = percentiles([timed(client, q, 0.7)[0] for q in asked])
+        stop.set()
+        thread.join(timeout=60)
+    return {"bypass_alone": alone, "bypass_beside_semantic": loaded}
 
 
-async def main() -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
-    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--fill", type=int, default=500)
     args = parser.parse_args()
-    faiss.omp_set_num_threads(1)
-    embedder = SentenceEmbedder(load_sentence_model(None, torch_threads=1))
-    report: dict[str, object] = {"exact_hit": await exact_hit(2000)}
-    print(f"exact-hit stage path: {report['exact_hit']}")
-    report["miss_overhead_beyond_embedding"] = await miss_overhead(embedder, 100)
-    print(f"miss overhead beyond embedding: {report['miss_overhead_beyond_embedding']}")
-    print(f"\n{'entries':>8} {'index':>6} {'p50 ms':>8} {'p99 ms':>8} {'recall@1':>9} {'build s':>8}")
-    for size in args.sizes:
-        vectors, texts = corpus(embedder, size + args.queries)
-        stored, queries = vectors[:size], vectors[size:]
-        results = {}
-        for kind in ("flat", "hnsw"):
-            start = time.perf_counter()
-            index = filled_index(kind, stored, texts[:size])
-            build = time.perf_counter() - start
-            stats, best = semantic_lookup(index, queries, texts[size:])
-            results[kind] = {**stats, "build_s": build, "best": best}
-        exact = results["flat"]["best"]
-        for kind, stats in results.items():
-            stats["recall_at_1"] = sum(a == b for a, b in zip(stats.pop("best"), exact, strict=True)) / len(
-                exact
-            )
-            print(
-                f"{size:8d} {kind:>6} {stats['p50_ms']:8.3f} {stats['p99_ms']:8.3f} "
-                f"{stats['recall_at_1']:9.3f} {stats['build_s']:8.1f}"
-            )
-        report[f"semantic_{size}"] = results
-    out = ROOT / "bench/results/cache_latency.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-    print(f"\nwrote {out}")
+    pool = questions()
+    stored, asked = pool[::2][: args.fill], pool[1::2][: args.requests]  # neighbours, never the same text
+    upstream = start_fake_upstream()
+    gateway = start_gateway(config(upstream), env={"LLMGW_LOG_LEVEL": "warning", **os.environ})
+    try:
+        with httpx.Client(base_url=gateway.url, headers={"authorization": f"Bearer {KEY}"}, timeout=120) as client:
+            for question in stored:
+                timed(client, question, 0)
+            timed(client, "warm-up", 0.7)
+            report: dict[str, Any] = {"filled": len(stored), **interleaved(client, asked)}
+        report.update(beside(gateway.url, asked[: max(50, args.requests // 3)]))
+        report["load_average"] = os.getloadavg()
+    finally:
+        gateway.stop()
+        upstream.stop()
+    print(f"{'path':28} {'p50 ms':>8} {'p99 ms':>8} {'n':>5}")
+    for name in ("semantic_miss", "bypass", "bypass_alone", "bypass_beside_semantic"):
+        row = report[name]
+        print(f"{name:28} {row['p50_ms']:8.2f} {row['p99_ms']:8.2f} {row['n']:5d}")
+    print(f"semantic lookup adds p50 {report['added_p50_ms']:.2f} ms, p99 {report['added_p99_ms']:.2f} ms "
+          f"({report['semantic_hits_not_timed']} hits not timed); load {report['load_average']}")  # fmt: skip
+    print(f"wrote {write_json('cache_latency', report)}")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -1,151 +1,137 @@
-"""Semantic cache quality on labeled question pairs (tests/data/semantic_pairs.jsonl).
+"""Semantic cache quality on labeled question pairs, at the shipped operating point, beside the baselines.
 
-For each pair: cosine similarity of the MiniLM embeddings, and whether the hard-negative guard lets the
-pair through. Sweeps the threshold with and without the guard and prints precision, recall, F1 and the
-false-hit rate per negative kind, for the dev split (used to design the guard and pick the threshold)
-and the held-out split (never looked at while designing). Also prints a leave-one-check-out ablation.
+Each pair is (stored question, new question, label 1 = one answer serves both). A pair is a hit when the
+lookup would serve it: cosine ≥ the policy's candidate threshold, and then
+  verifier  — the shipped learned verifier at the threshold the calibration table gives for the
+              precision target (default policy: 0.95), numbers equal;
+  cosine    — cosine ≥ 0.75 alone (the old default threshold, guard off);
+  old guard — cosine ≥ 0.75 and the old rule guard (cache/guard.py) finds no conflict.
+Sets (none of them is used for training or for choosing any threshold):
+  heldout   — the grouped held-out split of bench/verifier_pairs.py (other subjects, families and
+              rewrite templates than training and calibration);
+  project   — tests/data/semantic_pairs.jsonl, written by hand in an earlier session (both its splits);
+  extra     — any --pairs FILE (jsonl with a, b, label, kind), e.g. an independent set under bench/data/.
+Precision, recall and each kind's false-hit rate come with 95 % bootstrap intervals (pairs resampled).
 
-    .venv/bin/python bench/semantic_cache_eval.py [--pairs PATH] [--min-precision 0.99]
+    LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.semantic_cache_eval [--pairs FILE ...]
 Writes bench/results/semantic_cache_eval.json.
 """
 
 import argparse
 import json
-import sys
-from dataclasses import dataclass, replace
+import os
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from cache.embedder import SentenceEmbedder, load_sentence_model  # noqa: E402
-from cache.guard import CHECK_NAMES, conflict, parse  # noqa: E402
+from bench.train_verifier import encode_all
+from bench.verifier_pairs import build
+from cache.alignment import pair_features
+from cache.config import CachePolicy
+from cache.encoder import EncodedQuestion, build_encoder
+from cache.guard import conflict, parse
+from cache.verifier import Verifier
 
 ROOT = Path(__file__).resolve().parents[1]
-THRESHOLDS = [round(t, 2) for t in np.arange(0.50, 0.99, 0.01)]
+OLD_THRESHOLD = 0.75
+BOOTSTRAP = 1000
+OTHER_TARGETS = (0.95, 0.99)  # what a policy's semantic_min_precision gives instead
 
 
-@dataclass
-class Pair:
-    a: str
-    b: str
-    kind: str
-    split: str
-    label: int
-    similarity: float
-    blocked_by: str | None  # the guard check that refused the pair
-
-
-def load_pairs(path: Path, embedder: SentenceEmbedder) -> list[Pair]:
+def load_set(path: Path) -> list[dict]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    texts = sorted({r["a"] for r in rows} | {r["b"] for r in rows})
-    vectors = dict(zip(texts, embedder.encode(texts), strict=True))
-    return [
-        Pair(
-            r["a"], r["b"], r["kind"], r["split"], r["label"], float(vectors[r["a"]] @ vectors[r["b"]]), None
+    return [{"a": r["a"], "b": r["b"], "label": int(r["label"]), "kind": r["kind"]} for r in rows]
+
+
+def decisions(
+    rows: list[dict], encoded: dict[str, EncodedQuestion], verifier: Verifier, policy: CachePolicy
+) -> dict[str, np.ndarray]:
+    cosine = np.array([float(encoded[r["a"]].vector @ encoded[r["b"]].vector) for r in rows])
+    guard_ok = np.array([conflict(parse(r["a"]), parse(r["b"])) is None for r in rows])
+    numbers_ok = np.array([conflict(parse(r["a"]), parse(r["b"]), frozenset({"number"})) is None for r in rows])
+    prob = verifier.probabilities(np.stack([pair_features(encoded[r["a"]], encoded[r["b"]]) for r in rows]))
+    candidate = (cosine >= policy.similarity_threshold) & numbers_ok
+    shipped = {"verifier": candidate & (prob >= verifier.threshold_for(policy.semantic_min_precision))}
+    stricter = {
+        f"verifier@{target}": candidate & (prob >= verifier.threshold_for(target))
+        for target in OTHER_TARGETS
+        if target != policy.semantic_min_precision
+    }
+    return {**shipped, **stricter, "cosine": cosine >= OLD_THRESHOLD, "old guard": (cosine >= OLD_THRESHOLD) & guard_ok}
+
+
+def scores(hit: np.ndarray, labels: np.ndarray, kinds: np.ndarray, rng: np.random.Generator) -> dict:
+    def point(idx: np.ndarray) -> dict[str, float]:
+        h, y, k = hit[idx], labels[idx], kinds[idx]
+        tp, fp = int((h & (y == 1)).sum()), int((h & (y == 0)).sum())
+        out = {"precision": tp / (tp + fp) if tp + fp else 1.0, "recall": tp / max(int((y == 1).sum()), 1)}
+        for kind in negative_kinds:
+            of_kind = (k == kind) & (y == 0)
+            out[f"fhr_{kind}"] = float(h[of_kind].mean()) if of_kind.any() else float("nan")
+        return out
+
+    negative_kinds = sorted({str(k) for k, y in zip(kinds, labels, strict=True) if y == 0})
+    everything = np.arange(len(hit))
+    result = {name: {"value": value} for name, value in point(everything).items()}
+    samples = [point(rng.integers(0, len(hit), len(hit))) for _ in range(BOOTSTRAP)]
+    for name in result:
+        values = np.array([s[name] for s in samples], dtype=float)
+        values = values[~np.isnan(values)]
+        result[name]["ci"] = (
+            [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))] if len(values) else None
         )
-        for r in rows
-    ]
-
-
-def guarded(pairs: list[Pair], checks: frozenset[str] | None) -> list[Pair]:
-    return [replace(p, blocked_by=conflict(parse(p.a), parse(p.b), checks)) for p in pairs]
-
-
-def scores(pairs: list[Pair], threshold: float, guarded: bool) -> dict[str, float]:
-    hit = [p.similarity >= threshold and not (guarded and p.blocked_by) for p in pairs]
-    tp = sum(bool(h and p.label == 1) for h, p in zip(hit, pairs, strict=True))
-    fp = sum(bool(h and p.label == 0) for h, p in zip(hit, pairs, strict=True))
-    positives = sum(p.label == 1 for p in pairs)
-    precision = tp / (tp + fp) if tp + fp else 1.0
-    recall = tp / positives if positives else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    result = {"threshold": threshold, "precision": precision, "recall": recall, "f1": f1, "false_hits": fp}
-    for kind in sorted({p.kind for p in pairs if p.label == 0}):
-        of_kind = [(h, p) for h, p in zip(hit, pairs, strict=True) if p.kind == kind]
-        result[f"fhr_{kind}"] = sum(h for h, _ in of_kind) / len(of_kind)
+    result["hits"] = int(hit.sum())
+    result["pairs"] = len(hit)
     return result
 
 
-def best_threshold(pairs: list[Pair], guarded: bool, min_precision: float) -> float:
-    """The threshold with the highest recall whose precision reaches the target (else best F0.5)."""
-    rows = [scores(pairs, t, guarded) for t in THRESHOLDS]
-    good = [r for r in rows if r["precision"] >= min_precision]
-    pick = max(good, key=lambda r: (r["recall"], r["threshold"])) if good else max(rows, key=_f_half)
-    return pick["threshold"]
+def print_set(name: str, results: dict[str, dict]) -> None:
+    first = next(iter(results.values()))
+    kinds = [k for k in first if k.startswith("fhr_")]
+    print(f"\n== {name}: {first['pairs']} pairs ==")
+    print(f"{'lookup':14} {'precision':>20} {'recall':>20}  false-hit rate by kind")
+    for lookup, r in results.items():
+        cells = "  ".join(f"{k[4:]}={r[k]['value']:.2f}" for k in kinds if not np.isnan(r[k]["value"]))
+        print(f"{lookup:14} {_fmt(r['precision']):>20} {_fmt(r['recall']):>20}  {cells}")
 
 
-def _f_half(row: dict[str, float]) -> float:
-    p, r = row["precision"], row["recall"]
-    return 1.25 * p * r / (0.25 * p + r) if p + r else 0.0
-
-
-def print_table(title: str, rows: list[dict[str, float]]) -> None:
-    kinds = [k for k in rows[0] if k.startswith("fhr_")]
-    print(f"\n{title}")
-    header = f"{'thr':>5} {'guard':>5} {'P':>6} {'R':>6} {'F1':>6} {'FP':>4} " + " ".join(
-        f"{k[4:][:6]:>6}" for k in kinds
-    )
-    print(header)
-    for r in rows:
-        cells = " ".join(f"{r[k]:6.2f}" for k in kinds)
-        print(
-            f"{r['threshold']:5.2f} {r['guard']:>5} {r['precision']:6.3f} {r['recall']:6.3f} "
-            f"{r['f1']:6.3f} {r['false_hits']:4d} {cells}"
-        )
-
-
-def sweep(pairs: list[Pair], thresholds: list[float]) -> list[dict[str, float]]:
-    rows = []
-    for threshold in thresholds:
-        for guarded in (False, True):
-            rows.append({**scores(pairs, threshold, guarded), "guard": "on" if guarded else "off"})
-    return rows
-
-
-def ablation(pairs: list[Pair], threshold: float) -> list[dict[str, object]]:
-    rows = []
-    for dropped in (None, *CHECK_NAMES):
-        checked = guarded(pairs, frozenset(CHECK_NAMES) - {dropped})
-        rows.append({"without": dropped or "-", **scores(checked, threshold, True)})
-    return rows
+def _fmt(cell: dict) -> str:
+    low, high = cell["ci"] or (float("nan"), float("nan"))
+    return f"{cell['value']:.3f} [{low:.3f},{high:.3f}]"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=Path, default=ROOT / "tests/data/semantic_pairs.jsonl")
-    parser.add_argument("--min-precision", type=float, default=0.99)
+    parser.add_argument(
+        "--pairs", type=Path, nargs="*", default=sorted((ROOT / "bench/data").glob("*/pairs.jsonl"))
+    )
+    parser.add_argument("--per-subject", type=int, default=8, help="as bench/train_verifier.py was run")
+    parser.add_argument("--min-precision", type=float, default=CachePolicy().semantic_min_precision)
     args = parser.parse_args()
-    embedder = SentenceEmbedder(load_sentence_model(None, torch_threads=1))
-    pairs = guarded(load_pairs(args.pairs, embedder), None)
-    report: dict[str, object] = {"pairs": len(pairs)}
-    for with_guard in (False, True):
-        dev = [p for p in pairs if p.split == "dev"]
-        chosen = best_threshold(dev, with_guard, args.min_precision)
-        name = "guard" if with_guard else "plain"
-        report[f"{name}_threshold"] = chosen
-        for split in ("dev", "heldout"):
-            report[f"{name}_{split}"] = scores([p for p in pairs if p.split == split], chosen, with_guard)
-    shown = sorted({0.7, 0.75, 0.8, 0.85, 0.9, 0.95, report["plain_threshold"], report["guard_threshold"]})
-    for split in ("dev", "heldout"):
-        rows = sweep([p for p in pairs if p.split == split], shown)
-        print_table(f"== {split}: {sum(p.split == split for p in pairs)} pairs ==", rows)
-        report[f"sweep_{split}"] = rows
-    print(f"\nthreshold chosen on dev for precision >= {args.min_precision}:")
-    for name in ("plain", "guard"):
-        chosen, held = report[f"{name}_threshold"], report[f"{name}_heldout"]
-        print(f"  {name:5} t={chosen:.2f}  held-out P={held['precision']:.3f} R={held['recall']:.3f}")
-    report["ablation_dev"] = ablation([p for p in pairs if p.split == "dev"], report["guard_threshold"])
-    print("\nablation on dev at the guard threshold (each check removed in turn):")
-    for row in report["ablation_dev"]:
-        print(
-            f"  without {row['without']:9} P={row['precision']:.3f} R={row['recall']:.3f} FP={row['false_hits']}"
-        )
+    sets = {
+        "heldout": [{"a": p.a, "b": p.b, "label": p.label, "kind": p.kind} for p in build(0, args.per_subject) if p.split == "heldout"],
+        "project": load_set(ROOT / "tests/data/semantic_pairs.jsonl"),
+    }  # fmt: skip
+    for path in args.pairs:
+        sets[path.parent.name] = load_set(path)
+    encoder = build_encoder(None, threads=1, onnx_dir=os.environ.get("LLMGW_CACHE__ONNX_DIR"))
+    verifier, policy = Verifier.load(), CachePolicy(semantic_min_precision=args.min_precision)
+    rng = np.random.default_rng(0)
+    report: dict[str, object] = {"threshold": verifier.threshold_for(policy.semantic_min_precision),
+                                 "min_precision": policy.semantic_min_precision}  # fmt: skip
+    for name, rows in sets.items():
+        encoded = encode_all(encoder, [t for r in rows for t in (r["a"], r["b"])])
+        labels, kinds = np.array([r["label"] for r in rows]), np.array([r["kind"] for r in rows])
+        hits = decisions(rows, encoded, verifier, policy)
+        report[name] = {lookup: scores(hit, labels, kinds, rng) for lookup, hit in hits.items()}
+        print_set(name, report[name])
+    print(
+        f"\nverifier threshold {report['threshold']:.2f} for precision target {policy.semantic_min_precision}"
+    )
     out = ROOT / "bench/results/semantic_cache_eval.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
-    print(f"\nwrote {out}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

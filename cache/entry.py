@@ -1,11 +1,15 @@
 """One cached answer and what is needed to find it again, plus its byte form for Redis."""
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import orjson
+
+from cache.encoder import EncodedQuestion
+
+_IN_MEMORY = frozenset({"vector", "encoded"})  # not in the JSON metadata
 
 
 @dataclass
@@ -20,6 +24,7 @@ class CacheEntry:
     namespace: str | None = None  # semantic namespace; None = exact lookups only
     question: str | None = None  # the last user turn, compared by the guard
     vector: np.ndarray | None = field(default=None, repr=False)  # normalised float32 embedding
+    encoded: EncodedQuestion | None = field(default=None, repr=False)  # word vectors; this replica only
 
     def expired(self, now: float | None = None) -> bool:
         return (now if now is not None else time.time()) >= self.expires_at
@@ -28,8 +33,7 @@ class CacheEntry:
         return self.answer.get("usage") or {}
 
     def meta_bytes(self) -> bytes:
-        fields = {k: v for k, v in asdict(self).items() if k != "vector"}
-        return orjson.dumps(fields)
+        return orjson.dumps({f.name: getattr(self, f.name) for f in fields(self) if f.name not in _IN_MEMORY})
 
     def vector_bytes(self) -> bytes:
         return b"" if self.vector is None else np.asarray(self.vector, dtype=np.float32).tobytes()

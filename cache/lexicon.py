@@ -78,3 +78,13 @@ for _a, _b in zip(_ANTONYM_PAIRS[::2], _ANTONYM_PAIRS[1::2], strict=True):
     ANTONYMS[_a] = ANTONYMS.get(_a, frozenset()) | {_b}
     ANTONYMS[_b] = ANTONYMS.get(_b, frozenset()) | {_a}
 RELATION_WORDS = frozenset(_words("than to from into vs versus against over before after for by in of"))
+INSTRUCTION_WORDS = frozenset(
+    _words("""english french spanish german italian japanese chinese portuguese russian arabic dutch korean hindi
+    swedish polish turkish greek hebrew latin translate translation language json yaml xml csv markdown html
+    table tables list bullet bullets bulleted numbered code block format formatted word words sentence
+    sentences paragraph paragraphs brief briefly short shorter concise concisely detail detailed length
+    long longer summary summarize summarise limit maximum minimum characters child children kid kids five
+    year old beginner beginners expert experts student students grandmother eli5 layman simple simply poem
+    haiku limerick song tweet rhyme formal informal funny joke pirate shakespeare sarcastic tone style
+    source sources reference references cite citation example examples step steps reasoning diagram""")
+)  # words that ask for another form of answer (language, format, length, audience, style, extras)

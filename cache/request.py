@@ -3,9 +3,8 @@
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from cache.config import CachePolicy
+from cache.encoder import EncodedQuestion
 from cache.keys import SemanticParts, exact_key, is_deterministic, semantic_parts
 from gateway.context import RequestContext
 from gateway.errors import OpenAIError
@@ -22,7 +21,7 @@ class CacheRequest:
     lookup: bool  # false for no-cache: fetch a fresh answer
     store: bool  # false for no-store
     parts: SemanticParts | None = None
-    vector: np.ndarray | None = None  # the question's embedding, once computed
+    encoded: EncodedQuestion | None = None  # the question's vectors, once computed
 
 
 def plan(ctx: RequestContext, defaults: CachePolicy) -> CacheRequest | None:

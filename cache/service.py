@@ -1,36 +1,41 @@
-"""The cache service: finds answers (exact key, or a guarded nearest neighbour), serves them, and
-stores new answers once they are known to be complete. Failures of the cache never fail a request."""
+"""The cache service: finds answers (exact key, or a nearest neighbour the learned verifier accepts),
+serves them, and stores new answers once they are known to be complete. Failures of the cache never
+fail a request."""
 
 import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from cache.answers import StreamCollector, is_storable
 from cache.config import CacheSettings
 from cache.embedder import Embedder
+from cache.encoder import EncodedQuestion
 from cache.entry import CacheEntry
-from cache.guard import conflict, parse
+from cache.metrics import FEEDBACK, SEMANTIC_VERDICTS
 from cache.replay import replay_body, replay_stream
 from cache.request import CacheRequest
+from cache.shadow import ShadowChecker
 from cache.store import CacheStore
 from gateway.context import Reply, RequestContext, Usage
 
 if TYPE_CHECKING:  # FAISS comes with the optional `semantic` extra
-    from cache.vector_index import SemanticIndex
+    from cache.vector_index import IndexedItem, SemanticIndex
+    from cache.verifier import Verifier
 
 log = logging.getLogger("llmgw.cache")
+RECENT_HITS = 10_000
 
 
 @dataclass(frozen=True)
 class SemanticMatch:
     entry: CacheEntry
     similarity: float
+    probability: float  # the verifier's
 
 
 class CacheService:
@@ -40,17 +45,23 @@ class CacheService:
         store: CacheStore,
         index: "SemanticIndex | None" = None,
         embedder: Embedder | None = None,
+        verifier: "Verifier | None" = None,
+        shadow: ShadowChecker | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.index = index
         self.embedder = embedder
+        self.verifier = verifier
+        self.shadow = shadow
+        self._recent_hits: OrderedDict[str, str] = OrderedDict()  # request id -> entry key
         self._sweeper: asyncio.Task[None] | None = None
         self._pending_stores: set[asyncio.Future[bool]] = set()
 
     @property
     def semantic(self) -> bool:
-        return self.index is not None and self.embedder is not None
+        """Semantic lookups need all three: the index, the encoder and the verifier."""
+        return self.index is not None and self.embedder is not None and self.verifier is not None
 
     async def start(self) -> None:
         await self.store.start(self.index)
@@ -77,7 +88,7 @@ class CacheService:
             log.warning("cache: exact lookup failed; treating as a miss", exc_info=True)
             return None
 
-    async def embed(self, text: str) -> np.ndarray | None:
+    async def embed(self, text: str) -> EncodedQuestion | None:
         if self.embedder is None or len(text) > self.settings.max_question_chars:
             return None
         try:
@@ -87,23 +98,68 @@ class CacheService:
             return None
 
     async def find_similar(self, request: CacheRequest) -> SemanticMatch | None:
-        if self.index is None or request.parts is None or request.vector is None:
+        """The most similar entry whose question the verifier accepts as asking the same thing."""
+        if not self.semantic or request.parts is None or request.encoded is None:
             return None
+        assert self.index is not None and self.verifier is not None
         neighbours = self.index.search(
             request.parts.namespace,
-            request.vector,
+            request.encoded.vector,
             self.settings.candidates,
             request.policy.similarity_threshold,
         )
-        question = parse(request.parts.question)
+        threshold = self.verifier.threshold_for(request.policy.semantic_min_precision)
         for neighbour in neighbours:
-            if request.policy.guard and conflict(question, parse(neighbour.item.question)):
+            stored = await self._stored_question(neighbour.item)
+            if stored is None:
+                continue
+            verdict = self.verifier.judge(stored, request.encoded, threshold)
+            SEMANTIC_VERDICTS.labels("accepted" if verdict.accepted else "rejected").inc()
+            if not verdict.accepted:
                 continue
             entry = await self.get_exact(neighbour.item.key)
             if entry is not None:
-                return SemanticMatch(entry, neighbour.similarity)
+                return SemanticMatch(entry, neighbour.similarity, verdict.probability)
             self.index.on_removed([neighbour.item.key])  # expired or evicted meanwhile
         return None
+
+    async def _stored_question(self, item: "IndexedItem") -> EncodedQuestion | None:
+        """Word vectors of a stored question: kept from when it was stored here, else encoded once now
+        (entries another replica stored arrive through Redis with their sentence vector only)."""
+        if item.encoded is None and self.embedder is not None:
+            try:
+                item.encoded = await self.embedder.embed(item.question)
+            except Exception:
+                log.warning("cache: encoding a stored question failed", exc_info=True)
+        return item.encoded
+
+    def remember_hit(self, request_id: str, key: str) -> None:
+        """Semantic hits of the last RECENT_HITS requests, so feedback can name them by request id."""
+        if request_id:
+            self._recent_hits[request_id] = key
+            while len(self._recent_hits) > RECENT_HITS:
+                self._recent_hits.popitem(last=False)
+
+    async def report_wrong(self, key: str, source: str) -> None:
+        FEEDBACK.labels(source).inc()
+        await self.evict(key)
+
+    async def feedback(self, request_id: str) -> bool:
+        """Admin API: the semantic hit served to this request was wrong. False when it is unknown here."""
+        key = self._recent_hits.pop(request_id, None)
+        if key is None:
+            return False
+        await self.report_wrong(key, "admin")
+        return True
+
+    async def evict(self, key: str) -> None:
+        """Drops one entry."""
+        try:
+            await self.store.delete(key)
+        except Exception:
+            log.warning("cache: evicting an entry failed", exc_info=True)
+        if self.index is not None:
+            self.index.on_removed([key])
 
     # --- serving ------------------------------------------------------------------------------
 
@@ -160,12 +216,14 @@ class CacheService:
         return True
 
     async def settle(self) -> None:
-        """Waits for stores still in flight (tests, shutdown)."""
+        """Waits for stores and shadow checks still in flight (tests, shutdown)."""
         if self._pending_stores:
             await asyncio.gather(*self._pending_stores, return_exceptions=True)
+        if self.shadow is not None:
+            await self.shadow.settle()
 
     def _entry(self, ctx: RequestContext, request: CacheRequest, answer: dict[str, Any]) -> CacheEntry:
-        semantic = request.parts is not None and request.vector is not None
+        semantic = request.parts is not None and request.encoded is not None
         return CacheEntry(
             key=request.key,
             tenant=request.tenant,
@@ -176,7 +234,8 @@ class CacheService:
             cost_usd=ctx.cost_usd,
             namespace=request.parts.namespace if semantic else None,
             question=request.parts.question if semantic else None,
-            vector=request.vector if semantic else None,
+            vector=request.encoded.vector if semantic and request.encoded is not None else None,
+            encoded=request.encoded if semantic else None,
         )
 
     async def _sweep_forever(self) -> None:

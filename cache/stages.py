@@ -1,12 +1,15 @@
 """The two pipeline stages. ExactCacheStage must run before SemanticCacheStage: it decides what the
 cache may do for the request (ctx.extra["cache_request"]), answers identical requests, tags every
-reply with x-cache-status and stores complete answers. SemanticCacheStage answers paraphrases."""
+reply with x-cache-status and stores complete answers. SemanticCacheStage answers paraphrases the
+verifier accepts; a request with `x-cache-feedback: wrong` reports the semantic hit it would get as a
+wrong answer: that entry is evicted and counted, and a fresh answer is fetched (and cached)."""
 
 from cache.request import plan
 from cache.service import CacheService
 from gateway.context import Handler, Reply, RequestContext
 
 REQUEST_KEY = "cache_request"
+FEEDBACK_HEADER = "x-cache-feedback"
 
 
 class ExactCacheStage:
@@ -38,15 +41,25 @@ class SemanticCacheStage:
         request = ctx.extra.get(REQUEST_KEY)
         if request is None or request.parts is None or not self._service.semantic:
             return await call_next(ctx)
-        request.vector = await self._service.embed(request.parts.question)
+        request.encoded = await self._service.embed(request.parts.question)
         if request.lookup:
             match = await self._service.find_similar(request)
-            if match is not None:
+            if match is not None and _reports_wrong(ctx):
+                await self._service.report_wrong(match.entry.key, "header")
+            elif match is not None:
                 reply = self._service.serve(ctx, match.entry, "semantic-hit")
                 ctx.extra["cache"]["similarity"] = match.similarity
                 reply.headers["x-cache-similarity"] = f"{match.similarity:.4f}"
+                reply.headers["x-cache-verifier"] = f"{match.probability:.4f}"
+                self._service.remember_hit(ctx.request_id, match.entry.key)
+                if self._service.shadow is not None:
+                    self._service.shadow.maybe_check(ctx, match.entry.answer, call_next)
                 return reply
         return await call_next(ctx)
+
+
+def _reports_wrong(ctx: RequestContext) -> bool:
+    return ctx.headers.get(FEEDBACK_HEADER, "").strip().lower() == "wrong"
 
 
 def _tagged(ctx: RequestContext, reply: Reply) -> Reply:

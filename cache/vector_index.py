@@ -3,11 +3,12 @@ normalised vectors (= cosine). Follows the store through the IndexListener calls
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import faiss
 import numpy as np
 
+from cache.encoder import EncodedQuestion
 from cache.entry import CacheEntry
 
 
@@ -19,6 +20,7 @@ class IndexedItem:
     namespace: str
     question: str
     expires_at: float
+    encoded: EncodedQuestion | None = field(default=None, repr=False)  # for the verifier; filled lazily
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,13 @@ class SemanticIndex:
             self.on_removed([entry.key])
         item_id, self._next_id = self._next_id, self._next_id + 1
         self._items[item_id] = IndexedItem(
-            entry.key, entry.tenant, entry.model, entry.namespace, entry.question, entry.expires_at
+            entry.key,
+            entry.tenant,
+            entry.model,
+            entry.namespace,
+            entry.question,
+            entry.expires_at,
+            entry.encoded,
         )
         self._id_of[entry.key] = item_id
         self._space(entry.namespace).add(item_id, np.asarray(entry.vector, dtype=np.float32))

@@ -68,7 +68,10 @@ class Services:
         backends = self.backends.all()
         healthy = await asyncio.gather(*(b.health() for b in backends))
         status = {b.name: ok for b, ok in zip(backends, healthy, strict=True)}
-        return {"ready": any(healthy) or not backends, "deployments": status}
+        report: dict[str, Any] = {"ready": any(healthy) or not backends, "deployments": status}
+        if self.cache is not None:
+            report["cache"] = self.cache.readiness()  # semantic caching on, or why it is off
+        return report
 
     async def aclose(self) -> None:
         for close in reversed(self.closers):
@@ -101,6 +104,8 @@ async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]
     routing = await create_routing_stages(settings, pools, observability.metrics.registry, embedder)
     closers.append(routing.aclose)
     policy = await create_policy_services(settings, cache.service.flush if cache else None)
+    if cache and cache.service.semantic:
+        policy.admin.cache_feedback = cache.service.feedback
     closers.append(policy.aclose)
     accounting = AccountingStage(settings)
     drain = Drain(settings.shutdown_grace_s)

@@ -1,5 +1,6 @@
-"""Semantic cache with the real MiniLM model and FAISS: paraphrases hit, hard negatives and other
-tenants or contexts do not; two replicas sharing the real Redis see each other's entries."""
+"""Semantic cache with the real MiniLM model, FAISS and the shipped verifier: paraphrases hit, hard
+negatives and other tenants or contexts do not; a hit reported wrong is evicted; two replicas sharing
+the real Redis see each other's entries (and verify them)."""
 
 import asyncio
 import uuid
@@ -13,6 +14,7 @@ from cache.redis_store import RedisStore
 from cache.service import CacheService
 from cache.store import MemoryStore
 from cache.vector_index import SemanticIndex
+from cache.verifier import load_verifier
 from tests.cache_helpers import Upstream, ctx_for, drain, pipeline
 
 SETTINGS = CacheSettings(sweep_interval_s=3600)
@@ -24,7 +26,9 @@ def embedder():
 
 
 def semantic_service(embedder, store) -> CacheService:
-    return CacheService(SETTINGS, store, SemanticIndex(embedder.dim, SETTINGS.index), embedder)
+    return CacheService(
+        SETTINGS, store, SemanticIndex(embedder.dim, SETTINGS.index), embedder, load_verifier()
+    )
 
 
 @pytest.fixture
@@ -49,7 +53,8 @@ async def test_a_paraphrase_is_a_semantic_hit(cache):
     await ask(cache, upstream, question="What is the capital of France?")
     ctx, reply = await ask(cache, upstream, question="Which city is the capital of France?")
     assert reply.headers["x-cache-status"] == "semantic-hit" and upstream.calls == 1
-    assert 0.75 <= float(reply.headers["x-cache-similarity"]) <= 1.0
+    assert SETTINGS.defaults.similarity_threshold <= float(reply.headers["x-cache-similarity"]) <= 1.0
+    assert 0.0 < float(reply.headers["x-cache-verifier"]) <= 1.0
     assert ctx.extra["cache"]["saved_completion_tokens"] == 7
 
 
@@ -58,6 +63,7 @@ async def test_a_paraphrase_is_a_semantic_hit(cache):
     [
         "What is the capital of Germany?",  # entity
         "What is not the capital of France?",  # negation
+        "What is the capital of France? Answer in French.",  # constraint
     ],
 )
 async def test_hard_negatives_miss(cache, negative):
@@ -65,6 +71,29 @@ async def test_hard_negatives_miss(cache, negative):
     await ask(cache, upstream, question="What is the capital of France?")
     _, reply = await ask(cache, upstream, question=negative)
     assert reply.headers["x-cache-status"] == "miss"
+
+
+async def test_a_hit_reported_wrong_by_header_is_evicted_and_answered_fresh(cache):
+    upstream = Upstream()
+    await ask(cache, upstream, question="What is the capital of France?")
+    _, hit = await ask(cache, upstream, question="Which city is the capital of France?")
+    assert hit.headers["x-cache-status"] == "semantic-hit"
+    headers = {"x-cache-feedback": "wrong"}
+    _, fresh = await ask(cache, upstream, question="Which city is the capital of France?", headers=headers)
+    assert fresh.headers["x-cache-status"] == "miss" and upstream.calls == 2
+    assert len(cache.index) == 1  # the wrong entry went; the fresh answer was stored
+    _, again = await ask(cache, upstream, question="What is the capital of France?")
+    assert again.headers["x-cache-status"] == "semantic-hit" and upstream.calls == 2  # served the fresh one
+
+
+async def test_a_hit_reported_wrong_through_the_admin_api_is_evicted(cache):
+    upstream = Upstream()
+    await ask(cache, upstream, question="How tall is Mount Everest?")
+    ctx, hit = await ask(cache, upstream, question="What is the height of Mount Everest?")
+    assert hit.headers["x-cache-status"] == "semantic-hit"
+    assert await cache.feedback(ctx.request_id) and not await cache.feedback(ctx.request_id)
+    _, again = await ask(cache, upstream, question="What is the height of Mount Everest?")
+    assert again.headers["x-cache-status"] == "miss" and len(cache.index) == 1 and upstream.calls == 2
 
 
 async def test_swapped_arguments_miss_even_at_high_similarity(cache):

@@ -86,6 +86,11 @@ COST_AND_SAVINGS = [
           ((rate("llmgw_cache_saved_tokens_total", "kind"), "{{kind}}"),)),
     Panel("Semantic cache similarity (nearest entry)", "percentunit",
           quantiles("llmgw_cache_similarity", "result", (0.1, 0.5))),
+    Panel("Semantic cache: estimated false-hit rate", "percentunit", ((ratio(
+        rate('llmgw_cache_semantic_shadow_total{outcome="disagree"}'), rate("llmgw_cache_semantic_shadow_total")
+    ), "shadow-checked hits whose fresh answer disagreed"), (
+        rate("llmgw_cache_semantic_feedback_total", "source"), "reported wrong ({{source}}) per second",
+    )), "A sampled share of semantic hits is also answered upstream and the answers compared"),
     Panel("Cascade decisions per second", "reqps",
           ((rate("llmgw_cascade_decisions_total", "outcome"), "{{outcome}}"),)),
     Panel("Cascade escalation rate", "percentunit", ((ratio(

