@@ -99,7 +99,9 @@ def _finish(span: Any, ctx: RequestContext, status: int) -> None:
 _UNTRACED = contextlib.nullcontext()
 
 
-def attempt_span(ctx: RequestContext, deployment: str, alias: str, attempt: int) -> AbstractContextManager[Any]:
+def attempt_span(
+    ctx: RequestContext, deployment: str, alias: str, attempt: int
+) -> AbstractContextManager[Any]:
     """A span around one backend attempt (a shared no-op when the request is not traced)."""
     tracer = ctx.extra.get("tracer")
     if tracer is None:
