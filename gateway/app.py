@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
+from gateway.anthropic_api.errors import anthropic_error_response
 from gateway.anthropic_api.routes import router as messages_router
 from gateway.errors import OpenAIError, error_response, model_not_found
 from gateway.inbound import bounded_receive, client_request_id, declared_size
@@ -41,7 +42,9 @@ class GatewayApp(FastAPI):
             return await self.proxy(scope, receive, send, endpoint)
         if scope["type"] == "http" and self.proxy is not None:  # the admin API and the rest: same body limit
             if declared_size(scope["headers"]) > self.proxy.max_body_bytes:
-                return await error_response(too_large(self.proxy.max_body_bytes))(scope, receive, send)
+                error = too_large(self.proxy.max_body_bytes)
+                answer = anthropic_error_response if scope["path"] == "/v1/messages" else error_response
+                return await answer(error)(scope, receive, send)
             receive = bounded_receive(receive, self.proxy.max_body_bytes)
         return await super().__call__(scope, receive, send)
 
