@@ -32,12 +32,18 @@ def _serve(args: argparse.Namespace, rest: list[str]) -> int:
     if settings.workers == 1:
         uvicorn.run(create_app(settings), **common)
         return 0
+    from gateway.lifecycle import WorkerSupervisor
+
     _share_settings_with_workers(settings)
-    uvicorn.run("gateway.app:app_from_environment", factory=True, workers=settings.workers, **common)
+    config = uvicorn.Config(
+        "gateway.app:app_from_environment", factory=True, workers=settings.workers, **common
+    )
+    WorkerSupervisor(config, sockets=[config.bind_socket()]).run()
     return 0
 
 
 SHUTDOWN_BACKSTOP_S = 5.0  # uvicorn cancels what is left this long after the gateway's own grace period
+WORKER_HEALTHCHECK_S = 30.0  # a worker still booting on a busy machine is not "hung" (uvicorn's default: 5 s)
 
 
 def _exit_cleanly(sig: int, frame: object) -> None:

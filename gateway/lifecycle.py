@@ -6,7 +6,9 @@ adds what uvicorn cannot know about:
 - readiness fails at once (`Drain.draining`, read by /health/ready);
 - requests and streams still running when the grace period (`shutdown_grace_s`) ends are cut:
   a request answers 503, a stream ends with an OpenAI-style error event (`DrainStage`);
-- the lifespan shutdown that follows flushes the usage records.
+- the lifespan shutdown that follows flushes the usage records;
+- with several workers, the supervisor closes its copy of the listening socket at once, so new
+  connections are refused instead of waiting in the kernel's backlog until the supervisor exits.
 """
 
 import asyncio
@@ -16,6 +18,8 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
+
+from uvicorn.supervisors.multiprocess import Multiprocess
 
 from gateway.context import Handler, Reply, RequestContext
 from gateway.errors import OpenAIError
@@ -129,3 +133,20 @@ class DrainStage:
             return asyncio.CancelledError()
         task.uncancel()
         return shutting_down()
+
+
+class WorkerSupervisor(Multiprocess):
+    """uvicorn's supervisor of `--workers N`; on SIGTERM/SIGINT it also lets go of the listening socket
+    (the workers close their own copies as their shutdown starts)."""
+
+    def handle_term(self) -> None:
+        self._close_listener()
+        super().handle_term()
+
+    def handle_int(self) -> None:
+        self._close_listener()
+        super().handle_int()
+
+    def _close_listener(self) -> None:
+        for sock in self.sockets:
+            sock.close()

@@ -1,4 +1,4 @@
-"""Fixtures of the chaos suite: one PostgreSQL cluster and fake upstreams per session, a fleet of two
+"""Fixtures of the chaos suite: one PostgreSQL cluster and fake upstreams per run of the suite, a fleet of two
 gateway replicas sharing a Redis of their own, and helpers to provision keys and count usage rows."""
 
 import asyncio
@@ -28,7 +28,7 @@ class Fleet:
         return [r.url for r in self.replicas]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # torn down after the last chaos case, not at the end of the whole run
 def postgres() -> Iterator[PostgresCluster]:
     reason = PostgresCluster.available()
     if reason:
@@ -40,7 +40,7 @@ def postgres() -> Iterator[PostgresCluster]:
         cluster.destroy()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # torn down after the last chaos case, not at the end of the whole run
 def upstreams() -> Iterator[dict[str, Upstream]]:
     """Two healthy fake upstreams and one that takes 3 s to answer anything."""
     fakes = {"a": Upstream(), "b": Upstream(), "slow": Upstream(delay_s=3.0)}
@@ -79,7 +79,7 @@ FLEET_KEYS = {
 LEASE_S = 6  # concurrency slots of a killed replica free after this long
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # torn down after the last chaos case, not at the end of the whole run
 def fleet(postgres: PostgresCluster, upstreams: dict[str, Upstream], tmp_path_factory) -> Iterator[Fleet]:
     redis = RedisServer().start()
     schema = new_schema(postgres)

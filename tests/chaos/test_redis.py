@@ -70,15 +70,17 @@ async def test_redis_paused(fleet: Fleet) -> None:
 async def test_killed_replica_frees_its_concurrency_slots(fleet: Fleet) -> None:
     key = fleet.keys["concurrency"]  # max_concurrent 2
     words = " ".join(f"w{i}" for i in range(300))  # 60 s streams: they outlive the replica
-    body = chat(f"slow-stream:0.2 {words}", stream=True)
     async with httpx.AsyncClient(timeout=90) as client:
 
         async def probe() -> int:
             return (await send(client, fleet.urls[0], key.secret, chat("probe"))).status
 
-        holders = [asyncio.create_task(send(client, fleet.spare.url, key.secret, body)) for _ in range(2)]
+        answering = [asyncio.get_running_loop().create_future() for _ in range(2)]
+        holders = [asyncio.create_task(_hold(client, fleet.spare.url, key.secret, words, started))
+                   for started in answering]  # fmt: skip
         try:
-            assert await _until(probe, lambda s: s == 429 or s >= 500, 15) == 429  # both slots held
+            assert await asyncio.wait_for(asyncio.gather(*answering), 30) == [200, 200]  # both slots held
+            assert await probe() == 429
             fleet.spare.kill()
             killed = time.monotonic()
             freed = await _until(probe, lambda s: s != 429, LEASE_S + 30)
@@ -88,6 +90,26 @@ async def test_killed_replica_frees_its_concurrency_slots(fleet: Fleet) -> None:
             await asyncio.gather(*holders)  # they end with the replica
     print(f"replica killed holding 2 slots: slots free after {waited:.1f}s (lease {LEASE_S}s)")
     assert freed == 200 and waited < LEASE_S + 5
+
+
+async def _hold(
+    client: httpx.AsyncClient, url: str, secret: str, words: str, started: asyncio.Future
+) -> None:
+    """A slow stream; `started` gets its status as soon as the answer begins."""
+    body = chat(f"slow-stream:0.2 {words}", stream=True)
+    headers = {"authorization": f"Bearer {secret}"}
+    try:
+        async with client.stream(
+            "POST", url + "/v1/chat/completions", json=body, headers=headers
+        ) as response:
+            started.set_result(response.status_code)
+            async for _ in response.aiter_bytes():
+                pass
+    except httpx.HTTPError:
+        pass  # the replica was killed
+    finally:
+        if not started.done():
+            started.set_result(0)
 
 
 async def _until(probe: Callable[[], Awaitable[int]], done: Callable[[int], bool], timeout_s: float) -> int:

@@ -1,0 +1,89 @@
+"""The shutdown drain: work that ends within the grace period is untouched; what outlives it is cut
+with a 503 (a request) or an error (a stream), and only the drain's own cancellation is converted."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from gateway.context import Reply, RequestContext
+from gateway.errors import OpenAIError
+from gateway.lifecycle import Drain, DrainStage
+
+
+def ctx() -> RequestContext:
+    return RequestContext(request_id="r", endpoint="chat", body={}, headers={}, model="m")
+
+
+def answer_after(seconds: float):
+    async def handler(ctx: RequestContext) -> Reply:
+        await asyncio.sleep(seconds)
+        return Reply(body={"ok": True})
+
+    return handler
+
+
+def stream_of(chunks: int, pause_s: float):
+    async def chunks_out() -> AsyncIterator[dict[str, Any]]:
+        for i in range(chunks):
+            yield {"i": i}
+            await asyncio.sleep(pause_s)
+
+    async def handler(ctx: RequestContext) -> Reply:
+        return Reply(stream=chunks_out())
+
+    return handler
+
+
+async def test_a_request_within_the_grace_period_finishes() -> None:
+    drain = Drain(grace_s=2.0)
+    call = asyncio.create_task(DrainStage(drain)(ctx(), answer_after(0.2)))
+    await asyncio.sleep(0.05)
+    drain.begin()
+    assert drain.draining and not drain.expired
+    assert (await call).body == {"ok": True}
+
+
+async def test_a_request_past_the_grace_period_gets_503() -> None:
+    drain = Drain(grace_s=0.1)
+    call = asyncio.create_task(DrainStage(drain)(ctx(), answer_after(30)))
+    await asyncio.sleep(0.05)
+    drain.begin()
+    with pytest.raises(OpenAIError) as cut:
+        await asyncio.wait_for(call, 10)
+    assert cut.value.status == 503 and cut.value.code == "server_shutting_down"
+    assert cut.value.headers["retry-after"] == "1"
+
+
+async def test_a_stream_past_the_grace_period_ends_with_an_error() -> None:
+    drain = Drain(grace_s=0.3)
+
+    async def consume() -> list[dict[str, Any]]:
+        reply = await DrainStage(drain)(ctx(), stream_of(1000, 0.02))
+        assert reply.stream is not None
+        return [chunk async for chunk in reply.stream]
+
+    call = asyncio.create_task(consume())
+    await asyncio.sleep(0.1)
+    drain.begin()
+    with pytest.raises(OpenAIError) as cut:
+        await asyncio.wait_for(call, 10)
+    assert cut.value.code == "server_shutting_down"
+
+
+async def test_a_stream_within_the_grace_period_completes() -> None:
+    drain = Drain(grace_s=5.0)
+    reply = await DrainStage(drain)(ctx(), stream_of(5, 0.01))
+    drain.begin()
+    assert reply.stream is not None
+    assert [c async for c in reply.stream] == [{"i": i} for i in range(5)]
+
+
+async def test_other_cancellations_stay_cancellations() -> None:
+    drain = Drain(grace_s=30)
+    call = asyncio.create_task(DrainStage(drain)(ctx(), answer_after(30)))
+    await asyncio.sleep(0.05)
+    call.cancel()  # e.g. the client left
+    with pytest.raises(asyncio.CancelledError):
+        await call
