@@ -54,7 +54,11 @@ def timed(client: httpx.Client, question: str, temperature: float) -> tuple[floa
 
 def percentiles(samples: list[float]) -> dict[str, float]:
     ms = sorted(s * 1000 for s in samples)
-    return {"p50_ms": statistics.median(ms), "p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))], "n": len(ms)}
+    return {
+        "p50_ms": statistics.median(ms),
+        "p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
+        "n": len(ms),
+    }
 
 
 def config(upstream: Process) -> dict[str, Any]:
@@ -110,7 +114,9 @@ def main() -> None:
     upstream = start_fake_upstream()
     gateway = start_gateway(config(upstream), env={"LLMGW_LOG_LEVEL": "warning", **os.environ})
     try:
-        with httpx.Client(base_url=gateway.url, headers={"authorization": f"Bearer {KEY}"}, timeout=120) as client:
+        with httpx.Client(
+            base_url=gateway.url, headers={"authorization": f"Bearer {KEY}"}, timeout=120
+        ) as client:
             for question in stored:
                 timed(client, question, 0)
             timed(client, "warm-up", 0.7)

@@ -58,7 +58,9 @@ class Trees:
         node = np.zeros((x.shape[0], self.feature.shape[0]), dtype=np.int64)
         for _ in range(self.depth):
             values = x[rows, self.feature[trees, node]]
-            go_left = np.where(np.isnan(values), self.missing_left[trees, node], values <= self.threshold[trees, node])
+            go_left = np.where(
+                np.isnan(values), self.missing_left[trees, node], values <= self.threshold[trees, node]
+            )
             step = np.where(go_left, self.left[trees, node], self.right[trees, node])
             node = np.where(self.leaf[trees, node], node, step)
         return self.baseline + self.value[trees, node].sum(axis=1)
@@ -79,7 +81,9 @@ class Verifier:
                 "verifier weights were trained on other features; re-run bench/train_verifier.py"
             )
         names = ("feature", "threshold", "left", "right", "missing_left", "leaf", "value")
-        trees = Trees(*(weights[n] for n in names), baseline=float(meta["baseline"]), depth=int(meta["depth"]))
+        trees = Trees(
+            *(weights[n] for n in names), baseline=float(meta["baseline"]), depth=int(meta["depth"])
+        )
         points = [CalibrationPoint(**p) for p in meta["calibration"]]
         return cls(trees, points, float(meta["candidate_threshold"]))
 
