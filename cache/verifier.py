@@ -101,10 +101,22 @@ class Verifier:
         return 1.0 / (1.0 + np.exp(-self._trees.raw(features.astype(np.float64))))
 
     def judge(self, stored: EncodedQuestion, new: EncodedQuestion, threshold: float) -> Verdict:
-        if conflict(parse(stored.text), parse(new.text), _NUMBERS):
-            return Verdict(False, 0.0)
-        probability = float(self.probabilities(pair_features(stored, new)[None, :])[0])
-        return Verdict(probability >= threshold, probability)
+        return self.judge_all([stored], new, threshold)[0]
+
+    def judge_all(
+        self, stored: list[EncodedQuestion], new: EncodedQuestion, threshold: float
+    ) -> list[Verdict]:
+        """One verdict per stored question, the trees walked once for all of them."""
+        if not stored:
+            return []
+        probabilities = self.probabilities(np.stack([pair_features(s, new) for s in stored]))
+        parsed = parse(new.text)
+        return [
+            Verdict(False, 0.0)
+            if conflict(parse(s.text), parsed, _NUMBERS)
+            else Verdict(p >= threshold, float(p))
+            for s, p in zip(stored, probabilities, strict=True)
+        ]
 
 
 def load_verifier(folder: Path = MODEL_DIR) -> Verifier | None:
