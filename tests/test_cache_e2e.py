@@ -75,7 +75,8 @@ def test_admin_feedback_evicts_the_semantic_hit_it_names(
     first = httpx.post(url, json={"request_id": headers["x-request-id"]}, headers=admin)
     again = httpx.post(url, json={"request_id": headers["x-request-id"]}, headers=admin)
     assert first.json()["evicted"] is True and again.json()["evicted"] is False
-    assert httpx.post(url, json={"request_id": ""}, headers=admin).status_code == 400
+    empty = httpx.post(url, json={"request_id": ""}, headers=admin)
+    assert empty.status_code == 422 and "message" in empty.json()["error"]
     _, after = ask(client, "How many legs do spiders have?")
     assert after["x-cache-status"] == "miss"
 
