@@ -30,14 +30,15 @@ KEY = "sk-bench-master"
 MODEL = "bench-model"
 
 
-def questions() -> list[str]:
-    """Template questions in a fixed order: every (slot value, intent, phrasing)."""
-    out = []
+def questions() -> tuple[list[str], list[str]]:
+    """Template questions, split by slot value: the stored ones and look-alikes about other values (their
+    nearest stored neighbours ask the same of another entity, so the verifier has candidates to reject)."""
+    stored, asked = [], []
     for slot, intents in INTENTS.values():
-        for value in SLOTS[slot]:
+        for n, value in enumerate(SLOTS[slot]):
             for phrasings in intents.values():
-                out += [p.format(x=value) for p in phrasings]
-    return out
+                (stored if n % 2 == 0 else asked).extend(p.format(x=value) for p in phrasings)
+    return stored, asked
 
 
 def body(question: str, temperature: float) -> dict[str, Any]:
@@ -54,7 +55,11 @@ def timed(client: httpx.Client, question: str, temperature: float) -> tuple[floa
 
 def percentiles(samples: list[float]) -> dict[str, float]:
     ms = sorted(s * 1000 for s in samples)
-    return {"p50_ms": statistics.median(ms), "p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))], "n": len(ms)}
+    return {
+        "p50_ms": statistics.median(ms),
+        "p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
+        "n": len(ms),
+    }
 
 
 def config(upstream: Process) -> dict[str, Any]:
@@ -100,28 +105,61 @@ def beside(url: str, asked: list[str]) -> dict[str, Any]:
     return {"bypass_alone": alone, "bypass_beside_semantic": loaded}
 
 
+def components(asked: list[str], stored: list[str]) -> dict[str, Any]:
+    """In-process: one question's encoding (ONNX Runtime, 1 thread) and one verifier judgement."""
+    from cache.encoder import build_encoder
+    from cache.verifier import load_verifier
+
+    encoder = build_encoder(None, 1, onnx_dir=os.environ.get("LLMGW_CACHE__ONNX_DIR"))
+    verifier = load_verifier()
+    assert verifier is not None
+    encode, judge = [], []
+    for new_text, old_text in zip(asked[:100], stored[:100], strict=False):
+        start = time.perf_counter()
+        new = encoder.encode([new_text])[0]
+        encode.append(time.perf_counter() - start)
+        old = encoder.encode([old_text])[0]
+        start = time.perf_counter()
+        verifier.judge(old, new, 0.5)
+        judge.append(time.perf_counter() - start)
+    return {"encode_one": percentiles(encode), "verify_one_candidate": percentiles(judge)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--fill", type=int, default=500)
     args = parser.parse_args()
-    pool = questions()
-    stored, asked = pool[::2][: args.fill], pool[1::2][: args.requests]  # neighbours, never the same text
+    stored, asked = questions()
+    stored, asked = (
+        stored[:: max(1, len(stored) // args.fill)][: args.fill],
+        asked[:: max(1, len(asked) // args.requests)][: args.requests],
+    )
     upstream = start_fake_upstream()
     gateway = start_gateway(config(upstream), env={"LLMGW_LOG_LEVEL": "warning", **os.environ})
     try:
-        with httpx.Client(base_url=gateway.url, headers={"authorization": f"Bearer {KEY}"}, timeout=120) as client:
+        with httpx.Client(
+            base_url=gateway.url, headers={"authorization": f"Bearer {KEY}"}, timeout=120
+        ) as client:
             for question in stored:
                 timed(client, question, 0)
             timed(client, "warm-up", 0.7)
             report: dict[str, Any] = {"filled": len(stored), **interleaved(client, asked)}
         report.update(beside(gateway.url, asked[: max(50, args.requests // 3)]))
+        report.update(components(asked, stored))
         report["load_average"] = os.getloadavg()
     finally:
         gateway.stop()
         upstream.stop()
     print(f"{'path':28} {'p50 ms':>8} {'p99 ms':>8} {'n':>5}")
-    for name in ("semantic_miss", "bypass", "bypass_alone", "bypass_beside_semantic"):
+    for name in (
+        "semantic_miss",
+        "bypass",
+        "bypass_alone",
+        "bypass_beside_semantic",
+        "encode_one",
+        "verify_one_candidate",
+    ):
         row = report[name]
         print(f"{name:28} {row['p50_ms']:8.2f} {row['p99_ms']:8.2f} {row['n']:5d}")
     print(f"semantic lookup adds p50 {report['added_p50_ms']:.2f} ms, p99 {report['added_p99_ms']:.2f} ms "

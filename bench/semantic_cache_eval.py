@@ -48,7 +48,9 @@ def decisions(
 ) -> dict[str, np.ndarray]:
     cosine = np.array([float(encoded[r["a"]].vector @ encoded[r["b"]].vector) for r in rows])
     guard_ok = np.array([conflict(parse(r["a"]), parse(r["b"])) is None for r in rows])
-    numbers_ok = np.array([conflict(parse(r["a"]), parse(r["b"]), frozenset({"number"})) is None for r in rows])
+    numbers_ok = np.array(
+        [conflict(parse(r["a"]), parse(r["b"]), frozenset({"number"})) is None for r in rows]
+    )
     prob = verifier.probabilities(np.stack([pair_features(encoded[r["a"]], encoded[r["b"]]) for r in rows]))
     candidate = (cosine >= policy.similarity_threshold) & numbers_ok
     shipped = {"verifier": candidate & (prob >= verifier.threshold_for(policy.semantic_min_precision))}
@@ -57,7 +59,12 @@ def decisions(
         for target in OTHER_TARGETS
         if target != policy.semantic_min_precision
     }
-    return {**shipped, **stricter, "cosine": cosine >= OLD_THRESHOLD, "old guard": (cosine >= OLD_THRESHOLD) & guard_ok}
+    return {
+        **shipped,
+        **stricter,
+        "cosine": cosine >= OLD_THRESHOLD,
+        "old guard": (cosine >= OLD_THRESHOLD) & guard_ok,
+    }
 
 
 def scores(hit: np.ndarray, labels: np.ndarray, kinds: np.ndarray, rng: np.random.Generator) -> dict:

@@ -127,7 +127,9 @@ def main() -> None:
     features, labels, eligible = featurize(pairs, encoded)
     split = np.array([p.split for p in pairs])
     train = split == "train"
-    model = HistGradientBoostingClassifier(max_iter=300, learning_rate=0.05, max_leaf_nodes=15, random_state=args.seed)
+    model = HistGradientBoostingClassifier(
+        max_iter=300, learning_rate=0.05, max_leaf_nodes=15, random_state=args.seed
+    )
     model.fit(features[train], labels[train])
     prob = model.predict_proba(features)[:, 1]
     calib = split == "calib"
@@ -138,7 +140,9 @@ def main() -> None:
     from cache.verifier import Verifier
 
     shipped = Verifier.load()
-    assert np.allclose(shipped.probabilities(features[:500]), prob[:500], atol=1e-6), "export differs from sklearn"
+    assert np.allclose(shipped.probabilities(features[:500]), prob[:500], atol=1e-6), (
+        "export differs from sklearn"
+    )
     threshold = shipped.threshold_for(DEFAULT_TARGET)
     held = split == "heldout"
     report = {"info": info, "threshold": threshold}

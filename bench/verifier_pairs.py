@@ -120,7 +120,10 @@ def generic_pairs(question: str, source: str, split: str, rw: Rewrites) -> Itera
     yield make(rw.paraphrase(question), 1, "paraphrase")
     yield make(rw.paraphrase(rw.paraphrase(question)), 1, "paraphrase")
     yield make(rw.constrained(question), 0, "constraint")
-    constrained, other = rw.constrained(question, "language"), rw.constrained(rw.paraphrase(question), "language")
+    constrained, other = (
+        rw.constrained(question, "language"),
+        rw.constrained(rw.paraphrase(question), "language"),
+    )
     same = _languages(constrained) == _languages(other)  # the same language asked for twice: same answer
     yield Pair(constrained, other, int(same), "paraphrase" if same else "constraint", source, split)
     same = rw.constrained(question, "format")

@@ -1,12 +1,13 @@
 """Question encodings off the event loop: one worker thread, concurrent requests batched together."""
 
 import asyncio
+import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from cache.encoder import EncodedQuestion, QuestionEncoder, build_encoder
+from cache.encoder import EncodedQuestion, QuestionEncoder, default_model_path
 
 
 class Embedder(Protocol):
@@ -19,9 +20,15 @@ class Embedder(Protocol):
     async def aclose(self) -> None: ...
 
 
-def load_sentence_model(path: str | None, torch_threads: int | None) -> QuestionEncoder:
-    """The shipped MiniLM on torch, never touching the hub (the routing package shares it)."""
-    return build_encoder(path, torch_threads, onnx=False)
+def load_sentence_model(path: str | None, torch_threads: int | None) -> Any:
+    """The shipped MiniLM as a sentence-transformers model, never touching the hub (batch scripts)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    if torch_threads:
+        torch.set_num_threads(torch_threads)
+    return SentenceTransformer(str(path or default_model_path()), device="cpu", local_files_only=True)
 
 
 class SentenceEmbedder:

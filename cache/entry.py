@@ -22,7 +22,7 @@ class CacheEntry:
     expires_at: float  # time.time() seconds
     cost_usd: float = 0.0  # what the answer cost upstream (saved on every hit)
     namespace: str | None = None  # semantic namespace; None = exact lookups only
-    question: str | None = None  # the last user turn, compared by the guard
+    question: str | None = None  # the last user turn, read by the verifier
     vector: np.ndarray | None = field(default=None, repr=False)  # normalised float32 embedding
     encoded: EncodedQuestion | None = field(default=None, repr=False)  # word vectors; this replica only
 

@@ -1,7 +1,8 @@
-"""The hard-negative guard: two questions can be near-identical to an embedding model and still ask
-different things. A semantic hit is refused when the questions differ in numbers, named entities,
-units, time words, negation, antonyms, or the order of their arguments around a relation word.
-`conflict` names the first difference found, or returns None when the cached answer may be reused.
+"""Closed-class facts about two questions: numbers, named entities, units, time words, negation,
+antonyms, the order of arguments around a relation word. Once a rule guard on every semantic hit; now
+the verifier (cache/verifier.py) keeps only the exact rule (different numbers never share an answer)
+and reads the other checks as evidence among its features (cache/alignment.py). `conflict` names the
+first difference found, or returns None; bench/semantic_cache_eval.py still scores it as a baseline.
 """
 
 import re

@@ -58,7 +58,9 @@ class Trees:
         node = np.zeros((x.shape[0], self.feature.shape[0]), dtype=np.int64)
         for _ in range(self.depth):
             values = x[rows, self.feature[trees, node]]
-            go_left = np.where(np.isnan(values), self.missing_left[trees, node], values <= self.threshold[trees, node])
+            go_left = np.where(
+                np.isnan(values), self.missing_left[trees, node], values <= self.threshold[trees, node]
+            )
             step = np.where(go_left, self.left[trees, node], self.right[trees, node])
             node = np.where(self.leaf[trees, node], node, step)
         return self.baseline + self.value[trees, node].sum(axis=1)
@@ -79,7 +81,9 @@ class Verifier:
                 "verifier weights were trained on other features; re-run bench/train_verifier.py"
             )
         names = ("feature", "threshold", "left", "right", "missing_left", "leaf", "value")
-        trees = Trees(*(weights[n] for n in names), baseline=float(meta["baseline"]), depth=int(meta["depth"]))
+        trees = Trees(
+            *(weights[n] for n in names), baseline=float(meta["baseline"]), depth=int(meta["depth"])
+        )
         points = [CalibrationPoint(**p) for p in meta["calibration"]]
         return cls(trees, points, float(meta["candidate_threshold"]))
 
@@ -97,10 +101,22 @@ class Verifier:
         return 1.0 / (1.0 + np.exp(-self._trees.raw(features.astype(np.float64))))
 
     def judge(self, stored: EncodedQuestion, new: EncodedQuestion, threshold: float) -> Verdict:
-        if conflict(parse(stored.text), parse(new.text), _NUMBERS):
-            return Verdict(False, 0.0)
-        probability = float(self.probabilities(pair_features(stored, new)[None, :])[0])
-        return Verdict(probability >= threshold, probability)
+        return self.judge_all([stored], new, threshold)[0]
+
+    def judge_all(
+        self, stored: list[EncodedQuestion], new: EncodedQuestion, threshold: float
+    ) -> list[Verdict]:
+        """One verdict per stored question, the trees walked once for all of them."""
+        if not stored:
+            return []
+        probabilities = self.probabilities(np.stack([pair_features(s, new) for s in stored]))
+        parsed = parse(new.text)
+        return [
+            Verdict(False, 0.0)
+            if conflict(parse(s.text), parsed, _NUMBERS)
+            else Verdict(p >= threshold, float(p))
+            for s, p in zip(stored, probabilities, strict=True)
+        ]
 
 
 def load_verifier(folder: Path = MODEL_DIR) -> Verifier | None:

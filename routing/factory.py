@@ -61,9 +61,10 @@ async def create_routing_stages(
 
 
 def _load_embedder() -> Embed:
-    from cache.embedder import SentenceEmbedder, load_sentence_model
+    from cache.embedder import SentenceEmbedder
+    from cache.encoder import build_encoder
 
-    return SentenceEmbedder(load_sentence_model(None, torch_threads=1))
+    return SentenceEmbedder(build_encoder(None, threads=1, onnx=False))
 
 
 class _LazyEmbedder:

@@ -10,10 +10,14 @@ from gateway.app import create_app
 from tests.conftest import MASTER_KEY, gateway_settings
 from tests.fakes import FakeUpstream, ServerThread
 
+ADMIN_TOKEN = "admin-test-token"
+
 
 @pytest.fixture(scope="module")
 def cached_gateway(upstream: tuple[FakeUpstream, ServerThread]) -> Iterator[ServerThread]:
-    settings = gateway_settings(upstream[1].url, cache={"semantic_enabled": True, "onnx": False})
+    settings = gateway_settings(
+        upstream[1].url, cache={"semantic_enabled": True, "onnx": False}, admin_token=ADMIN_TOKEN
+    )
     with ServerThread(create_app(settings)) as server:
         yield server
 
@@ -58,6 +62,23 @@ def test_a_language_constraint_is_not_answered_from_the_plain_question(client: o
 def test_readiness_says_semantic_caching_is_on(cached_gateway: ServerThread) -> None:
     report = httpx.get(cached_gateway.url + "/health/ready").json()
     assert report["cache"] == {"semantic": True, "reason": None}
+
+
+def test_admin_feedback_evicts_the_semantic_hit_it_names(
+    client: openai.OpenAI, cached_gateway: ServerThread
+) -> None:
+    ask(client, "How many legs does a spider have?")
+    _, headers = ask(client, "How many legs do spiders have?")
+    assert headers["x-cache-status"] == "semantic-hit"
+    admin = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+    url = cached_gateway.url + "/admin/v1/cache/feedback"
+    first = httpx.post(url, json={"request_id": headers["x-request-id"]}, headers=admin)
+    again = httpx.post(url, json={"request_id": headers["x-request-id"]}, headers=admin)
+    assert first.json()["evicted"] is True and again.json()["evicted"] is False
+    empty = httpx.post(url, json={"request_id": ""}, headers=admin)
+    assert empty.status_code == 422 and "message" in empty.json()["error"]
+    _, after = ask(client, "How many legs do spiders have?")
+    assert after["x-cache-status"] == "miss"
 
 
 def test_streaming_hit_replays_a_stream_the_sdk_parses(client: openai.OpenAI) -> None:

@@ -9,7 +9,8 @@ import pytest
 from redis.asyncio import Redis
 
 from cache.config import CacheSettings
-from cache.embedder import SentenceEmbedder, load_sentence_model
+from cache.embedder import SentenceEmbedder
+from cache.encoder import build_encoder
 from cache.redis_store import RedisStore
 from cache.service import CacheService
 from cache.store import MemoryStore
@@ -22,7 +23,7 @@ SETTINGS = CacheSettings(sweep_interval_s=3600)
 
 @pytest.fixture(scope="module")
 def embedder():
-    return SentenceEmbedder(load_sentence_model(None, SETTINGS.torch_threads))
+    return SentenceEmbedder(build_encoder(None, SETTINGS.torch_threads, onnx=False))
 
 
 def semantic_service(embedder, store) -> CacheService:

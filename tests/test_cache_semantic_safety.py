@@ -53,8 +53,8 @@ class FixedVerifier:
     def threshold_for(self, min_precision: float) -> float:
         return 0.5
 
-    def judge(self, stored: Any, new: Any, threshold: float) -> Verdict:
-        return Verdict(self.accept, 1.0 if self.accept else 0.0)
+    def judge_all(self, stored: list[Any], new: Any, threshold: float) -> list[Verdict]:
+        return [Verdict(self.accept, 1.0 if self.accept else 0.0) for _ in stored]
 
 
 class ChangingUpstream(Upstream):
