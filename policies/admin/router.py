@@ -233,8 +233,10 @@ def _usage_routes(router: APIRouter, deps: AdminDeps) -> None:
     async def cache_feedback(body: CacheFeedbackIn) -> CacheFeedbackOut:
         """The semantic hit served to this request (x-request-id) was wrong: evict its entry, count it."""
         if deps.cache_feedback is None:
-            raise OpenAIError(
-                501, "No semantic cache is configured on this gateway.", code="cache_unavailable"
+            raise OpenAIError(  # no semantic cache, so no semantic hit by that id (not a server fault)
+                404,
+                "No semantic cache is configured on this gateway, so it served no hit.",
+                code="cache_unavailable",
             )
         return CacheFeedbackOut(
             request_id=body.request_id, evicted=await deps.cache_feedback(body.request_id)
