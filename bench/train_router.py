@@ -1,17 +1,19 @@
 """Train the learned router (MMLU replay) and the cascade scorer (live task records) as logistic models.
 
-    .venv/bin/python -m bench.train_router router    # → routing/models/router_lr.npz
+    .venv/bin/python -m bench.train_router router    # → routing/models/router_lr.npz (+ bench/results/router_selection.json)
     .venv/bin/python -m bench.train_router cascade   # → routing/models/cascade_lr.npz (needs live records)
 
 scikit-learn is used here only; serving reads the weights with numpy (routing/learned.py).
 """
 
 import argparse
+import json
 import os
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
+from bench.routellm_data import RESULTS
 from routing.config import MODELS_DIR
 from routing.learned import LogisticModel
 
@@ -46,8 +48,10 @@ def main() -> None:
     if args.which == "router":
         from bench.cascade_eval import train_replay_router
 
-        model = train_replay_router()
+        model, selection = train_replay_router()
         model.save(MODELS_DIR / "router_lr.npz")
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "router_selection.json").write_text(json.dumps(selection, indent=2))
     else:
         from bench.cascade_live import train_cascade_scorer
 
