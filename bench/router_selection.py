@@ -33,17 +33,11 @@ class Candidate:
 
 
 CANDIDATES = [
-    Candidate(use_text, embedding, k, head, c)
-    for use_text, embedding, k in [
-        (True, "none", 0),
-        (True, "pca", 8),
-        (True, "pca", 32),
-        (True, "full", 0),
-        (False, "full", 0),
-    ]  # fmt: skip
-    for head in ("weak", "gain")
-    for c in (0.01, 0.1, 1.0)
-]
+    *(Candidate(True, emb, k, head, c) for emb, k in [("none", 0), ("pca", 16)] for head in ("weak", "gain")
+      for c in (0.01, 1.0)),
+    *(Candidate(True, "full", 0, "gain", c) for c in (0.01, 0.1)),
+    Candidate(False, "full", 0, "gain", 0.1),  # the embedding-only router shipped before
+]  # fmt: skip
 
 
 @dataclass

@@ -15,7 +15,7 @@ from backends.local_engine.attention import AttentionMetadata, build_metadata
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.gemma3.window import band, windowed
 from backends.local_engine.model_runner import ModelRunner
-from backends.local_engine.sequence import ScheduledSeq, Sequence
+from bench.gemma3_check import chunking, compare, run_chunks
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "gemma3_reference.json").read_text())
 MAX_LOGIT_DIFF = 0.05  # fp32 on both sides, same dequantized weights; measured in the report
@@ -28,27 +28,11 @@ def runner() -> ModelRunner:
     return ModelRunner(settings)
 
 
-def _run(runner: ModelRunner, ids: list[int], chunks: list[int]) -> torch.Tensor:
-    """Logits of every position, computing the sequence in the given chunk sizes (1 = decode steps)."""
-    seq = Sequence(list(ids))
-    blocks = -(-len(ids) // runner.block_size)
-    seq.block_table = list(range(blocks))
-    rows = []
-    for size in chunks:
-        seq_view = Sequence(seq.token_ids[: seq.num_computed_tokens + size])
-        seq_view.block_table, seq_view.num_computed_tokens = seq.block_table, seq.num_computed_tokens
-        (out,) = runner.execute([ScheduledSeq(seq_view, size, num_logits=size)])
-        rows.append(out.logits)
-        seq.num_computed_tokens += size
-    return torch.cat(rows)
-
-
 def _check(logits: torch.Tensor, case: dict) -> float:
     """Argmax must match the reference everywhere; returns the largest difference on its top-5 logits."""
-    top_ids = torch.tensor(case["top_ids"])
-    ours = logits[case["first_position"] :]
-    assert ours.argmax(-1).tolist() == top_ids[:, 0].tolist()
-    return float((ours.gather(1, top_ids) - torch.tensor(case["top_logits"])).abs().max())
+    result = compare(logits, case)
+    assert result["argmax_agreement"] == 1.0
+    return result["max_top5_logit_diff"]
 
 
 def test_tokenizer_matches_transformers(runner: ModelRunner) -> None:
@@ -64,16 +48,16 @@ def test_tokenizer_matches_transformers(runner: ModelRunner) -> None:
 @pytest.mark.parametrize("name", ["plain", "chat"])
 def test_short_prompts_match_reference(runner: ModelRunner, name: str) -> None:
     case = REFERENCE["cases"][name]
-    assert _check(_run(runner, case["ids"], [len(case["ids"])]), case) < MAX_LOGIT_DIFF
+    assert _check(run_chunks(runner, case["ids"], [len(case["ids"])]), case) < MAX_LOGIT_DIFF
 
 
+@pytest.mark.timeout(900)  # a 1,269-token prompt; about 20 s on an idle 2-core box
 def test_long_prompt_through_sliding_window_in_chunks_and_decode(runner: ModelRunner) -> None:
     case = REFERENCE["cases"]["long"]
-    ids, tail = case["ids"], 8
-    assert len(ids) > 2 * runner.model.config.sliding_window
-    prefill = len(ids) - tail
-    chunks = [160] * (prefill // 160) + [prefill % 160] + [1] * tail  # chunked prefill, then decode steps
-    assert _check(_run(runner, ids, [c for c in chunks if c]), case) < MAX_LOGIT_DIFF
+    assert len(case["ids"]) > 2 * runner.model.config.sliding_window
+    chunks = chunking(len(case["ids"]))  # 160-token prefill chunks, then 8 decode steps
+    assert chunks[-1] == 1 and max(chunks) == 160
+    assert _check(run_chunks(runner, case["ids"], chunks, case["first_position"]), case) < MAX_LOGIT_DIFF
 
 
 def test_window_metadata_masks_keys_outside_the_window() -> None:
