@@ -15,14 +15,23 @@ import sys
 
 import numpy as np
 
-from bench.cross_task import mmlu_data, mmlu_heldout_rows, print_rows, public, unseen_task_rows
+from bench.cross_task import (
+    load_heldout,
+    mmlu_data,
+    mmlu_heldout_rows,
+    print_rows,
+    public,
+    save_heldout,
+    unseen_task_rows,
+)
 from bench.routellm_data import RESULTS
 from bench.routellm_tasks import load_mt_bench
-from bench.router_selection import select, train_candidate
+from bench.router_selection import CANDIDATES, choose, group_apgr, logo_scores, train_candidate
 from routing.config import MODELS_DIR
 from routing.learned import TextRouter
 
 ROUTER_PATH = MODELS_DIR / "router_lr.npz"
+LOGO_PATH = RESULTS / "router_logo_scores.npz"
 
 
 def embed_minilm(prompts: list[str]) -> np.ndarray:
@@ -34,22 +43,30 @@ def embed_minilm(prompts: list[str]) -> np.ndarray:
 
 
 def train_replay_router() -> tuple[TextRouter, dict]:
-    """The shipped router: candidate chosen by leave-one-group-out over the 4 MMLU groups, fit on all MMLU."""
+    """The shipped router: the candidate with the best mean leave-one-group-out APGR over the 4 MMLU groups,
+    then fit on all of MMLU. Saves the held-out scores for `replay`."""
     data = mmlu_data(embed_minilm)
-    chosen, scores = select(data)
-    ranked = dict(sorted(scores.items(), key=lambda item: -item[1]))
-    print(f"chosen: {chosen.name} (mean held-out-group APGR {scores[chosen.name]:.4f})")
-    return train_candidate(chosen, data), {"chosen": chosen.name, "logo_apgr": ranked}
+    heldout = logo_scores(data)
+    save_heldout(heldout, LOGO_PATH)
+    apgr = group_apgr(heldout, data)
+    chosen = next(c for c in CANDIDATES if c.name == choose(apgr))
+    means = {name: round(float(np.mean(list(v.values()))), 4) for name, v in apgr.items()}
+    print(f"chosen: {chosen.name} (mean held-out-group APGR {means[chosen.name]:.4f})")
+    table = {name: {g: round(v, 4) for g, v in groups.items()} for name, groups in apgr.items()}
+    return train_candidate(chosen, data), {"chosen": chosen.name, "mean_logo_apgr": means, "logo_apgr": table}
 
 
 def replay() -> None:
-    if not ROUTER_PATH.exists():
-        sys.exit(f"{ROUTER_PATH} is missing: python -m bench.train_router router")
-    heldout, chosen = mmlu_heldout_rows(mmlu_data(embed_minilm))
+    if not ROUTER_PATH.exists() or not LOGO_PATH.exists():
+        sys.exit("run `python -m bench.train_router router` first (router + leave-one-group-out scores)")
+    data = mmlu_data(embed_minilm)
+    heldout, chosen = mmlu_heldout_rows(data, load_heldout(LOGO_PATH))
     unseen = unseen_task_rows("MT-Bench (unseen, MMLU-trained)", load_mt_bench(), embed_minilm, ROUTER_PATH)
     print_rows(heldout + unseen)
-    print("\ncandidates chosen without each held-out group:", json.dumps(chosen))
-    write("replay", {"rows": public(heldout + unseen), "nested_choices": chosen, "router": str(ROUTER_PATH)})
+    print("\ncandidate chosen without each held-out group:", json.dumps(chosen))
+    write(
+        "replay", {"rows": public(heldout + unseen), "choices_per_group": chosen, "router": str(ROUTER_PATH)}
+    )
 
 
 def write(mode: str, payload: dict) -> None:

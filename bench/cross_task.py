@@ -3,14 +3,15 @@
     .venv/bin/python -m bench.cascade_eval replay
 
 What is used for what:
-- MMLU held out by subject group: for each of the four groups, the candidate is chosen by
-  leave-one-group-out over the OTHER three groups, trained on those three, and scored on the held-out one
-  (nested; the held-out group is used for nothing else).
+- MMLU held out by subject group: every candidate is trained on three groups and scored on the fourth
+  (leave-one-group-out, bench/train_router.py saves these scores). The figure for group g is that of the
+  candidate with the best mean held-out APGR over the OTHER three groups (g's own score takes no part in
+  the choice; the models scored on the other groups did see g's questions in training).
 - MT-Bench: the router chosen by leave-one-group-out over all four MMLU groups and trained on all of MMLU
   (the shipped routing/models/router_lr.npz, loaded from disk) is scored on MT-Bench, which is used for
   no choice at all.
 Baselines on the same questions: random orderings and the length heuristic (longer → strong model).
-Intervals: bootstrap 95 % over the held-out questions (1,000 resamplings); random: 1,000 random orderings.
+Intervals: bootstrap 95 % over the held-out questions (500 resamplings); random: 500 random orderings.
 """
 
 import hashlib
@@ -21,11 +22,13 @@ import numpy as np
 
 from bench.routellm_data import Records, cached_embeddings, load_records
 from bench.routellm_tasks import subject_groups
-from bench.router_selection import TaskData, nested_heldout, strong_need
+from bench.router_selection import HeldOut, TaskData, choose, group_apgr, strong_need
 from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
 from routing import features
 from routing.features import text_features
 from routing.learned import TextRouter, load_model
+
+SAMPLES = 500
 
 
 def task_data(records: Records, embed: "callable", groups: np.ndarray) -> TaskData:  # type: ignore[valid-type]
@@ -44,10 +47,10 @@ def rows_for(task: str, need: np.ndarray, data: TaskData, lengths: np.ndarray, l
     """random, length and learned rows for one held-out set (bootstrap replicates kept for averaging)."""
     weak, strong = data.weak, data.strong
     scored = {"length heuristic": lengths, label: need}
-    rows = [_row(task, "random", 0.5, random_apgr(weak, strong))]
+    rows = [_row(task, "random", 0.5, random_apgr(weak, strong, SAMPLES))]
     for name, scores in scored.items():
         rows.append(_row(task, name, routing_curve(scores, weak, strong).apgr(),
-                         bootstrap_apgr(scores, weak, strong)))  # fmt: skip
+                         bootstrap_apgr(scores, weak, strong, SAMPLES)))  # fmt: skip
     return rows
 
 
@@ -57,19 +60,37 @@ def _row(task: str, router: str, apgr: float, replicates: np.ndarray) -> dict:
             "ci_high": round(high, 4), "_replicates": replicates}  # fmt: skip
 
 
-def mmlu_heldout_rows(data: TaskData) -> tuple[list[dict], dict[str, str]]:
-    """Nested leave-one-group-out rows per group, then the mean of the four groups."""
+def mmlu_heldout_rows(data: TaskData, heldout: HeldOut) -> tuple[list[dict], dict[str, str]]:
+    """Per group: the candidate chosen on the other three groups' held-out scores, scored on this one
+    by its model trained without it; then the mean of the four groups."""
+    apgr = group_apgr(heldout, data)
     rows, chosen_names = [], {}
-    for group, (chosen, need) in nested_heldout(data).items():
+    for group in sorted(set(data.group.tolist())):
         held = data.take(data.group == group)
-        chosen_names[group] = chosen.name
-        rows += rows_for(f"MMLU {group} (held out)", need, held, held.text[:, 0], "learned (nested)")
-    for router in ("random", "length heuristic", "learned (nested)"):
+        chosen_names[group] = choose(apgr, leave_out=group)
+        need = heldout[chosen_names[group]][group]
+        rows += rows_for(f"MMLU {group} (held out)", need, held, held.text[:, 0], "learned")
+    for router in ("random", "length heuristic", "learned"):
         picked = [r for r in rows if r["router"] == router]
         replicates = np.mean([r["_replicates"] for r in picked], axis=0)
-        apgr = 0.5 if router == "random" else float(np.mean([r["apgr"] for r in picked]))
-        rows.append(_row("MMLU mean of 4 held-out groups", router, apgr, replicates))
+        apgr_mean = 0.5 if router == "random" else float(np.mean([r["apgr"] for r in picked]))
+        rows.append(_row("MMLU mean of 4 held-out groups", router, apgr_mean, replicates))
     return rows, chosen_names
+
+
+def save_heldout(heldout: HeldOut, path: Path) -> None:
+    np.savez_compressed(
+        path, **{f"{name}|{group}": v for name, groups in heldout.items() for group, v in groups.items()}
+    )
+
+
+def load_heldout(path: Path) -> HeldOut:
+    heldout: HeldOut = {}
+    with np.load(path) as data:
+        for key in data.files:
+            name, group = key.rsplit("|", 1)
+            heldout.setdefault(name, {})[group] = data[key]
+    return heldout
 
 
 def unseen_task_rows(task: str, records: Records, embed: "callable", model_path: Path) -> list[dict]:  # type: ignore[valid-type]

@@ -40,7 +40,7 @@ def _synthetic(n: int = 800, seed: int = 0) -> TaskData:
 def test_a_router_on_the_informative_feature_beats_random_on_a_held_out_group() -> None:
     data = _synthetic()
     good = Candidate(True, "none", 0, "weak", 1.0)
-    assert heldout_apgr(good, data, "a") > 0.75
+    assert heldout_apgr(good, data, "a") > 0.6  # random: 0.5
     blind = Candidate(False, "pca", 4, "weak", 1.0)  # the embedding is noise here
     assert heldout_apgr(blind, data, "a") < heldout_apgr(good, data, "a")
     chosen, scores = select(data, [good, blind])
