@@ -26,7 +26,14 @@ from bench.cross_task import (
 )
 from bench.routellm_data import RESULTS
 from bench.routellm_tasks import load_mt_bench
-from bench.router_selection import CANDIDATES, choose, group_apgr, logo_scores, train_candidate
+from bench.router_selection import (
+    CANDIDATES,
+    TEXT_CANDIDATES,
+    choose,
+    group_apgr,
+    logo_scores,
+    train_candidate,
+)
 from routing.config import MODELS_DIR
 from routing.learned import TextRouter
 
@@ -42,14 +49,15 @@ def embed_minilm(prompts: list[str]) -> np.ndarray:
     return model.encode(prompts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
 
 
-def train_replay_router() -> tuple[TextRouter, dict]:
+def train_replay_router(with_embeddings: bool = True) -> tuple[TextRouter, dict]:
     """The shipped router: the candidate with the best mean leave-one-group-out APGR over the 4 MMLU groups,
     then fit on all of MMLU. Saves the held-out scores for `replay`."""
-    data = mmlu_data(embed_minilm)
-    heldout = logo_scores(data)
+    candidates = CANDIDATES if with_embeddings else TEXT_CANDIDATES
+    data = mmlu_data(embed_minilm if with_embeddings else None)
+    heldout = logo_scores(data, candidates)
     save_heldout(heldout, LOGO_PATH)
     apgr = group_apgr(heldout, data)
-    chosen = next(c for c in CANDIDATES if c.name == choose(apgr))
+    chosen = next(c for c in candidates if c.name == choose(apgr))
     means = {name: round(float(np.mean(list(v.values()))), 4) for name, v in apgr.items()}
     print(f"chosen: {chosen.name} (mean held-out-group APGR {means[chosen.name]:.4f})")
     table = {name: {g: round(v, 4) for g, v in groups.items()} for name, groups in apgr.items()}
@@ -59,8 +67,10 @@ def train_replay_router() -> tuple[TextRouter, dict]:
 def replay() -> None:
     if not ROUTER_PATH.exists() or not LOGO_PATH.exists():
         sys.exit("run `python -m bench.train_router router` first (router + leave-one-group-out scores)")
-    data = mmlu_data(embed_minilm)
-    heldout, chosen = mmlu_heldout_rows(data, load_heldout(LOGO_PATH))
+    heldout_scores = load_heldout(LOGO_PATH)
+    with_embeddings = any("minilm" in name or "pca" in name for name in heldout_scores)
+    data = mmlu_data(embed_minilm if with_embeddings else None)
+    heldout, chosen = mmlu_heldout_rows(data, heldout_scores)
     unseen = unseen_task_rows("MT-Bench (unseen, MMLU-trained)", load_mt_bench(), embed_minilm, ROUTER_PATH)
     print_rows(heldout + unseen)
     print("\ncandidate chosen without each held-out group:", json.dumps(chosen))

@@ -31,14 +31,19 @@ from routing.learned import TextRouter, load_model
 SAMPLES = 500
 
 
-def task_data(records: Records, embed: "callable", groups: np.ndarray) -> TaskData:  # type: ignore[valid-type]
+def task_data(records: Records, embed: "callable | None", groups: np.ndarray) -> TaskData:  # type: ignore[valid-type]
+    """embed None: no embeddings (a zero column), for text-only routers."""
     version = hashlib.sha256(inspect.getsource(features).encode()).hexdigest()[:8]
     text = cached_embeddings(records.prompts, text_features, kind=f"textfeatures-{version}")
-    emb = cached_embeddings(records.prompts, embed)
+    emb = (
+        np.zeros((len(records.prompts), 1), np.float32)
+        if embed is None
+        else cached_embeddings(records.prompts, embed)
+    )
     return TaskData(text, emb, records.weak, records.strong, groups)
 
 
-def mmlu_data(embed: "callable") -> TaskData:  # type: ignore[valid-type]
+def mmlu_data(embed: "callable | None") -> TaskData:  # type: ignore[valid-type]
     records = load_records()
     return task_data(records, embed, subject_groups(records.subjects))
 
@@ -98,7 +103,8 @@ def unseen_task_rows(task: str, records: Records, embed: "callable", model_path:
     router = load_model(model_path)
     if not isinstance(router, TextRouter):
         raise TypeError(f"{model_path} is not a TextRouter")
-    data = task_data(records, embed, np.array([task] * len(records.prompts)))
+    needs_embedding = router.embedding != "none"
+    data = task_data(records, embed if needs_embedding else None, np.array([task] * len(records.prompts)))
     return rows_for(task, strong_need(router, data), data, data.text[:, 0], "shipped router")
 
 

@@ -14,31 +14,54 @@ from sklearn.decomposition import PCA
 
 from bench.routing_curves import routing_curve
 from bench.train_router import fit
+from routing.features import TEXT_FEATURES
 from routing.learned import GainModel, LogisticModel, TextRouter
 
 
 @dataclass(frozen=True)
 class Candidate:
-    use_text: bool  # the text features of routing/features.py
+    text: str  # which text features of routing/features.py: "all", "length" (length and structure), "off"
     embedding: str  # "none" | "pca" | "full" (MiniLM)
     k: int  # PCA components when embedding == "pca"
-    head: str  # "weak": P(weak correct); "gain": P(weak correct) − P(strong correct)
+    head: str  # "weak": P(weak correct); "gain": P(weak) − P(strong); "fixed": longer = stronger, nothing fitted
     c: float  # inverse L2 strength
 
     @property
     def name(self) -> str:
-        parts = (["text"] if self.use_text else []) + (
+        parts = ([] if self.text == "off" else [f"text:{self.text}"]) + (
             [] if self.embedding == "none" else [f"pca{self.k}" if self.embedding == "pca" else "minilm"]
         )
+        if self.head == "fixed":
+            return "length heuristic (log chars, unfitted)"
         return f"{'+'.join(parts)} {self.head} C={self.c:g}"
 
 
+_LENGTH = ("log_chars", "log_words", "log_lines", "log_sentences")
+TEXT_SETS = {
+    "all": np.arange(len(TEXT_FEATURES)),
+    "length": np.array([TEXT_FEATURES.index(n) for n in _LENGTH]),
+    "off": np.zeros(0, int),
+    "chars": np.array([TEXT_FEATURES.index("log_chars")]),
+}
+LENGTH_HEURISTIC = Candidate("chars", "none", 0, "fixed", 0.0)
 CANDIDATES = [
-    *(Candidate(True, "none", 0, head, c) for head in ("weak", "gain") for c in (0.01, 1.0)),
-    *(Candidate(True, "pca", 16, "gain", c) for c in (0.01, 1.0)),
-    Candidate(True, "pca", 16, "weak", 0.1),
-    Candidate(True, "full", 0, "gain", 0.1),
-    Candidate(False, "full", 0, "gain", 0.1),  # the embedding-only router shipped before
+    *(Candidate("all", "none", 0, head, c) for head in ("weak", "gain") for c in (0.01, 1.0)),
+    *(Candidate("all", "pca", 16, "gain", c) for c in (0.01, 1.0)),
+    Candidate("all", "pca", 16, "weak", 0.1),
+    Candidate("all", "full", 0, "gain", 0.1),
+    Candidate("off", "full", 0, "gain", 0.1),  # the embedding-only router shipped before
+    *(Candidate("length", "none", 0, head, 1.0) for head in ("weak", "gain")),
+    LENGTH_HEURISTIC,
+]
+# Without the MiniLM embeddings of the 14k MMLU prompts (~25 CPU-minutes to compute once):
+TEXT_CANDIDATES = [
+    *(
+        Candidate(t, "none", 0, head, c)
+        for t in ("all", "length")
+        for head in ("weak", "gain")
+        for c in (0.01, 1.0)
+    ),
+    LENGTH_HEURISTIC,
 ]
 
 
@@ -62,8 +85,13 @@ def train_candidate(candidate: Candidate, data: TaskData) -> TextRouter:
     center, components = data.emb.mean(axis=0), np.zeros((0, 0), np.float32)
     if candidate.embedding == "pca":
         components = PCA(candidate.k, random_state=0).fit(data.emb).components_.T
-    router = TextRouter(candidate.use_text, candidate.embedding, center[:dim], components, _placeholder())
+    router = TextRouter(
+        TEXT_SETS[candidate.text], candidate.embedding, center[:dim], components, _placeholder()
+    )
     x = router.design(data.text, data.emb)
+    if candidate.head == "fixed":  # P(weak good) falls with length: sigmoid(−standardised log length)
+        router.head = LogisticModel(-np.ones(1), 0.0, x.mean(axis=0), x.std(axis=0) + 1e-6, False)
+        return router
     weak = fit(x, data.weak, candidate.c, False)
     router.head = (
         weak if candidate.head == "weak" else GainModel(weak, fit(x, data.strong, candidate.c, False))

@@ -71,6 +71,8 @@ class Learned:
         self.needs_answer = model.uses_logprobs
 
     async def score(self, question: str, logprobs: list[float]) -> float:
+        if isinstance(self._model, TextRouter) and self._model.embedding == "none":
+            return float(self._model.confidence(np.zeros((1, 0), np.float32), texts=[question])[0])
         vector = (await asyncio.to_thread(self._embedder.encode, [question]))[0]
         if isinstance(self._model, TextRouter):
             return float(self._model.confidence(vector[None, :], texts=[question])[0])

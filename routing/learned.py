@@ -83,11 +83,11 @@ class GainModel:
 class TextRouter:
     """A router on the question alone: [text features | embedding projected on `components`] → head.
 
-    use_text: whether the text features are used. embedding: "none" (no embedding), "pca" (centred, projected on the k columns of
+    text_columns: which TEXT_FEATURES are used (indices; empty = none). embedding: "none" (no embedding), "pca" (centred, projected on the k columns of
     `components`) or "full" (the whole embedding). Confidence: the head's, higher = keep the small model.
     """
 
-    use_text: bool
+    text_columns: np.ndarray  # int indices into routing.features.TEXT_FEATURES
     embedding: str
     center: np.ndarray  # (dim,) embedding mean, used by "pca"
     components: np.ndarray  # (dim, k) for "pca"; (0, 0) otherwise
@@ -100,7 +100,7 @@ class TextRouter:
 
     def design(self, text_stats: np.ndarray, embeddings: np.ndarray) -> np.ndarray:
         """The head's input from precomputed text features and embeddings."""
-        parts = [text_stats if self.use_text else text_stats[:, :0]]
+        parts = [text_stats[:, self.text_columns.astype(int)]]
         if self.embedding == "pca":
             parts.append((embeddings - self.center) @ self.components)
         elif self.embedding == "full":
@@ -116,7 +116,7 @@ class TextRouter:
 
     def save(self, path: Path) -> None:
         head = self.head.arrays() if isinstance(self.head, GainModel) else self.head.arrays("head_")
-        np.savez_compressed(path, use_text=np.bool_(self.use_text), embedding=np.str_(self.embedding), center=self.center.astype(np.float32),
+        np.savez_compressed(path, text_columns=self.text_columns.astype(np.int16), embedding=np.str_(self.embedding), center=self.center.astype(np.float32),
                             components=self.components.astype(np.float32), **head)  # fmt: skip
 
 
@@ -132,5 +132,5 @@ def load_model(path: Path) -> LogisticModel | GainModel | TextRouter:
         if "embedding" not in data:
             return head
         return TextRouter(
-            bool(data["use_text"]), str(data["embedding"]), data["center"], data["components"], head
+            data["text_columns"], str(data["embedding"]), data["center"], data["components"], head
         )

@@ -39,9 +39,9 @@ def _synthetic(n: int = 800, seed: int = 0) -> TaskData:
 
 def test_a_router_on_the_informative_feature_beats_random_on_a_held_out_group() -> None:
     data = _synthetic()
-    good = Candidate(True, "none", 0, "weak", 1.0)
+    good = Candidate("all", "none", 0, "weak", 1.0)
     assert heldout_apgr(good, data, "a") > 0.6  # random: 0.5
-    blind = Candidate(False, "pca", 4, "weak", 1.0)  # the embedding is noise here
+    blind = Candidate("off", "pca", 4, "weak", 1.0)  # the embedding is noise here
     assert heldout_apgr(blind, data, "a") < heldout_apgr(good, data, "a")
     chosen, scores = select(data, [good, blind])
     assert chosen == good and set(scores) == {good.name, blind.name}
@@ -49,10 +49,14 @@ def test_a_router_on_the_informative_feature_beats_random_on_a_held_out_group() 
 
 def test_text_router_round_trips_and_scores_text(tmp_path) -> None:  # noqa: ANN001
     data = _synthetic()
-    router = train_candidate(Candidate(True, "pca", 4, "gain", 0.1), data)
+    router = train_candidate(Candidate("all", "pca", 4, "gain", 0.1), data)
     router.save(tmp_path / "r.npz")
     loaded = load_model(tmp_path / "r.npz")
-    assert isinstance(loaded, TextRouter) and loaded.embedding == "pca" and loaded.use_text
+    assert (
+        isinstance(loaded, TextRouter)
+        and loaded.embedding == "pca"
+        and len(loaded.text_columns) == len(TEXT_FEATURES)
+    )
     np.testing.assert_allclose(strong_need(loaded, data), strong_need(router, data), rtol=1e-4, atol=1e-5)
     texts = ["a short one", "Compute 3 * 4 + 5."]
     emb = np.zeros((2, 16), np.float32)
