@@ -17,7 +17,7 @@ from backends.local_engine.attention import AttentionMetadata, paged_attention
 from backends.local_engine.gemma3.config import Gemma3Config
 from backends.local_engine.gemma3.window import windowed
 from backends.local_engine.kv_cache import KVCache
-from backends.local_engine.model import Embedding
+from backends.local_engine.model import Embedding, LlamaModel
 from backends.local_engine.rope import RotaryTable, rotate_
 
 NORMS = ("input", "post_attention", "pre_feedforward", "post_feedforward", "q", "k")
@@ -63,18 +63,15 @@ class Gemma3Layer(nn.Module):
         return self.o_proj(out.reshape(tokens, heads * self.head_dim))
 
 
-class Gemma3Model(nn.Module):
-    """Same interface as LlamaModel: forward(ids, positions, meta, kv_cache) → hidden; logits(hidden)."""
+class Gemma3Model(LlamaModel):
+    """LlamaModel's interface and parts (self.rotary: the global layers' RoPE) plus the local RoPE table."""
 
     def __init__(
         self, config: Gemma3Config, embed: Embedding, layers: list[Gemma3Layer], norm: Tensor,
         lm_head: nn.Module, max_positions: int,
     ) -> None:  # fmt: skip
-        super().__init__()
-        self.config = config
-        self.embed, self.layers, self.lm_head = embed, nn.ModuleList(layers), lm_head
-        self.norm = nn.Parameter(norm, requires_grad=False)
-        self.global_rotary = RotaryTable(config, max_positions, norm.device)
+        super().__init__(config, embed, layers, norm, lm_head, max_positions)  # type: ignore[arg-type]
+        self.gemma = config
         self.local_rotary = RotaryTable(config.local_rope(), max_positions, norm.device)
         self.embed_scale = math.sqrt(config.hidden_size)
 
@@ -83,15 +80,11 @@ class Gemma3Model(nn.Module):
         self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata, kv_cache: KVCache
     ) -> Tensor:
         residual = self.embed(input_ids) * self.embed_scale
-        local, global_ = self.local_rotary.lookup(positions), self.global_rotary.lookup(positions)
-        window_meta = windowed(meta, self.config.sliding_window)
+        local, global_ = self.local_rotary.lookup(positions), self.rotary.lookup(positions)
+        window_meta = windowed(meta, self.gemma.sliding_window)
         for layer, kv_pool in zip(self.layers, kv_cache.layers, strict=True):
             if layer.sliding:
                 residual = layer(residual, local, window_meta, kv_pool)
             else:
                 residual = layer(residual, global_, meta, kv_pool)
         return F.rms_norm(residual, self.norm.shape, self.norm, self.config.rms_norm_eps)
-
-    @torch.inference_mode()
-    def logits(self, hidden: Tensor) -> Tensor:
-        return self.lm_head(hidden).float()
