@@ -1,10 +1,11 @@
 """Cascade and learned-router evaluation: quality against cost.
 
-    .venv/bin/python -m bench.cascade_eval replay   # recorded Mixtral/GPT-4 MMLU answers, held-out splits
+    .venv/bin/python -m bench.cascade_eval replay   # the cross-task table (bench/cross_task.py)
     .venv/bin/python -m bench.cascade_eval live     # our task set through the gateway (bench/cascade_live.py)
 
-Each mode prints the quality-vs-strong-share curve, APGR, CPT(50%) and CPT(80%) of each router beside
-the random router and the oracle, and writes bench/results/cascade_eval_<mode>.json.
+replay: the router chosen by cross-task validation, scored on MMLU subject groups held out (nested) and on
+MT-Bench (unseen), beside random routing and the length heuristic, with bootstrap 95 % intervals; writes
+bench/results/cascade_eval_replay.json. Needs the shared RouteLLM records (LLMGW_ROUTELLM_EVAL_DIR).
 """
 
 import argparse
@@ -14,83 +15,68 @@ import sys
 
 import numpy as np
 
-from bench.routellm_data import RESULTS, Records, cached_embeddings, load_records
-from bench.routing_curves import Curve, oracle_scores, print_table, random_curve, routing_curve, summary
-from bench.train_router import choose_c, fit
-from routing.learned import GainModel, LogisticModel
+from bench.cross_task import (
+    load_heldout,
+    mmlu_data,
+    mmlu_heldout_rows,
+    print_rows,
+    public,
+    save_heldout,
+    unseen_task_rows,
+)
+from bench.routellm_data import RESULTS
+from bench.routellm_tasks import load_mt_bench
+from bench.router_selection import (
+    CANDIDATES,
+    TEXT_CANDIDATES,
+    choose,
+    group_apgr,
+    logo_scores,
+    train_candidate,
+)
+from routing.config import MODELS_DIR
+from routing.learned import TextRouter
 
-TEST_SHARE = 0.2
-
-
-def embeddings(records: Records) -> np.ndarray:
-    def embed(prompts: list[str]) -> np.ndarray:
-        from cache.embedder import load_sentence_model
-
-        print(f"embedding {len(prompts)} prompts with MiniLM (cached afterwards)...", file=sys.stderr)
-        model = load_sentence_model(None, torch_threads=os.cpu_count())
-        return model.encode(prompts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
-
-    return cached_embeddings(records.prompts, embed)
-
-
-def splits(records: Records, seed: int = 0) -> dict[str, np.ndarray]:
-    """Test masks: a random 20 %, and every fifth subject held out whole (unseen subjects)."""
-    rng = np.random.default_rng(seed)
-    subjects = sorted(set(records.subjects.tolist()))
-    held_subjects = set(subjects[2::5])
-    return {"random": rng.random(len(records.prompts)) < TEST_SHARE,
-            "by-subject": np.isin(records.subjects, list(held_subjects))}  # fmt: skip
+ROUTER_PATH = MODELS_DIR / "router_lr.npz"
+LOGO_PATH = RESULTS / "router_logo_scores.npz"
 
 
-def strong_need(model: GainModel, x: np.ndarray) -> np.ndarray:
-    """The router's score: the expected gain of sending the question to the strong model."""
-    return -model.confidence(x)
+def embed_minilm(prompts: list[str]) -> np.ndarray:
+    from cache.embedder import load_sentence_model
+
+    print(f"embedding {len(prompts)} prompts with MiniLM (cached afterwards)...", file=sys.stderr)
+    model = load_sentence_model(None, torch_threads=os.cpu_count())
+    return model.encode(prompts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
 
 
-def train(x: np.ndarray, records: Records) -> GainModel:
-    """One logistic model per model's correctness; regularisation chosen on a validation slice."""
-
-    def val_apgr(model: LogisticModel, idx: np.ndarray) -> float:
-        return routing_curve(-model.predict(x[idx]), records.weak[idx], records.strong[idx]).apgr()
-
-    c = choose_c(x, records.weak, val_apgr)
-    return GainModel(fit(x, records.weak, c, False), fit(x, records.strong, c, False))
-
-
-def train_replay_router() -> GainModel:
-    """The shipped router: trained on the random split's training part."""
-    records = load_records()
-    x = embeddings(records)
-    test = splits(records)["random"]
-    return train(x[~test], records.take(~test))
-
-
-def evaluate_split(name: str, x: np.ndarray, records: Records, test: np.ndarray) -> dict:
-    held = records.take(test)
-    model = train(x[~test], records.take(~test))
-    curves: dict[str, Curve] = {
-        "random": random_curve(held.weak, held.strong),
-        "learned (MiniLM+LR)": routing_curve(strong_need(model, x[test]), held.weak, held.strong),
-        "oracle": routing_curve(oracle_scores(held.weak, held.strong), held.weak, held.strong),
-    }
-    rows = [summary(router, curve) for router, curve in curves.items()]
-    title = (f"split {name}: train {int((~test).sum())}, held-out {int(test.sum())} questions; "
-             f"weak {held.weak.mean():.3f}, strong {held.strong.mean():.3f} correct")  # fmt: skip
-    print_table(title, rows)
-    print_curve(curves["learned (MiniLM+LR)"])
-    return {"split": name, "train": int((~test).sum()), "test": int(test.sum()), "rows": rows}
-
-
-def print_curve(curve: Curve) -> None:
-    points = [f"{int(p * 100)}%:{curve.at(p):.3f}" for p in np.linspace(0, 1, 11)]
-    print("  learned quality at strong share  " + "  ".join(points))
+def train_replay_router(with_embeddings: bool = True) -> tuple[TextRouter, dict]:
+    """The shipped router: the candidate with the best mean leave-one-group-out APGR over the 4 MMLU groups,
+    then fit on all of MMLU. Saves the held-out scores for `replay`."""
+    candidates = CANDIDATES if with_embeddings else TEXT_CANDIDATES
+    data = mmlu_data(embed_minilm if with_embeddings else None)
+    heldout = logo_scores(data, candidates)
+    save_heldout(heldout, LOGO_PATH)
+    apgr = group_apgr(heldout, data)
+    chosen = next(c for c in candidates if c.name == choose(apgr))
+    means = {name: round(float(np.mean(list(v.values()))), 4) for name, v in apgr.items()}
+    print(f"chosen: {chosen.name} (mean held-out-group APGR {means[chosen.name]:.4f})")
+    table = {name: {g: round(v, 4) for g, v in groups.items()} for name, groups in apgr.items()}
+    return train_candidate(chosen, data), {"chosen": chosen.name, "mean_logo_apgr": means, "logo_apgr": table}
 
 
 def replay() -> None:
-    records = load_records()
-    x = embeddings(records)
-    results = [evaluate_split(name, x, records, test) for name, test in splits(records).items()]
-    write("replay", {"questions": len(records.prompts), "splits": results})
+    if not ROUTER_PATH.exists() or not LOGO_PATH.exists():
+        sys.exit("run `python -m bench.train_router router` first (router + leave-one-group-out scores)")
+    heldout_scores = load_heldout(LOGO_PATH)
+    with_embeddings = any("minilm" in name or "pca" in name for name in heldout_scores)
+    data = mmlu_data(embed_minilm if with_embeddings else None)
+    heldout, chosen = mmlu_heldout_rows(data, heldout_scores)
+    unseen = unseen_task_rows("MT-Bench (unseen, MMLU-trained)", load_mt_bench(), embed_minilm, ROUTER_PATH)
+    print_rows(heldout + unseen)
+    print("\ncandidate chosen without each held-out group:", json.dumps(chosen))
+    write(
+        "replay", {"rows": public(heldout + unseen), "choices_per_group": chosen, "router": str(ROUTER_PATH)}
+    )
 
 
 def write(mode: str, payload: dict) -> None:

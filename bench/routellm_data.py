@@ -33,7 +33,11 @@ class Records:
 
 
 def data_dir() -> Path:
-    return Path(os.environ.get("LLMGW_ROUTELLM_EVAL_DIR", REPO.parent / "shared" / "routellm_eval"))
+    """LLMGW_ROUTELLM_EVAL_DIR, else the first `shared/routellm_eval` beside the repository or a parent."""
+    if "LLMGW_ROUTELLM_EVAL_DIR" in os.environ:
+        return Path(os.environ["LLMGW_ROUTELLM_EVAL_DIR"])
+    candidates = [parent / "shared" / "routellm_eval" for parent in REPO.parents]
+    return next((c for c in candidates if c.is_dir()), candidates[0])
 
 
 def load_records(root: Path | None = None) -> Records:
@@ -50,6 +54,8 @@ def load_records(root: Path | None = None) -> Records:
                 subjects.append(path.stem.removeprefix("mmlu_"))
                 weak.append(row[WEAK_COLUMN] == "True")
                 strong.append(row[STRONG_COLUMN] == "True")
+    if not prompts:
+        raise FileNotFoundError(f"no MMLU records under {root / 'mmlu'} (set LLMGW_ROUTELLM_EVAL_DIR)")
     return Records(prompts, np.array(subjects), np.array(weak, float), np.array(strong, float))
 
 
@@ -59,11 +65,11 @@ def _contaminated(path: Path) -> set[str]:
     return {json.loads(line)["eval_prompt"] for line in path.read_text().splitlines() if line.strip()}
 
 
-def cached_embeddings(prompts: list[str], embed: "callable") -> np.ndarray:  # type: ignore[valid-type]
-    """embed(prompts) once per distinct prompt list; later runs load bench/results/embeddings-<hash>.npy."""
+def cached_embeddings(prompts: list[str], embed: "callable", kind: str = "minilm") -> np.ndarray:  # type: ignore[valid-type]
+    """embed(prompts) once per distinct prompt list; later runs load bench/results/embeddings-<kind>-<hash>.npy."""
     digest = hashlib.sha256("\x00".join(prompts).encode()).hexdigest()[:16]
-    path = RESULTS / f"embeddings-minilm-{digest}.npy"
-    if path.exists():
+    path = RESULTS / f"embeddings-{kind}-{digest}.npy"
+    if path.exists() and prompts:
         return np.load(path)
     vectors = embed(prompts)
     RESULTS.mkdir(parents=True, exist_ok=True)

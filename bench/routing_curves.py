@@ -65,3 +65,28 @@ def print_table(title: str, rows: list[dict[str, float | str]]) -> None:
     print("  ".join(f"{k:>10}" for k in keys))
     for row in rows:
         print("  ".join(f"{v:>10}" if isinstance(v, str) else f"{v:>10.4f}" for v in row.values()))
+
+
+def bootstrap_apgr(
+    scores: np.ndarray, weak: np.ndarray, strong: np.ndarray, samples: int = 1000, seed: int = 0
+) -> np.ndarray:
+    """APGR of the router on `samples` resamplings (with replacement) of the questions."""
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(scores), size=(samples, len(scores)))
+    return np.array(
+        [routing_curve(scores[p], weak[p], strong[p], seed=i).apgr() for i, p in enumerate(picks)]
+    )
+
+
+def random_apgr(weak: np.ndarray, strong: np.ndarray, samples: int = 1000, seed: int = 0) -> np.ndarray:
+    """APGR of `samples` random orderings of the same questions (the random router's spread)."""
+    rng = np.random.default_rng(seed)
+    return np.array(
+        [routing_curve(rng.random(len(weak)), weak, strong, seed=i).apgr() for i in range(samples)]
+    )
+
+
+def interval(replicates: np.ndarray) -> tuple[float, float]:
+    """The 95 % percentile interval."""
+    low, high = np.percentile(replicates, [2.5, 97.5])
+    return float(low), float(high)

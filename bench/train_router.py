@@ -1,17 +1,20 @@
 """Train the learned router (MMLU replay) and the cascade scorer (live task records) as logistic models.
 
-    .venv/bin/python -m bench.train_router router    # → routing/models/router_lr.npz
+    .venv/bin/python -m bench.train_router router [--no-embeddings]
+        # → routing/models/router_lr.npz, bench/results/router_selection.json + router_logo_scores.npz
     .venv/bin/python -m bench.train_router cascade   # → routing/models/cascade_lr.npz (needs live records)
 
 scikit-learn is used here only; serving reads the weights with numpy (routing/learned.py).
 """
 
 import argparse
+import json
 import os
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
+from bench.routellm_data import RESULTS
 from routing.config import MODELS_DIR
 from routing.learned import LogisticModel
 
@@ -42,12 +45,15 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     parser = argparse.ArgumentParser()
     parser.add_argument("which", choices=["router", "cascade"])
+    parser.add_argument("--no-embeddings", action="store_true", help="router: text-feature candidates only")
     args = parser.parse_args()
     if args.which == "router":
         from bench.cascade_eval import train_replay_router
 
-        model = train_replay_router()
+        model, selection = train_replay_router(with_embeddings=not args.no_embeddings)
         model.save(MODELS_DIR / "router_lr.npz")
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "router_selection.json").write_text(json.dumps(selection, indent=2))
     else:
         from bench.cascade_live import train_cascade_scorer
 

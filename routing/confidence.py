@@ -8,7 +8,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from routing.config import MODELS_DIR, ConfidenceConfig
-from routing.learned import GainModel, LogisticModel, load_model, logprob_features
+from routing.learned import GainModel, LogisticModel, TextRouter, load_model, logprob_features
 
 
 def choice_logprobs(choice: dict[str, Any]) -> list[float]:
@@ -62,15 +62,20 @@ class MinWindow:
 
 class Learned:
     """A learned confidence from the question's embedding (+ logprob stats): P(small answer is good) for
-    a LogisticModel, P(small correct) − P(large correct) for a GainModel (the MMLU-trained router)."""
+    a LogisticModel, P(small correct) − P(large correct) for a GainModel; a TextRouter (the shipped
+    router) also reads the question's text features."""
 
-    def __init__(self, model: LogisticModel | GainModel, embedder: Embed) -> None:
+    def __init__(self, model: LogisticModel | GainModel | TextRouter, embedder: Embed) -> None:
         self._model = model
         self._embedder = embedder
         self.needs_answer = model.uses_logprobs
 
     async def score(self, question: str, logprobs: list[float]) -> float:
+        if isinstance(self._model, TextRouter) and self._model.embedding == "none":
+            return float(self._model.confidence(np.zeros((1, 0), np.float32), texts=[question])[0])
         vector = (await asyncio.to_thread(self._embedder.encode, [question]))[0]
+        if isinstance(self._model, TextRouter):
+            return float(self._model.confidence(vector[None, :], texts=[question])[0])
         extra = logprob_features(logprobs) if self._model.uses_logprobs else None
         return float(self._model.confidence(vector[None, :], None if extra is None else extra[None, :])[0])
 

@@ -21,7 +21,9 @@ class ConfidenceConfig(BaseModel):
     min_window:   the lowest mean logprob over any `window` consecutive tokens (e.g. -1.5).
     learned:      P(small answer is good) from the logistic model in `model_path` (threshold 0..1).
     router:       a model on the question alone, decided BEFORE calling the small model; the shipped
-                  routing/models/router_lr.npz scores P(small correct) − P(large correct) (threshold -1..1).
+                  routing/models/router_lr.npz (chosen by cross-task validation, bench/README.md) is the
+                  length heuristic: sigmoid(−standardised log chars), threshold 0..1 (0.5 = median MMLU
+                  prompt length); a TextRouter/GainModel file from bench/train_router.py also fits.
     """
 
     model_config = ConfigDict(extra="forbid")

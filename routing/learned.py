@@ -1,6 +1,8 @@
 """Logistic regression at serving time in numpy: standardised features → P(small model is good enough).
 
 Trained by bench/train_router.py (scikit-learn at training time only); stored as a small .npz.
+TextRouter is the shipped question-only router: text features (routing/features.py) plus the MiniLM
+embedding, reduced by a PCA projection or left out, in front of a LogisticModel or a GainModel.
 """
 
 from dataclasses import dataclass
@@ -8,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from routing.features import text_features
 
 LOGPROB_FEATURES = ("mean", "min", "min_window4", "share_below_minus1", "log_length")
 
@@ -68,14 +72,65 @@ class GainModel:
     def confidence(self, embeddings: np.ndarray, logprob_stats: np.ndarray | None = None) -> np.ndarray:
         return self.small.predict(embeddings) - self.large.predict(embeddings)
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {**self.small.arrays("small_"), **self.large.arrays("large_")}
+
     def save(self, path: Path) -> None:
-        np.savez_compressed(path, **self.small.arrays("small_"), **self.large.arrays("large_"))
+        np.savez_compressed(path, **self.arrays())
 
 
-def load_model(path: Path) -> LogisticModel | GainModel:
+@dataclass
+class TextRouter:
+    """A router on the question alone: [text features | embedding projected on `components`] → head.
+
+    text_columns: which TEXT_FEATURES are used (indices; empty = none). embedding: "none" (no embedding), "pca" (centred, projected on the k columns of
+    `components`) or "full" (the whole embedding). Confidence: the head's, higher = keep the small model.
+    """
+
+    text_columns: np.ndarray  # int indices into routing.features.TEXT_FEATURES
+    embedding: str
+    center: np.ndarray  # (dim,) embedding mean, used by "pca"
+    components: np.ndarray  # (dim, k) for "pca"; (0, 0) otherwise
+    head: LogisticModel | GainModel
+    uses_logprobs: bool = False
+    needs_text: bool = True
+
+    def features(self, texts: list[str], embeddings: np.ndarray) -> np.ndarray:
+        return self.design(text_features(texts), embeddings)
+
+    def design(self, text_stats: np.ndarray, embeddings: np.ndarray) -> np.ndarray:
+        """The head's input from precomputed text features and embeddings."""
+        parts = [text_stats[:, self.text_columns.astype(int)]]
+        if self.embedding == "pca":
+            parts.append((embeddings - self.center) @ self.components)
+        elif self.embedding == "full":
+            parts.append(embeddings)
+        return np.hstack(parts).astype(np.float64)
+
+    def confidence(
+        self, embeddings: np.ndarray, logprob_stats: np.ndarray | None = None, texts: list[str] | None = None
+    ) -> np.ndarray:
+        if texts is None:
+            raise ValueError("TextRouter needs the question texts")
+        return self.head.confidence(self.features(texts, embeddings))
+
+    def save(self, path: Path) -> None:
+        head = self.head.arrays() if isinstance(self.head, GainModel) else self.head.arrays("head_")
+        np.savez_compressed(path, text_columns=self.text_columns.astype(np.int16), embedding=np.str_(self.embedding), center=self.center.astype(np.float32),
+                            components=self.components.astype(np.float32), **head)  # fmt: skip
+
+
+def load_model(path: Path) -> LogisticModel | GainModel | TextRouter:
     with np.load(path) as data:
+        head: LogisticModel | GainModel
         if "small_weights" in data:
-            return GainModel(
+            head = GainModel(
                 LogisticModel.from_arrays(data, "small_"), LogisticModel.from_arrays(data, "large_")
             )
-        return LogisticModel.from_arrays(data)
+        else:
+            head = LogisticModel.from_arrays(data, "head_" if "head_weights" in data else "")
+        if "embedding" not in data:
+            return head
+        return TextRouter(
+            data["text_columns"], str(data["embedding"]), data["center"], data["components"], head
+        )

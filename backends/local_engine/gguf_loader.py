@@ -121,6 +121,10 @@ def _tensors(reader: GGUFReader, config: ModelConfig, arch: str) -> Iterator[tup
 def load_gguf(path: Path) -> Checkpoint:
     reader = GGUFReader(path)
     meta = read_metadata(reader)
+    if meta["general.architecture"] == "gemma3":
+        from backends.local_engine.gemma3.loader import load_gemma3_gguf
+
+        return load_gemma3_gguf(path, reader, meta)
     names = {t.name for t in reader.tensors}
     config = model_config(meta, has_output_tensor="output.weight" in names)
     return Checkpoint(

@@ -100,6 +100,10 @@ def load_tokenizer(source: TokenizerSource) -> Tokenizer:
     if source.tokenizer_json is not None:
         return Tokenizer(Backend.from_file(str(source.tokenizer_json)), source)
     fields = source.gguf_fields
+    if fields.get("model") == "llama":  # SentencePiece (Gemma)
+        from backends.local_engine.gemma3.tokenizer import sentencepiece_backend
+
+        return Tokenizer(sentencepiece_backend(fields), source, add_bos=bool(fields.get("add_bos_token")))
     if fields.get("model") != "gpt2":
         raise ValueError(f"GGUF tokenizer {fields.get('model')!r} is not supported (byte-level BPE only)")
     return Tokenizer(byte_level_backend(fields), source, add_bos=bool(fields.get("add_bos_token")))

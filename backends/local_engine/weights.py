@@ -117,6 +117,10 @@ class ModelBuilder:
 def build_model(
     checkpoint: Checkpoint, fmt: WeightFormat, device: torch.device, max_positions: int
 ) -> LlamaModel:
+    if getattr(checkpoint.config, "sliding_window", None) is not None:  # Gemma 3
+        from backends.local_engine.gemma3.loader import build_gemma3
+
+        return build_gemma3(checkpoint, fmt, device, max_positions)
     builder = ModelBuilder(checkpoint.config, fmt, device)
     tensors = tqdm(checkpoint.tensors, total=checkpoint.num_tensors, desc="Loading weights", unit="tensor")
     for name, tensor in tensors:

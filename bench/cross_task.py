@@ -1,0 +1,120 @@
+"""The cross-task table: routers scored on tasks (or MMLU subject groups) that played no part in training them.
+
+    .venv/bin/python -m bench.cascade_eval replay
+
+What is used for what:
+- MMLU held out by subject group: every candidate is trained on three groups and scored on the fourth
+  (leave-one-group-out, bench/train_router.py saves these scores). The figure for group g is that of the
+  candidate with the best mean held-out APGR over the OTHER three groups (g's own score takes no part in
+  the choice; the models scored on the other groups did see g's questions in training).
+- MT-Bench: the router chosen by leave-one-group-out over all four MMLU groups and trained on all of MMLU
+  (the shipped routing/models/router_lr.npz, loaded from disk) is scored on MT-Bench, which is used for
+  no choice at all.
+Baselines on the same questions: random orderings and the length heuristic (longer → strong model).
+Intervals: bootstrap 95 % over the held-out questions (500 resamplings); random: 500 random orderings.
+"""
+
+import hashlib
+import inspect
+from pathlib import Path
+
+import numpy as np
+
+from bench.routellm_data import Records, cached_embeddings, load_records
+from bench.routellm_tasks import subject_groups
+from bench.router_selection import HeldOut, TaskData, choose, group_apgr, strong_need
+from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
+from routing import features
+from routing.features import text_features
+from routing.learned import TextRouter, load_model
+
+SAMPLES = 500
+
+
+def task_data(records: Records, embed: "callable | None", groups: np.ndarray) -> TaskData:  # type: ignore[valid-type]
+    """embed None: no embeddings (a zero column), for text-only routers."""
+    version = hashlib.sha256(inspect.getsource(features).encode()).hexdigest()[:8]
+    text = cached_embeddings(records.prompts, text_features, kind=f"textfeatures-{version}")
+    emb = (
+        np.zeros((len(records.prompts), 1), np.float32)
+        if embed is None
+        else cached_embeddings(records.prompts, embed)
+    )
+    return TaskData(text, emb, records.weak, records.strong, groups)
+
+
+def mmlu_data(embed: "callable | None") -> TaskData:  # type: ignore[valid-type]
+    records = load_records()
+    return task_data(records, embed, subject_groups(records.subjects))
+
+
+def rows_for(task: str, need: np.ndarray, data: TaskData, lengths: np.ndarray, label: str) -> list[dict]:
+    """random, length and learned rows for one held-out set (bootstrap replicates kept for averaging)."""
+    weak, strong = data.weak, data.strong
+    scored = {"length heuristic": lengths, label: need}
+    rows = [_row(task, "random", 0.5, random_apgr(weak, strong, SAMPLES))]
+    for name, scores in scored.items():
+        rows.append(_row(task, name, routing_curve(scores, weak, strong).apgr(),
+                         bootstrap_apgr(scores, weak, strong, SAMPLES)))  # fmt: skip
+    return rows
+
+
+def _row(task: str, router: str, apgr: float, replicates: np.ndarray) -> dict:
+    low, high = interval(replicates)
+    return {"task": task, "router": router, "apgr": round(apgr, 4), "ci_low": round(low, 4),
+            "ci_high": round(high, 4), "_replicates": replicates}  # fmt: skip
+
+
+def mmlu_heldout_rows(data: TaskData, heldout: HeldOut) -> tuple[list[dict], dict[str, str]]:
+    """Per group: the candidate chosen on the other three groups' held-out scores, scored on this one
+    by its model trained without it; then the mean of the four groups."""
+    apgr = group_apgr(heldout, data)
+    rows, chosen_names = [], {}
+    for group in sorted(set(data.group.tolist())):
+        held = data.take(data.group == group)
+        chosen_names[group] = choose(apgr, leave_out=group)
+        need = heldout[chosen_names[group]][group]
+        rows += rows_for(f"MMLU {group} (held out)", need, held, held.text[:, 0], "learned")
+    for router in ("random", "length heuristic", "learned"):
+        picked = [r for r in rows if r["router"] == router]
+        replicates = np.mean([r["_replicates"] for r in picked], axis=0)
+        apgr_mean = 0.5 if router == "random" else float(np.mean([r["apgr"] for r in picked]))
+        rows.append(_row("MMLU mean of 4 held-out groups", router, apgr_mean, replicates))
+    return rows, chosen_names
+
+
+def save_heldout(heldout: HeldOut, path: Path) -> None:
+    np.savez_compressed(
+        path, **{f"{name}|{group}": v for name, groups in heldout.items() for group, v in groups.items()}
+    )
+
+
+def load_heldout(path: Path) -> HeldOut:
+    heldout: HeldOut = {}
+    with np.load(path) as data:
+        for key in data.files:
+            name, group = key.rsplit("|", 1)
+            heldout.setdefault(name, {})[group] = data[key]
+    return heldout
+
+
+def unseen_task_rows(task: str, records: Records, embed: "callable", model_path: Path) -> list[dict]:  # type: ignore[valid-type]
+    """The shipped router file, unchanged, on a task it never saw."""
+    router = load_model(model_path)
+    if not isinstance(router, TextRouter):
+        raise TypeError(f"{model_path} is not a TextRouter")
+    needs_embedding = router.embedding != "none"
+    data = task_data(records, embed if needs_embedding else None, np.array([task] * len(records.prompts)))
+    return rows_for(task, strong_need(router, data), data, data.text[:, 0], "shipped router")
+
+
+def print_rows(rows: list[dict]) -> None:
+    print(f"\n{'task':<34} {'router':<18} {'APGR':>6}  95% interval")
+    for row in rows:
+        print(
+            f"{row['task']:<34} {row['router']:<18} {row['apgr']:>6.3f}  {row['ci_low']:.3f}–{row['ci_high']:.3f}"
+        )
+
+
+def public(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]

@@ -1,0 +1,93 @@
+"""The cross-task router: text features, the TextRouter file format, selection by held-out groups."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from bench.router_selection import Candidate, TaskData, heldout_apgr, select, strong_need, train_candidate
+from bench.routing_curves import bootstrap_apgr, interval, random_apgr
+from routing.confidence import Learned
+from routing.config import MODELS_DIR
+from routing.features import TEXT_FEATURES, text_features
+from routing.learned import TextRouter, load_model
+
+
+def test_text_features_measure_length_numbers_and_code() -> None:
+    rows = text_features(
+        ["Hi.", "Compute 12 * 7 + 3 = ? Then solve x^2 = 49.", "def f():\n    return {1: 2};"]
+    )
+    names = {name: rows[:, i] for i, name in enumerate(TEXT_FEATURES)}
+    assert rows.shape == (3, len(TEXT_FEATURES)) and rows.dtype == np.float32
+    assert names["log_chars"][1] > names["log_chars"][0]
+    assert names["log_numbers"][1] > 0 == names["log_numbers"][0]
+    assert names["log_math_symbols"][1] > names["log_math_symbols"][0]
+    assert names["log_code_markers"][2] > names["log_code_markers"][1]
+    assert names["log_lines"][2] > 0 and text_features([]).shape == (0, len(TEXT_FEATURES))
+
+
+def _synthetic(n: int = 800, seed: int = 0) -> TaskData:
+    """Four groups; the strong model gains exactly where text feature 0 is high."""
+    rng = np.random.default_rng(seed)
+    text = rng.normal(size=(n, len(TEXT_FEATURES))).astype(np.float32)
+    emb = rng.normal(size=(n, 16)).astype(np.float32)
+    hard = text[:, 0] + 0.3 * rng.normal(size=n) > 0
+    weak = np.where(hard, rng.random(n) < 0.2, rng.random(n) < 0.9).astype(float)
+    strong = np.where(hard, rng.random(n) < 0.9, rng.random(n) < 0.9).astype(float)
+    return TaskData(text, emb, weak, strong, np.array(["a", "b", "c", "d"] * (n // 4)))
+
+
+def test_a_router_on_the_informative_feature_beats_random_on_a_held_out_group() -> None:
+    data = _synthetic()
+    good = Candidate("all", "none", 0, "weak", 1.0)
+    assert heldout_apgr(good, data, "a") > 0.6  # random: 0.5
+    blind = Candidate("off", "pca", 4, "weak", 1.0)  # the embedding is noise here
+    assert heldout_apgr(blind, data, "a") < heldout_apgr(good, data, "a")
+    chosen, scores = select(data, [good, blind])
+    assert chosen == good and set(scores) == {good.name, blind.name}
+
+
+def test_text_router_round_trips_and_scores_text(tmp_path) -> None:  # noqa: ANN001
+    data = _synthetic()
+    router = train_candidate(Candidate("all", "pca", 4, "gain", 0.1), data)
+    router.save(tmp_path / "r.npz")
+    loaded = load_model(tmp_path / "r.npz")
+    assert (
+        isinstance(loaded, TextRouter)
+        and loaded.embedding == "pca"
+        and len(loaded.text_columns) == len(TEXT_FEATURES)
+    )
+    np.testing.assert_allclose(strong_need(loaded, data), strong_need(router, data), rtol=1e-4, atol=1e-5)
+    texts = ["a short one", "Compute 3 * 4 + 5."]
+    emb = np.zeros((2, 16), np.float32)
+    assert loaded.confidence(emb, texts=texts).shape == (2,)
+    with pytest.raises(ValueError):
+        loaded.confidence(emb)
+
+
+def test_shipped_router_is_small_and_serves_through_the_learned_scorer() -> None:
+    path = MODELS_DIR / "router_lr.npz"
+    assert path.stat().st_size < 200_000
+    router = load_model(path)
+    assert isinstance(router, TextRouter)
+
+    class Embedder:
+        def encode(self, texts: list[str]) -> np.ndarray:
+            vectors = np.ones((len(texts), router.center.shape[0]), np.float32)
+            return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    scorer = Learned(router, Embedder())
+    assert not scorer.needs_answer
+    score = asyncio.run(scorer.score("What is 17 * 23? Show each step.", []))
+    assert -1.0 <= score <= 1.0
+
+
+def test_bootstrap_intervals_cover_the_estimate_and_random_centres_on_one_half() -> None:
+    data = _synthetic(400)
+    need = data.text[:, 0]
+    low, high = interval(bootstrap_apgr(need, data.weak, data.strong, samples=200))
+    from bench.routing_curves import routing_curve
+
+    assert low < routing_curve(need, data.weak, data.strong).apgr() < high
+    spread = random_apgr(data.weak, data.strong, samples=200)
+    assert abs(float(np.mean(spread)) - 0.5) < 0.03
