@@ -14,6 +14,7 @@ def _serve(args: argparse.Namespace, rest: list[str]) -> int:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.http_server import CoalescingHttpToolsProtocol
 
     overrides = {"host": args.host, "port": args.port, "workers": args.workers}
     settings = load_settings(**{k: v for k, v in overrides.items() if v is not None})
@@ -25,7 +26,7 @@ def _serve(args: argparse.Namespace, rest: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    common = {"host": settings.host, "port": settings.port, "loop": "uvloop", "http": "httptools",
+    common = {"host": settings.host, "port": settings.port, "loop": "uvloop", "http": CoalescingHttpToolsProtocol,
               "log_level": settings.log_level, "access_log": False,
               "timeout_graceful_shutdown": settings.shutdown_grace_s + SHUTDOWN_BACKSTOP_S}  # fmt: skip
     signal.signal(signal.SIGTERM, _exit_cleanly)

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from gateway.access_log import AccessLog, BufferedLineHandler, configure_access_logger, prompt_text
 from gateway.context import Principal, Reply, RequestContext, Usage
 from gateway.errors import OpenAIError
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import GatewayMetrics, Outcome
 from gateway.observability_config import ObservabilitySettings
 from gateway.observe import ObserveStage
 from gateway.pipeline import chain
@@ -129,3 +129,28 @@ def test_buffered_handler_writes_in_batches_and_flushes_on_its_own() -> None:
     handler.close()
     logger.removeHandler(handler)
     assert prompt_text({"input": ["x", "y"]}) == '["x","y"]'
+
+
+async def test_default_logger_gets_the_same_line_without_a_record_and_added_handlers_still_get_records() -> (
+    None
+):
+    out = io.StringIO()
+    logger = configure_access_logger(out, name="test.access_log.direct")
+    [default] = logger.handlers
+    log = AccessLog(ObservabilitySettings(), logger)
+    log.write(context(), Outcome(200, 0.002))
+    default.flush()
+    [line] = out.getvalue().splitlines()
+    assert json.loads(line)["status"] == 200 and json.loads(line)["request_id"] == "req-1"
+
+    records: list[logging.LogRecord] = []
+    extra = logging.Handler()
+    extra.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(extra)
+    try:
+        log.write(context(), Outcome(404, 0.002))
+    finally:
+        logger.removeHandler(extra)
+    default.flush()
+    default.close()
+    assert records[0].access["status"] == 404 and json.loads(out.getvalue().splitlines()[1])["status"] == 404

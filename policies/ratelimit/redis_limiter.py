@@ -2,7 +2,8 @@
 
 Settlement and lease renewal leave the request path: `settle` queues its script call on the shared
 pipelined connection and returns (so it reaches Redis before any admission sent after it), and its reply
-is awaited in the background (`drain` waits for the outstanding ones).
+is awaited in the background (`drain` waits for the outstanding ones). Settlement is lazy: it leaves with
+the next admission's write (one round trip per request at one connection), or after resp.LAZY_FLUSH_S.
 """
 
 import asyncio
@@ -48,7 +49,7 @@ class RedisLimiter:
     async def settle(self, member: str, buckets: list[Bucket], tokens: int, spends: list[Spend]) -> None:
         keys, args = self.settlement_call(member, buckets, tokens, spends)
         if keys:
-            self._background("settle", self._settle.send(keys=keys, args=args))
+            self._background("settle", self._settle.send(keys=keys, args=args, lazy=True))
 
     def settlement_call(
         self, member: str, buckets: list[Bucket], tokens: int, spends: list[Spend]

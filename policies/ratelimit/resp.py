@@ -36,6 +36,9 @@ CONNECT_TIMEOUTS = (
     20  # opening a connection and loading the scripts: 20 timeouts (at least 1 s), off the path
 )
 RECONNECT_EVERY_S = 0.2
+# A `lazy` command (settlement) waits up to this long for an eager one (the next admission) to share its
+# write and round trip; order on the connection is kept either way.
+LAZY_FLUSH_S = 0.005
 
 
 class _Connection(asyncio.Protocol):
@@ -47,6 +50,8 @@ class _Connection(asyncio.Protocol):
         self._reader = hiredis.Reader(replyError=_ErrorReply)
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._outgoing: list[bytes] = []
+        self._flush_soon = False
+        self._flush_later: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.last_data_at = 0.0  # loop time of the last bytes from Redis: is it making progress?
@@ -85,16 +90,23 @@ class _Connection(asyncio.Protocol):
         self._fail(ConnectionError("the connection to Redis was lost"))
         self._on_lost()
 
-    def send(self, command: bytes) -> "asyncio.Future[Any]":
+    def send(self, command: bytes, lazy: bool = False) -> "asyncio.Future[Any]":
         future = self._loop.create_future()
         self._waiting.append(future)
-        if not self._outgoing:
-            self._loop.call_soon(self._flush)
         self._outgoing.append(command)
+        if not lazy and not self._flush_soon:
+            self._flush_soon = True
+            self._loop.call_soon(self._flush)
+        elif lazy and not self._flush_soon and self._flush_later is None:
+            self._flush_later = self._loop.call_later(LAZY_FLUSH_S, self._flush)
         return future
 
     def _flush(self) -> None:
-        if not self.closed:
+        self._flush_soon = False
+        if self._flush_later is not None:
+            self._flush_later.cancel()
+            self._flush_later = None
+        if self._outgoing and not self.closed:
             self.transport.write(b"".join(self._outgoing))
         self._outgoing.clear()
 
@@ -142,15 +154,16 @@ class RespPool:
         """One command's reply (see send)."""
         return await self.send(*parts)
 
-    def send(self, *parts: str | bytes | int | float) -> "asyncio.Future[Any]":
+    def send(self, *parts: str | bytes | int | float, lazy: bool = False) -> "asyncio.Future[Any]":
         """Queues the command at once, behind every command sent before it, and returns its future reply,
-        bounded by timeout_s. A caller that stops waiting leaves the connection usable (its reply is read
+        bounded by timeout_s; `lazy` lets it wait up to LAZY_FLUSH_S to share the next command's write. A caller that stops waiting leaves the connection usable (its reply is read
         and dropped in turn). Without a connection: the first one is waited for (bounded by the connect
         timeout); a lost one is reopened in the background while calls fail at once."""
         loop = asyncio.get_running_loop()
         conn = self._connection
         if conn is not None and not conn.closed:
-            return _bounded(loop.time() + self._timeout_s, self._timeout_s, conn, conn.send(encode(*parts)))
+            reply = conn.send(encode(*parts), lazy)
+            return _bounded(loop.time() + self._timeout_s, self._timeout_s, conn, reply)
         connecting = self._reconnect()
         if self._ever_connected:
             failed = loop.create_future()
@@ -270,9 +283,9 @@ class LuaScript:
     async def __call__(self, keys: list[str], args: list[Any]) -> Any:
         return await self._reply(self._pool.send("EVALSHA", self._sha, len(keys), *keys, *args), keys, args)
 
-    def send(self, keys: list[str], args: list[Any]) -> "asyncio.Future[Any]":
+    def send(self, keys: list[str], args: list[Any], lazy: bool = False) -> "asyncio.Future[Any]":
         """Queues the call at once (see RespPool.send); the future resolves to its reply. No task is made:
-        settlement sends one of these per request."""
+        settlement sends one of these per request (lazy: sharing the next admission's round trip)."""
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         def evalsha_done(first: "asyncio.Future[Any]") -> None:
@@ -282,7 +295,8 @@ class LuaScript:
             else:
                 _copy(first, result)
 
-        self._pool.send("EVALSHA", self._sha, len(keys), *keys, *args).add_done_callback(evalsha_done)
+        first = self._pool.send("EVALSHA", self._sha, len(keys), *keys, *args, lazy=lazy)
+        first.add_done_callback(evalsha_done)
         return result
 
     async def _reply(self, first: "asyncio.Future[Any]", keys: list[str], args: list[Any]) -> Any:
