@@ -53,28 +53,39 @@ def fbgemm_pack_int8(q: Tensor, scale: Tensor) -> torch.ScriptObject:
 # as AVX2's 8-bit multiply-add would saturate): scale 2/127, zero point 64, codes 0..128.
 _ACT_SCALE = torch.tensor(2.0 / 127.0, dtype=torch.float32)
 _ACT_INV_SCALE = float(1.0 / _ACT_SCALE)
+_ACT_SCALE_F = float(_ACT_SCALE)
 
 
 def rowwise_int8_linear(x: Tensor, packed: torch.ScriptObject, row_sums: Tensor) -> Tensor:
     """x @ W.T through fbgemm with every row of x quantized on its own range to ~14 bits.
 
-    Each row is mapped onto [-1, 1] with its maximum and minimum set to exactly 1 and -1. fbgemm's 7-bit
-    codes of that alone cost 12 % perplexity on SmolLM2, so the rounding residual (scaled up by 1/step)
-    goes through the same call as extra rows: one GEMM over 2x the rows, whose range is [-1, 1] whatever
-    the batch holds, so a row's result never depends on the rows batched with it.
+    Each row is mapped onto [-1, 1]. fbgemm's 7-bit codes of that alone cost 12 % perplexity on SmolLM2,
+    so the rounding residual (scaled up by 2/step) goes through the same call as extra rows, plus one row
+    holding exactly 1 and -1: one GEMM whose activation range is [-1, 1] whatever the batch holds, so a
+    row's result never depends on the rows batched with it (integer accumulation is exact).
     """
     rows = x.shape[0]
-    high, high_at = x.max(dim=-1, keepdim=True)
-    low, low_at = x.min(dim=-1, keepdim=True)
+    low, high = torch.aminmax(x, dim=-1, keepdim=True)
     center = (high + low) * 0.5
     half_range = ((high - low) * 0.5).clamp_(min=1e-20)
-    normalized = ((x - center) / half_range).clamp_(-1.0, 1.0).scatter_(-1, high_at, 1.0)
-    normalized.scatter_(-1, low_at, -1.0)
-    codes = torch.round(normalized * _ACT_INV_SCALE)
-    residual = (normalized * _ACT_INV_SCALE - codes).mul_(2.0).clamp_(-1.0, 1.0)  # in [-1, 1]
-    out = torch.ops.quantized.linear_dynamic(torch.cat([normalized, residual]), packed, True)
-    out = out[:rows].add_(out[rows:], alpha=float(_ACT_SCALE) / 2.0)
+    scaled = ((x - center) / half_range).clamp_(-1.0, 1.0).mul_(_ACT_INV_SCALE)
+    residual = (scaled - torch.round(scaled)).mul_(2.0)  # in [-1, 1]
+    stacked = torch.cat([scaled.mul_(_ACT_SCALE_F), residual, _pin_row(x.shape[1])])
+    out = torch.ops.quantized.linear_dynamic(stacked, packed, True)
+    out = out[:rows].add_(out[rows : 2 * rows], alpha=_ACT_SCALE_F / 2.0)
     return out.mul_(half_range).addcmul_(center, row_sums)
+
+
+_PIN_ROWS: dict[int, Tensor] = {}
+
+
+def _pin_row(width: int) -> Tensor:
+    """[1, width] row holding 1 and -1: fixes fbgemm's per-call activation range to exactly [-1, 1]."""
+    if width not in _PIN_ROWS:
+        row = torch.zeros(1, width)
+        row[0, 0], row[0, 1] = 1.0, -1.0
+        _PIN_ROWS[width] = row
+    return _PIN_ROWS[width]
 
 
 class Int8Linear(nn.Module):
