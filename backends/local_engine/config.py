@@ -21,5 +21,6 @@ class EngineSettings(BaseModel):
     num_speculative_tokens: int = 4
     ngram_min: int = 1
     ngram_max: int = 4
+    spec_min_acceptance: float = 0.3  # per sequence, proposals pause while acceptance stays below this
     served_model_name: str = "smollm2"
     device: str = "cpu"
