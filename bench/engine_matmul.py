@@ -73,8 +73,9 @@ CANDIDATES: dict[str, Callable[[torch.Tensor], Callable[[torch.Tensor], torch.Te
     "fp32 F.linear": _dense(torch.float32),
     "bf16 F.linear": _dense(torch.bfloat16),
     "int8 _weight_int8pack_mm": _int8pack,
-    "int8 fbgemm linear_dynamic": _fbgemm,
+    "int8 fbgemm linear_dynamic (7-bit per-tensor activations)": _fbgemm,
     "int4 _weight_int4pack_mm_for_cpu": _int4pack,
+    "engine fp16 (quant.py)": _engine("fp16"),
     "engine int8 (quant.py)": _engine("int8"),
     "engine int4 (quant.py)": _engine("int4"),
 }
@@ -112,7 +113,7 @@ def main() -> None:
     names = [n for n in CANDIDATES if not args.only or any(o in n for o in args.only.split(","))]
     results = []
     print(f"load {os.getloadavg()[0]:.2f}, threads {args.threads}")
-    print(f"{'kernel':<34} {'rows':>4} {'layers ms':>9} {'ms/row':>7} {'head ms':>8} {'ms/row':>7}")
+    print(f"{'kernel':<58} {'rows':>4} {'layers ms':>9} {'ms/row':>7} {'head ms':>8} {'ms/row':>7}")
     for name in names:
         fns = [CANDIDATES[name](w) for w in layer_weights]
         head = CANDIDATES[name](head_weight)
@@ -121,7 +122,7 @@ def main() -> None:
             layers_ms = time_step(fns, xs, args.repeats)
             head_ms = time_step([head], [torch.randn(rows, HEAD_SHAPE[1])], args.repeats)
             results.append({"kernel": name, "rows": rows, "layers_ms": layers_ms, "head_ms": head_ms})
-            print(f"{name:<34} {rows:>4} {layers_ms:>9.1f} {layers_ms / rows:>7.2f} {head_ms:>8.2f} "
+            print(f"{name:<58} {rows:>4} {layers_ms:>9.1f} {layers_ms / rows:>7.2f} {head_ms:>8.2f} "
                   f"{head_ms / rows:>7.2f}", flush=True)  # fmt: skip
         del fns, head
     RESULTS.mkdir(parents=True, exist_ok=True)
