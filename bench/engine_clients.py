@@ -5,7 +5,6 @@ Each setting gets its own server; 1 / 4 / 16 / 32 clients each send short text p
 engine loop without HTTP) for the default settings. Run through `bench/engine_serving.py --only clients`.
 """
 
-import json
 import os
 import statistics
 import time
@@ -43,43 +42,23 @@ def prompts(count: int) -> list[str]:
     return [f"Write a short story about {TOPICS[i % len(TOPICS)]} (story {i})." for i in range(count)]
 
 
-async def one(http: aiohttp.ClientSession, url: str, prompt: str) -> tuple[float, float, int]:
-    """(ttft, seconds from first to last token, completion tokens) of one streamed completion."""
-    body = {"model": "smollm2", "prompt": prompt, "max_tokens": ANSWER_TOKENS, "temperature": 0,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
-    start = time.perf_counter()
-    first = last = 0.0
-    tokens = 0
-    async with http.post(f"{url}/v1/completions", json=body) as response:
-        async for raw in response.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            if chunk.get("choices"):
-                last = time.perf_counter()
-                first = first or last
-    return first - start, last - first, tokens
-
-
-async def client_rows(url: str, setting: str, drive) -> list[ClientRow]:
+async def client_rows(server, setting: str, send, drive) -> list[ClientRow]:
+    """`send(server, http, prompt, max_tokens)` -> a result with ttft, e2e (seconds) and tokens."""
     rows = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1800)) as http:
-        await one(http, url, "Warm up.")
+        await send(server, http, "Warm up.", ANSWER_TOKENS)
         for clients in CLIENTS:
             work = prompts(max(4, clients))
-            results, wall = await drive(lambda p: one(http, url, p), work, clients)
-            decode = [(n - 1) / span for _, span, n in results if n > 1 and span > 0]
+            results, wall = await drive(lambda p: send(server, http, p, ANSWER_TOKENS), work, clients)
+            decode = [(r.tokens - 1) / (r.e2e - r.ttft) for r in results if r.tokens > 1 and r.e2e > r.ttft]
             rows.append(
                 ClientRow(
                     setting,
                     clients,
                     len(work),
-                    sum(n for _, _, n in results) / wall,
+                    sum(r.tokens for r in results) / wall,
                     statistics.mean(decode),
-                    statistics.median(t for t, _, _ in results),
+                    statistics.median(r.ttft for r in results),
                 )
             )
             print_client_row(rows[-1])
@@ -113,7 +92,7 @@ def in_process_batch1(settings: dict) -> dict:
     return {"decode_tok_s": statistics.median(rates), "load": os.getloadavg()[0]}
 
 
-async def clients_scenario(server_factory, drive, labels: list[str]) -> dict:
+async def clients_scenario(server_factory, send, drive, labels: list[str]) -> dict:
     print(
         f"{'setting':<10} {'clients':>7} {'out tok/s':>9} {'llama-sv':>8} {'dec/client':>9} {'ttft p50':>8} {'load':>5}"
     )
@@ -122,7 +101,7 @@ async def clients_scenario(server_factory, drive, labels: list[str]) -> dict:
         server = server_factory(**SETTINGS[label])
         try:
             await server.wait_ready()
-            rows += await client_rows(server.url, label, drive)
+            rows += await client_rows(server, label, send, drive)
         finally:
             server.stop()
     best = max(labels, key=lambda label: _mean_throughput(rows, label))

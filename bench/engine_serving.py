@@ -43,6 +43,7 @@ class Request:
     max_tokens: int
     arrival: float = 0.0  # seconds after start (Poisson); 0 in closed loops
     messages: list[dict] | None = None
+    text: str | None = None  # a text prompt instead of token ids
 
 
 @dataclass
@@ -165,7 +166,8 @@ class EngineServer:
         common["stream_options"] = {"include_usage": True}
         if request.messages is not None:
             return "chat/completions", {**common, "messages": request.messages}
-        return "completions", {**common, "prompt": request.prompt_ids, "ignore_eos": True}
+        prompt = request.text if request.text is not None else request.prompt_ids
+        return "completions", {**common, "prompt": prompt, "ignore_eos": True}
 
     def stop(self) -> None:
         self.process.terminate()
@@ -363,7 +365,8 @@ async def main() -> None:
           f"{'itl p50ms':>8} {'itl p99ms':>8} {'dec tok/s':>8} {'preempt':>6} {'hit':>6}")  # fmt: skip
     clients = None
     if "clients" in only:
-        clients = await clients_scenario(EngineServer, drive, args.settings.split(","))
+        send = lambda server, http, text, n: server.one(http, Request(None, n, text=text))  # noqa: E731
+        clients = await clients_scenario(EngineServer, send, drive, args.settings.split(","))
     if only & {"closed16", "poisson"}:
         await throughput_scenarios(plan, rows, only, args.threads)
     if "prefix" in only:
