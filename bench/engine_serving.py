@@ -1,12 +1,15 @@
 """Engine serving benchmark: seeded workloads replayed over HTTP against `llmgw engine serve`.
 
 Scenarios (systems alternate run by run):
+  clients    issue 14's table: 1/4/16/32 closed-loop clients, 64-token answers, per engine setting, beside
+             llama-server's figures; plus batch-1 decode in-process vs through the server (bench/engine_clients.py)
   closed16   16 concurrent clients, engine vs a static-batching HF transformers baseline
   poisson@R  Poisson arrivals at R requests/s, engine vs baseline
   prefix     a shared 512-token system prompt, engine with prefix caching on vs off
   spec       an input-echo task, greedy, n-gram speculation on vs off (outputs must be identical)
 
-    .venv/bin/python -m bench.engine_serving [--quick] [--repeats N] [--only closed16,prefix,...]
+    .venv/bin/python -m bench.engine_serving [--quick] [--repeats N] [--only clients,closed16,prefix,...]
+    .venv/bin/python -m bench.engine_serving --only clients [--settings default,int8 t2]   # ~5 min quiet
 
 Prints a table and writes bench/results/engine_serving.json.
 """
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import aiohttp
 
+from bench.engine_clients import SETTINGS, clients_scenario
 from bench.harness import RESULTS, ROOT, free_port
 
 SITE = ROOT / ".venv" / "lib" / "python3.11" / "site-packages"
@@ -39,6 +43,7 @@ class Request:
     max_tokens: int
     arrival: float = 0.0  # seconds after start (Poisson); 0 in closed loops
     messages: list[dict] | None = None
+    text: str | None = None  # a text prompt instead of token ids
 
 
 @dataclass
@@ -161,7 +166,8 @@ class EngineServer:
         common["stream_options"] = {"include_usage": True}
         if request.messages is not None:
             return "chat/completions", {**common, "messages": request.messages}
-        return "completions", {**common, "prompt": request.prompt_ids, "ignore_eos": True}
+        prompt = request.text if request.text is not None else request.prompt_ids
+        return "completions", {**common, "prompt": prompt, "ignore_eos": True}
 
     def stop(self) -> None:
         self.process.terminate()
@@ -344,7 +350,8 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small workloads, one repeat")
     parser.add_argument("--repeats", type=int, help="override the number of repeats")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both systems")
-    parser.add_argument("--only", default="closed16,poisson,baseline,prefix,spec")
+    parser.add_argument("--only", default="clients,closed16,poisson,baseline,prefix,spec")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="engine settings for 'clients'")
     parser.add_argument("--max-output", type=int, help="override the longest output (tokens)")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
@@ -356,6 +363,10 @@ async def main() -> None:
     rows: list[Row] = []
     print(f"{'scenario':<12} {'system':<18} {'reqs':>4} {'out tok/s':>9} {'ttft p50':>8} {'ttft p99':>8} "
           f"{'itl p50ms':>8} {'itl p99ms':>8} {'dec tok/s':>8} {'preempt':>6} {'hit':>6}")  # fmt: skip
+    clients = None
+    if "clients" in only:
+        send = lambda server, http, text, n: server.one(http, Request(None, n, text=text))  # noqa: E731
+        clients = await clients_scenario(EngineServer, send, drive, args.settings.split(","))
     if only & {"closed16", "poisson"}:
         await throughput_scenarios(plan, rows, only, args.threads)
     if "prefix" in only:
@@ -380,8 +391,11 @@ async def main() -> None:
         "rows": [asdict(r) for r in rows],
         "ratios": summary,
         "spec_identical": identical,
+        "clients": clients,
     }
     (RESULTS / "engine_serving.json").write_text(json.dumps(report, indent=1))
+    if clients is not None:
+        (RESULTS / "engine_clients.json").write_text(json.dumps(clients, indent=1))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from backends.local_engine.attention import AttentionMetadata, build_metadata
+from backends.local_engine.attention import build_metadata
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.gemma3.window import band, windowed
 from backends.local_engine.model_runner import ModelRunner
@@ -61,19 +61,41 @@ def test_long_prompt_through_sliding_window_in_chunks_and_decode(runner: ModelRu
 
 
 def test_window_metadata_masks_keys_outside_the_window() -> None:
-    table, window = list(range(8)), 5
-    meta = build_metadata([(table, 10, 4)], 4, torch.device("cpu"))  # queries at positions 10..13
-    span = windowed(meta, window).spans[0]
-    assert len(span.context_slots) == 14 - 6  # keys 6..13: the first query (10) sees 6..10
+    table, window, cpu = list(range(8)), 5, torch.device("cpu")
+    chunk = build_metadata([(table, 10, 4)], 4, cpu, query_group=2)  # queries at positions 10..13
+    group = windowed(chunk, window).groups[0]
+    assert group.shape == (1, 4, 14 - 6)  # keys 6..13: the first query (10) sees 6..10
+    assert group.context_index.tolist() == chunk.groups[0].context_index[6:].tolist()
+    assert group.mask is not None and group.mask.shape == (1, 1, 4 * 2, 8)
+    assert group.mask.sum(-1).flatten().tolist() == [5] * 8  # each query row twice (two heads per KV head)
+    assert group.mask[0, 0, 0].nonzero().flatten().tolist() == [0, 1, 2, 3, 4]
+    assert group.mask[0, 0, 7].nonzero().flatten().tolist() == [3, 4, 5, 6, 7]
+    mixed = windowed(build_metadata([(table, 0, 20), (table, 12, 1), (table, 3, 1)], 4, cpu), window)
+    decode, prefill = mixed.groups
+    assert decode.mask is not None and decode.shape == (2, 1, 13)
+    assert decode.mask.view(2, -1)[0].nonzero().flatten().tolist() == [8, 9, 10, 11, 12]
+    assert decode.mask.view(2, -1)[1].nonzero().flatten().tolist() == [0, 1, 2, 3]
+    assert prefill.mask is not None and prefill.mask[0, 0, 19].nonzero().flatten().tolist() == [
+        15,
+        16,
+        17,
+        18,
+        19,
+    ]
+    assert prefill.mask[0, 0, 0].nonzero().flatten().tolist() == [0]
+    full = windowed(build_metadata([(table, 12, 1), (table, 11, 1)], 4, cpu), window).groups[0]
+    assert full.shape == (2, 1, 13 - 7)  # the oldest key still seen is 11 - 4 = 7
+    assert full.mask is not None and full.mask.view(2, -1).sum(-1).tolist() == [5, 5]
+    uniform = build_metadata([(table, 12, 1), (table, 12, 1)], 4, cpu)
+    assert uniform.groups[0].mask is None
+    same = windowed(uniform, window).groups[0]
+    assert same.shape == (2, 1, 5) and same.mask is not None and bool(same.mask.all())
+    span = windowed(build_metadata([(table, 10, 4)], 4, cpu, "per_seq"), window).spans[0]
+    assert len(span.context_slots) == 14 - 6
     assert span.mask is not None and span.mask.sum(-1).tolist() == [5, 5, 5, 5]
-    decode = build_metadata([(table, 12, 1), (table, 3, 1)], 4, torch.device("cpu"))
-    assert isinstance(decode, AttentionMetadata) and decode.decode is not None
-    mask = windowed(decode, window).decode.mask.view(2, -1)
-    assert mask[0].nonzero().flatten().tolist() == [8, 9, 10, 11, 12]
-    assert mask[1].nonzero().flatten().tolist() == [0, 1, 2, 3]
-    assert band(2, 4, 2, torch.device("cpu")).tolist() == [
+    assert band(2, 4, 2, cpu).tolist() == [
         [False, True, True, False],
         [False, False, True, True],
     ]
-    short = build_metadata([(table, 2, 2)], 4, torch.device("cpu"))
+    short = build_metadata([(table, 2, 2)], 4, cpu)
     assert windowed(short, window) is short

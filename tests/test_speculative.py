@@ -3,7 +3,7 @@
 import torch
 from scipy.stats import chisquare
 
-from backends.local_engine.speculative import NgramProposer, verify_greedy, verify_sampled
+from backends.local_engine.speculative import AcceptanceGate, NgramProposer, verify_greedy, verify_sampled
 
 
 def test_proposes_continuation_of_longest_latest_match():
@@ -58,3 +58,24 @@ def test_rejection_sampling_detects_a_wrong_sampler():
 def test_all_drafts_accepted_yields_a_bonus_token():
     probs = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
     assert verify_sampled([1, 0], probs, torch.Generator().manual_seed(0)) == [1, 0, 1]
+
+
+def test_acceptance_gate_pauses_a_sequence_whose_drafts_are_rejected_then_probes_again():
+    gate = AcceptanceGate(min_acceptance=0.3, warmup=2, backoff=16)
+    assert gate.allows(0)
+    gate.record(4, 4, num_output_tokens=5)
+    gate.record(4, 0, num_output_tokens=6)  # average 0.5: still on
+    assert gate.allows(6)
+    gate.record(4, 0, num_output_tokens=7)
+    assert not gate.allows(7) and not gate.allows(22) and gate.allows(23)
+    gate.record(4, 0, num_output_tokens=24)  # the probe fails: paused again
+    assert not gate.allows(24)
+    gate.record(0, 0, num_output_tokens=40)  # rounds without drafts change nothing
+    assert gate.allows(40)
+
+
+def test_acceptance_gate_stays_open_while_drafts_are_accepted():
+    gate = AcceptanceGate(min_acceptance=0.3)
+    for tokens in range(0, 100, 5):
+        gate.record(4, 3, num_output_tokens=tokens)
+        assert gate.allows(tokens)

@@ -1,15 +1,20 @@
 """Paged attention over a flat batch of tokens from many sequences (prefill chunks and decode tokens mixed).
 
-The step's metadata is built once (index tensors, masks) and reused by every layer. Read layouts:
-- "decode" (chosen by "auto" when every sequence brings one new token): the contexts of all sequences are
-  gathered into one padded [batch, max_context] tensor; each KV head's group of query heads is treated as
-  that head's queries, so one SDPA call without GQA expansion serves the whole batch;
-- "per_seq": gather each sequence's context from the pool and run one SDPA per sequence;
-- "padded": gather all contexts into one padded [batch, max_context] tensor and run a single masked SDPA.
-"auto" uses decode for decode-only batches and per_seq otherwise (see bench/README.md).
+The step's metadata is built once (index tensors, masks) and reused by every layer. Layouts:
+- "auto": sequences are grouped by how many queries they bring, at most two groups: short spans (decodes
+  and speculative verification, <= SHORT_SPAN queries) and long ones (prefill chunks). Each group is one
+  variable-length attention call: its contexts are gathered from the pool once per layer into a padded
+  [n, max_context] tensor, its queries padded to [n, max_q], and one masked SDPA runs over the group with
+  each KV head's query heads folded into that head's query rows (GQA without expanding K/V). Padding stays
+  small because a group's spans have similar lengths; a decode row and a verification row go through the
+  same kernel with the same block sizes, so speculative decoding reproduces plain decoding's logits;
+- "padded": the same with every sequence in one group;
+- "per_seq": one gather + SDPA per sequence (the reference the tests compare against).
+Measured in bench/README.md (Engine serving).
 """
 
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Literal
 
 import torch
@@ -19,6 +24,7 @@ from torch import Tensor
 from backends.local_engine.kv_cache import block_slots
 
 Layout = Literal["auto", "per_seq", "padded"]
+SHORT_SPAN = 16  # decode + up to 15 speculative tokens
 
 
 @dataclass
@@ -29,33 +35,27 @@ class SeqSpan:
     q_len: int
     context_slots: Tensor  # [context_len] slot indices in the pool, oldest first
     mask: Tensor | None  # [q_len, context_len] bool, None when no masking is needed
-    fresh_causal: bool  # no earlier context: attend to this step's own K/V with a causal mask
 
 
 @dataclass
-class PaddedBatch:
-    q_index: Tensor  # [batch * max_q] row of the flat batch feeding each padded query (0 for padding)
-    context_index: Tensor  # [batch * max_context] pool slot for each padded key (0 for padding)
-    mask: Tensor  # [batch, 1, max_q, max_context] bool
-    out_index: Tensor  # [num_tokens] padded row of each flat token
-    shape: tuple[int, int, int]  # batch, max_q, max_context
+class PaddedGroup:
+    """Sequences attended in one SDPA call: queries padded to max_q, contexts to max_context."""
 
-
-@dataclass
-class DecodeBatch:
-    """One new token per sequence, flat row b = sequence b."""
-
-    context_index: Tensor  # [batch * max_context] pool slot for each padded key (slot of block 0 for padding)
-    mask: Tensor | None  # [batch, 1, 1, max_context] bool, None when all contexts have the same length
-    shape: tuple[int, int]  # batch, max_context
+    q_index: (
+        Tensor  # [n * max_q] flat-batch row feeding each padded query (a real row of its own seq for padding)
+    )
+    context_index: Tensor  # [n * max_context] pool slot of each padded key
+    mask: Tensor | None  # [n, 1, max_q * group, max_context] bool (rows: query position, then head in group)
+    out_index: Tensor  # [tokens of the group] padded row of each of the group's tokens, in flat order
+    flat_rows: Tensor | None  # [tokens of the group] their flat-batch rows; None when the group is the batch
+    shape: tuple[int, int, int]  # n, max_q, max_context
 
 
 @dataclass
 class AttentionMetadata:
     slot_mapping: Tensor  # [num_tokens] pool slot where each new token's K/V is written
-    spans: list[SeqSpan]
-    padded: PaddedBatch | None = None
-    decode: DecodeBatch | None = None
+    spans: list[SeqSpan]  # filled for the per_seq layout only
+    groups: list[PaddedGroup]
 
 
 def chunk_mask(q_len: int, context_len: int, device: torch.device) -> Tensor | None:
@@ -67,57 +67,70 @@ def chunk_mask(q_len: int, context_len: int, device: torch.device) -> Tensor | N
 
 
 def build_metadata(
-    spans: list[tuple[list[int], int, int]], block_size: int, device: torch.device, layout: Layout = "auto"
+    spans: list[tuple[list[int], int, int]],
+    block_size: int,
+    device: torch.device,
+    layout: Layout = "auto",
+    query_group: int = 1,
 ) -> AttentionMetadata:
-    """`spans`: per sequence (block_table, num_computed_tokens, num_new_tokens), in flat-batch order."""
-    context_lens = [computed + new for _, computed, new in spans]
+    """`spans`: per sequence (block_table, num_computed_tokens, num_new_tokens), in flat-batch order.
+
+    `query_group`: query heads per KV head (the model's GQA factor), folded into the query rows.
+    """
+    computed = [c for _, c, _ in spans]
+    new = [n for _, _, n in spans]
+    context_lens = [c + n for c, n in zip(computed, new, strict=True)]
     slots = block_slots([table for table, _, _ in spans], context_lens, block_size, device)
-    if layout == "auto" and all(new == 1 for _, _, new in spans):
-        return _decode_metadata(slots, context_lens, device)
-    seq_spans, slot_mappings, q_start = [], [], 0
-    for row, (_, computed, new) in enumerate(spans):
-        context = slots[row, : computed + new]
-        slot_mappings.append(context[computed:])
-        mask = chunk_mask(new, computed + new, device) if computed else None
-        seq_spans.append(SeqSpan(q_start, new, context, mask, fresh_causal=computed == 0 and new > 1))
-        q_start += new
-    meta = AttentionMetadata(torch.cat(slot_mappings), seq_spans)
-    if layout == "padded":
-        meta.padded = build_padded(seq_spans, device)
-    return meta
+    starts = [0, *accumulate(new)][:-1]
+    slot_mapping = torch.cat(
+        [slots[row, c : c + n] for row, (c, n) in enumerate(zip(computed, new, strict=True))]
+    )
+    if layout == "per_seq":
+        seq_spans = [
+            SeqSpan(starts[row], n, slots[row, : c + n], chunk_mask(n, c + n, device) if c or n > 1 else None)
+            for row, (c, n) in enumerate(zip(computed, new, strict=True))
+        ]
+        return AttentionMetadata(slot_mapping, seq_spans, [])
+    members = [list(range(len(spans)))]
+    if layout == "auto":
+        short = [row for row, n in enumerate(new) if n <= SHORT_SPAN]
+        long = [row for row, n in enumerate(new) if n > SHORT_SPAN]
+        members = [group for group in (short, long) if group]
+    groups = [
+        _padded_group(rows, slots, computed, new, starts, query_group, whole=len(members) == 1)
+        for rows in members
+    ]
+    return AttentionMetadata(slot_mapping, [], groups)
 
 
-def _decode_metadata(slots: Tensor, context_lens: list[int], device: torch.device) -> AttentionMetadata:
-    batch, max_context = slots.shape
-    last = torch.tensor(context_lens, device=device) - 1
+def _padded_group(
+    rows: list[int], slots: Tensor, computed: list[int], new: list[int], starts: list[int], query_group: int,
+    whole: bool,
+) -> PaddedGroup:  # fmt: skip
+    device = slots.device
+    max_q = max(new[row] for row in rows)
+    max_context = max(computed[row] + new[row] for row in rows)
+    index = torch.tensor(rows, device=device)
+    num_new = torch.tensor([new[row] for row in rows], device=device)
+    done = torch.tensor([computed[row] for row in rows], device=device)
+    offsets = torch.minimum(torch.arange(max_q, device=device)[None, :], num_new[:, None] - 1)  # [n, max_q]
+    first = torch.tensor([starts[row] for row in rows], device=device)
+    q_index = (first[:, None] + offsets).flatten()
+    context_index = slots.index_select(0, index)[:, :max_context].flatten()
     mask = None
-    if min(context_lens) != max_context:
-        mask = (torch.arange(max_context, device=device) <= last[:, None]).view(batch, 1, 1, max_context)
-    slot_mapping = slots.gather(1, last[:, None]).view(batch)
-    return AttentionMetadata(
-        slot_mapping, [], decode=DecodeBatch(slots.flatten(), mask, (batch, max_context))
+    uniform = all(computed[row] + new[row] == max_context for row in rows)
+    if max_q > 1 or not uniform:  # padding rows repeat their sequence's last query (never fully masked)
+        last_key = done[:, None] + offsets  # [n, max_q]
+        keys = torch.arange(max_context, device=device)
+        mask = (keys[None, None, :] <= last_key[:, :, None]).repeat_interleave(query_group, dim=1)
+        mask = mask.unsqueeze(1)
+    padded = (
+        torch.arange(max_q, device=device)[None, :] + torch.arange(len(rows), device=device)[:, None] * max_q
     )
-
-
-def build_padded(spans: list[SeqSpan], device: torch.device) -> PaddedBatch:
-    batch = len(spans)
-    max_q = max(span.q_len for span in spans)
-    max_context = max(len(span.context_slots) for span in spans)
-    q_index = torch.zeros(batch, max_q, dtype=torch.long, device=device)
-    context_index = torch.zeros(batch, max_context, dtype=torch.long, device=device)
-    mask = torch.zeros(batch, 1, max_q, max_context, dtype=torch.bool, device=device)
-    mask[..., 0] = True  # padding queries see one key, so no row is fully masked (no NaNs)
-    out_index = []
-    for row, span in enumerate(spans):
-        context_len = len(span.context_slots)
-        q_index[row, : span.q_len] = torch.arange(span.q_start, span.q_start + span.q_len, device=device)
-        context_index[row, :context_len] = span.context_slots
-        span_mask = chunk_mask(span.q_len, context_len, device)
-        mask[row, 0, : span.q_len, :context_len] = True if span_mask is None else span_mask
-        out_index.append(torch.arange(span.q_len, device=device) + row * max_q)
-    return PaddedBatch(
-        q_index.flatten(), context_index.flatten(), mask, torch.cat(out_index), (batch, max_q, max_context)
-    )
+    real = torch.arange(max_q, device=device)[None, :] < num_new[:, None]
+    out_index = padded[real]
+    flat_rows = None if whole else (first[:, None] + torch.arange(max_q, device=device)[None, :])[real]
+    return PaddedGroup(q_index, context_index, mask, out_index, flat_rows, (len(rows), max_q, max_context))
 
 
 def paged_attention(q: Tensor, kv: Tensor, pool: Tensor, meta: AttentionMetadata) -> Tensor:
@@ -126,49 +139,39 @@ def paged_attention(q: Tensor, kv: Tensor, pool: Tensor, meta: AttentionMetadata
     `pool` is one layer's [2, num_slots, KVH, D] keys and values; the new K/V are written to it first.
     """
     pool.index_copy_(1, meta.slot_mapping, kv.transpose(0, 1))
-    if meta.decode is not None:
-        return _decode_attention(q, pool, meta.decode)
-    if meta.padded is not None:
-        return _padded_attention(q, pool, meta.padded)
-    if len(meta.spans) == 1:
-        return _span_attention(q, kv, pool, meta.spans[0])
-    return torch.cat([_span_attention(q, kv, pool, span) for span in meta.spans])
+    if meta.spans:
+        return torch.cat([_span_attention(q, pool, span) for span in meta.spans])
+    if len(meta.groups) == 1 and meta.groups[0].flat_rows is None:
+        return _group_attention(q, pool, meta.groups[0])
+    out = torch.empty_like(q)
+    for group in meta.groups:
+        out.index_copy_(0, group.flat_rows, _group_attention(q, pool, group))
+    return out
 
 
-def _decode_attention(q: Tensor, pool: Tensor, decode: DecodeBatch) -> Tensor:
-    batch, max_context = decode.shape
+def _group_attention(q: Tensor, pool: Tensor, group: PaddedGroup) -> Tensor:
+    """One SDPA over the group; each KV head's query heads become extra query rows of that head."""
+    n, max_q, max_context = group.shape
     heads, kv_heads, head_dim = q.shape[1], pool.shape[2], q.shape[2]
-    keys, values = pool.index_select(1, decode.context_index).view(2, batch, max_context, kv_heads, head_dim)
-    queries = q.view(batch, kv_heads, heads // kv_heads, head_dim)  # query head h uses KV head h // group
+    per_kv = heads // kv_heads
+    queries = q.index_select(0, group.q_index).view(n, max_q, kv_heads, per_kv, head_dim)
+    queries = queries.transpose(1, 2).reshape(n, kv_heads, max_q * per_kv, head_dim)
+    keys, values = pool.index_select(1, group.context_index).view(2, n, max_context, kv_heads, head_dim)
     out = F.scaled_dot_product_attention(
-        queries, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=decode.mask
+        queries, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=group.mask
     )
-    return out.reshape(batch, heads, head_dim)  # CUDA kernels may return [batch, group, kv_heads] strides
+    out = out.view(n, kv_heads, max_q, per_kv, head_dim).transpose(1, 2).reshape(n * max_q, heads, head_dim)
+    return out.index_select(0, group.out_index)
 
 
-def _span_attention(q: Tensor, kv: Tensor, pool: Tensor, span: SeqSpan) -> Tensor:
+def _span_attention(q: Tensor, pool: Tensor, span: SeqSpan) -> Tensor:
     rows = slice(span.q_start, span.q_start + span.q_len)
-    if span.fresh_causal:
-        keys, values = kv[rows].unbind(1)
-    else:
-        keys, values = pool.index_select(1, span.context_slots)
+    keys, values = pool.index_select(1, span.context_slots)
     out = F.scaled_dot_product_attention(
         q[rows].transpose(0, 1),
         keys.transpose(0, 1),
         values.transpose(0, 1),
         attn_mask=span.mask,
-        is_causal=span.fresh_causal,
         enable_gqa=True,
     )
     return out.transpose(0, 1)
-
-
-def _padded_attention(q: Tensor, pool: Tensor, padded: PaddedBatch) -> Tensor:
-    batch, max_q, max_context = padded.shape
-    heads, kv_heads, head_dim = q.shape[1], pool.shape[2], q.shape[2]
-    queries = q.index_select(0, padded.q_index).view(batch, max_q, heads, head_dim).transpose(1, 2)
-    keys, values = pool.index_select(1, padded.context_index).view(2, batch, max_context, kv_heads, head_dim)
-    out = F.scaled_dot_product_attention(
-        queries, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=padded.mask, enable_gqa=True
-    )
-    return out.transpose(1, 2).reshape(batch * max_q, heads, head_dim).index_select(0, padded.out_index)

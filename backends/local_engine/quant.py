@@ -1,19 +1,25 @@
 """Linear layers for each weight format: fp32/bf16 dense, int8 and int4 weight-only quantized.
 
 int8: symmetric, one scale per output channel. int4: asymmetric, one (scale, zero) per group of
-`group_size` input channels. Kernels for small batches (decode) on CPU are PyTorch's packed ones,
-`torch._weight_int8pack_mm` and `aten._weight_int4pack_mm_for_cpu`, fed bf16 activations: on AVX2-only
-CPUs their fp32-activation paths are scalar and 10x slower. From KERNEL_MAX_ROWS rows on (prefill),
-dequantize + one GEMM is faster. CUDA: int4 uses `_weight_int4pack_mm` (bf16), int8 dequantizes.
+`group_size` input channels. No layer converts its weight per call at any batch size.
+
+CPU kernels, chosen by bench/engine_matmul.py (SmolLM2-135M shapes, 1-32 rows, AVX2 EPYC): fbgemm's int8
+GEMM (`quantized.linear_dynamic`) is the fastest at every row count and its cost per row falls as rows are
+added; the packed `_weight_int4pack_mm_for_cpu` (bf16 activations) is the int4 path at every row count.
+fbgemm quantizes the activations of a whole call with one (scale, zero point); `Int8Linear` first maps
+every row affinely onto exactly [-1, 1] (x = s * x' + c) and adds `c * W·1` back, so each row is quantized
+on its own range: quality stays per-row and a row's result does not depend on the rows batched with it
+(integer accumulation is exact), which keeps speculative verification identical to one-token decode.
+CUDA: int4 uses `_weight_int4pack_mm` (bf16), int8 dequantizes.
 """
+
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-KERNEL_MAX_ROWS = 8
 _INT4_INNER_K_TILES = 8
-_INT4_BLOCK_ROWS = 32
 _INT4_K_TILE = 16
 
 
@@ -34,21 +40,100 @@ def quantize_int8(weight: Tensor) -> tuple[Tensor, Tensor]:
     return q, scale
 
 
+def fbgemm_pack_int8(q: Tensor, scale: Tensor) -> torch.ScriptObject:
+    """fbgemm's prepacked per-channel int8 weight (no bias) for `quantized.linear_dynamic`."""
+    zero_points = torch.zeros_like(scale, dtype=torch.long)
+    with warnings.catch_warnings():  # quantized tensors are deprecated as a user API; the kernels are not
+        warnings.simplefilter("ignore")
+        qweight = torch._make_per_channel_quantized_tensor(q, scale.double(), zero_points, 0)
+        return torch.ops.quantized.linear_prepack(qweight, None)
+
+
+# fbgemm's activation quantization of a tensor whose range is exactly [-1, 1] (7-bit with reduce_range,
+# as AVX2's 8-bit multiply-add would saturate): scale 2/127, zero point 64, codes 0..128.
+_ACT_SCALE = torch.tensor(2.0 / 127.0, dtype=torch.float32)
+_ACT_INV_SCALE = float(1.0 / _ACT_SCALE)
+_ACT_SCALE_F = float(_ACT_SCALE)
+
+
+def rowwise_int8_linear(x: Tensor, packed: torch.ScriptObject, row_sums: Tensor) -> Tensor:
+    """x @ W.T through fbgemm with every row of x quantized on its own range to ~14 bits.
+
+    Each row is mapped onto [-1, 1]. fbgemm's 7-bit codes of that alone cost 12 % perplexity on SmolLM2,
+    so the rounding residual (scaled up by 2/step) goes through the same call as extra rows, plus one row
+    holding exactly 1 and -1: one GEMM whose activation range is [-1, 1] whatever the batch holds, so a
+    row's result never depends on the rows batched with it (integer accumulation is exact).
+    """
+    rows = x.shape[0]
+    low, high = torch.aminmax(x, dim=-1, keepdim=True)
+    center = (high + low) * 0.5
+    half_range = ((high - low) * 0.5).clamp_(min=1e-20)
+    scaled = ((x - center) / half_range).clamp_(-1.0, 1.0).mul_(_ACT_INV_SCALE)
+    residual = (scaled - torch.round(scaled)).mul_(2.0)  # in [-1, 1]
+    stacked = torch.cat([scaled.mul_(_ACT_SCALE_F), residual, _pin_row(x.shape[1])])
+    out = torch.ops.quantized.linear_dynamic(stacked, packed, True)
+    out = out[:rows].add_(out[rows : 2 * rows], alpha=_ACT_SCALE_F / 2.0)
+    return out.mul_(half_range).addcmul_(center, row_sums)
+
+
+_PIN_ROWS: dict[int, Tensor] = {}
+
+
+def _pin_row(width: int) -> Tensor:
+    """[1, width] row holding 1 and -1: fixes fbgemm's per-call activation range to exactly [-1, 1]."""
+    if width not in _PIN_ROWS:
+        row = torch.zeros(1, width)
+        row[0, 0], row[0, 1] = 1.0, -1.0
+        _PIN_ROWS[width] = row
+    return _PIN_ROWS[width]
+
+
 class Int8Linear(nn.Module):
+    """CPU: fbgemm int8 GEMM on the prepacked weight (any number of rows); CUDA: dequantize + GEMM."""
+
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
         q, scale = quantize_int8(weight.float())
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
-        self.register_buffer("q", q)
         self.register_buffer("scale", scale)
-        self.register_buffer("scale_bf16", scale.bfloat16())
+        self.register_buffer("row_sums", (q.float() * scale[:, None]).sum(dim=1))
+        self.packed: torch.ScriptObject | None = None
+        if q.is_cpu:
+            self.packed = fbgemm_pack_int8(q, scale)
+            self.register_buffer("q", None)
+            self.packed_nbytes = q.numel()
+        else:
+            self.register_buffer("q", q)
+            self.packed_nbytes = 0
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.is_cpu and x.shape[0] <= KERNEL_MAX_ROWS:
-            out = torch._weight_int8pack_mm(x.bfloat16(), self.q, self.scale_bf16).to(x.dtype)
+        if self.packed is not None:
+            out = rowwise_int8_linear(x.float(), self.packed, self.row_sums).to(x.dtype)
         else:
             out = F.linear(x, self.q.to(x.dtype)) * self.scale.to(x.dtype)
         return out if self.bias is None else out + self.bias.to(x.dtype)
+
+
+class Fp16Linear(nn.Module):
+    """fbgemm's fp16-weight GEMM (`quantized.linear_dynamic_fp16`): fp32 activations, weights stored in fp16
+    and widened inside the kernel, so rows are computed exactly as in fp32 up to the weights' rounding. CPU only.
+    """
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        if not weight.is_cpu:
+            raise ValueError("the fp16 format is fbgemm's CPU kernel; use bf16 on CUDA")
+        with warnings.catch_warnings():
+            warnings.simplefilter(
+                "ignore"
+            )  # fp16 rounding of tiny weights warns ("saturation") once per layer
+            self.packed = torch.ops.quantized.linear_prepack_fp16(weight.float(), None)
+        self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
+        self.packed_nbytes = weight.numel() * 2
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
+        return out if self.bias is None else out + self.bias
 
 
 def quantize_int4(weight: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
@@ -73,36 +158,24 @@ def dequantize_int4(q: Tensor, scales_and_zeros: Tensor, group_size: int) -> Ten
 
 
 class Int4Linear(nn.Module):
-    """Decode uses the packed kernel; CPU prefill unpacks the codes from that same packed tensor."""
+    """The packed int4 kernel at every row count (CPU: `_weight_int4pack_mm_for_cpu`, bf16 activations)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, group_size: int) -> None:
         super().__init__()
         q, scales_and_zeros = quantize_int4(weight.float(), group_size)
         self.group_size = group_size
         self.register_buffer("packed", _pack_int4(q))
-        self.register_buffer("scales_and_zeros", scales_and_zeros)
         self.register_buffer("scales_and_zeros_bf16", scales_and_zeros.bfloat16())
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
-        # codes kept unpacked only when the CPU packing is not the layout unpack_int4_cpu knows
-        known_layout = not q.is_cpu or _unpacks_to(self.packed, q)
-        self.register_buffer("codes", None if known_layout else q.to(torch.uint8))
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.packed.is_cpu and x.shape[0] > KERNEL_MAX_ROWS:
-            out = F.linear(x, self._dequantized().to(x.dtype))
-        elif self.packed.is_cpu:
-            out = torch.ops.aten._weight_int4pack_mm_for_cpu(
-                x.bfloat16(), self.packed, self.group_size, self.scales_and_zeros_bf16
-            ).to(x.dtype)
-        else:
-            out = torch.ops.aten._weight_int4pack_mm(
-                x.bfloat16(), self.packed, self.group_size, self.scales_and_zeros_bf16
-            ).to(x.dtype)
+        kernel = (
+            torch.ops.aten._weight_int4pack_mm_for_cpu
+            if self.packed.is_cpu
+            else torch.ops.aten._weight_int4pack_mm
+        )
+        out = kernel(x.bfloat16(), self.packed, self.group_size, self.scales_and_zeros_bf16).to(x.dtype)
         return out if self.bias is None else out + self.bias.to(x.dtype)
-
-    def _dequantized(self) -> Tensor:
-        codes = self.codes if self.codes is not None else unpack_int4_cpu(self.packed)
-        return dequantize_int4(codes, self.scales_and_zeros, self.group_size)
 
 
 def _pack_int4(q: Tensor) -> Tensor:
@@ -120,25 +193,13 @@ def cuda_inner_k_tiles(in_features: int) -> int:
     raise ValueError(f"int4 on CUDA needs in_features divisible by 32, got {in_features}")
 
 
-def unpack_int4_cpu(packed: Tensor) -> Tensor:
-    """Codes [N, K] from the CPU int4pack layout: blocks of 32 rows; byte j of a column holds rows j, j + 16."""
-    out_features, in_features = packed.shape[0], packed.shape[1] * 2
-    blocks = packed.view(out_features // _INT4_BLOCK_ROWS, in_features, _INT4_BLOCK_ROWS // 2)
-    codes = torch.cat([blocks & 15, blocks >> 4], dim=-1)
-    return codes.transpose(1, 2).reshape(out_features, in_features)
-
-
-def _unpacks_to(packed: Tensor, q: Tensor) -> bool:
-    if packed.shape != (q.shape[0], q.shape[1] // 2) or q.shape[0] % _INT4_BLOCK_ROWS:
-        return False
-    return torch.equal(unpack_int4_cpu(packed).to(torch.int32), q)
-
-
 def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int) -> nn.Module:
     """Build the layer for `dtype` from a float32 weight already on its target device."""
     if dtype == "int8":
         return Int8Linear(weight, bias)
     if dtype == "int4":
         return Int4Linear(weight, bias, group_size)
+    if dtype == "fp16":
+        return Fp16Linear(weight, bias)
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
     return DenseLinear(weight.to(torch_dtype), bias)

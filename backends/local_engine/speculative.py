@@ -7,6 +7,8 @@ position. The emitted tokens then follow exactly the target distribution p. Gree
 draft only when it is the argmax, so their output is identical to plain decoding.
 """
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -26,6 +28,35 @@ class NgramProposer:
             if start is not None:
                 return token_ids[start + n : start + n + k]
         return []
+
+
+@dataclass
+class AcceptanceGate:
+    """Per sequence: stop proposing while drafts are mostly rejected (they cost a verification row each).
+
+    An exponential moving average of each round's acceptance rate; once it falls below `min_acceptance`
+    (after `warmup` rounds), proposals pause for `backoff` generated tokens, then one round probes again.
+    """
+
+    min_acceptance: float
+    warmup: int = 2
+    backoff: int = 16
+    decay: float = 0.5
+    rate: float = 1.0
+    rounds: int = 0
+    paused_until: int = 0  # number of output tokens before which nothing is proposed
+
+    def allows(self, num_output_tokens: int) -> bool:
+        return num_output_tokens >= self.paused_until
+
+    def record(self, num_drafts: int, num_accepted: int, num_output_tokens: int) -> None:
+        if not num_drafts:
+            return
+        self.rounds += 1
+        self.rate = self.decay * self.rate + (1 - self.decay) * num_accepted / num_drafts
+        if self.rounds >= self.warmup and self.rate < self.min_acceptance:
+            self.paused_until = num_output_tokens + self.backoff
+            self.rate = self.min_acceptance  # one good probe round re-enables, one bad one pauses again
 
 
 def _latest_earlier_match(token_ids: list[int], n: int) -> int | None:

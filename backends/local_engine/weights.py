@@ -32,7 +32,7 @@ _QKV_BIASES = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_pr
 
 @dataclass(frozen=True)
 class WeightFormat:
-    dtype: str = "fp32"  # fp32 | bf16 | int8 | int4
+    dtype: str = "fp32"  # fp32 | bf16 | fp16 | int8 | int4
     int4_group_size: int = 32
 
     @property
@@ -102,11 +102,13 @@ class ModelBuilder:
     def _embedding(self, weight: Tensor) -> Embedding:
         if self.fmt.dtype in ("int8", "int4"):
             return Embedding(*quantize_int8(weight), dtype=torch.float32)
+        if self.fmt.dtype == "fp16":
+            return Embedding(weight.half(), None, torch.float32)
         return Embedding(weight.to(self.fmt.activation_dtype), None, self.fmt.activation_dtype)
 
     def _lm_head(self, embed: Embedding) -> torch.nn.Module:
         head_weight = self.globals.get("lm_head.weight")
-        if head_weight is None and embed.scale is None:
+        if head_weight is None and self.fmt.dtype in ("fp32", "bf16"):
             return DenseLinear(embed.weight, None)  # tied: share the embedding's storage
         weight = self.globals["model.embed_tokens.weight"] if head_weight is None else head_weight
         # int4 keeps the output projection in int8, as llama.cpp's Q4 formats keep it at higher precision
@@ -129,7 +131,11 @@ def build_model(
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes held by the model's weights, each storage counted once (tied embeddings share one)."""
+    """Bytes held by the model's weights, each storage counted once (tied embeddings share one).
+
+    Weights prepacked by a kernel library (fbgemm) live outside tensors: modules report them as packed_nbytes.
+    """
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in model.parameters()}
     storages |= {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in model.buffers()}
-    return sum(storages.values())
+    packed = sum(getattr(module, "packed_nbytes", 0) for module in model.modules())
+    return sum(storages.values()) + packed
