@@ -3,8 +3,11 @@ whose arguments parse and validate, streamed too; "auto" and unknown names are a
 
 import json
 import os
+import time
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import jsonschema
 import pytest
 
@@ -12,14 +15,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("torch")
 pytest.importorskip("llguidance")
 
+import openai  # noqa: E402
+
 from backends.local_engine.config import EngineSettings  # noqa: E402
-from backends.local_engine.detokenizer import IncrementalDetokenizer  # noqa: E402
-from backends.local_engine.engine import LLMEngine  # noqa: E402
-from backends.local_engine.protocol import Completion, sampling_params  # noqa: E402
-from backends.local_engine.sampler import probabilities  # noqa: E402
-from backends.local_engine.structured import grammars_for  # noqa: E402
+from backends.local_engine.protocol import sampling_params  # noqa: E402
+from backends.local_engine.serve import load_local_engine  # noqa: E402
+from backends.local_engine.server import create_app  # noqa: E402
 from backends.local_engine.tools import tool_request, with_tools_prompt  # noqa: E402
 from gateway.errors import OpenAIError  # noqa: E402
+from tests.fakes import ServerThread  # noqa: E402
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
                                             "unit": {"enum": ["celsius", "fahrenheit"]}},
@@ -38,56 +42,59 @@ CHAT = {
 
 
 @pytest.fixture(scope="module")
-def runner():
-    from backends.local_engine.model_runner import ModelRunner
-
-    return ModelRunner(EngineSettings(dtype="fp32", kv_cache_memory_mb=64, max_model_len=512))
+def engine() -> Iterator[ServerThread]:
+    """The engine's own server on the real SmolLM2 (fp32)."""
+    settings = EngineSettings(
+        dtype="fp32", kv_cache_memory_mb=64, max_model_len=512, max_num_batched_tokens=128
+    )
+    with ServerThread(create_app(lambda: load_local_engine(settings))) as server:
+        deadline = time.monotonic() + 300
+        while httpx.get(server.url + "/health", timeout=5).status_code != 200:
+            assert time.monotonic() < deadline, "the engine did not load"
+            time.sleep(0.2)
+        yield server
 
 
 @pytest.fixture(scope="module")
-def grammars(runner):
-    return grammars_for(runner.tokenizer)
+def client(engine: ServerThread) -> openai.OpenAI:
+    return openai.OpenAI(base_url=engine.url + "/v1", api_key="none", max_retries=0, timeout=300)
 
 
-def answer(runner, grammars, body: dict[str, Any], stream: bool) -> tuple[Completion, list[dict[str, Any]]]:
-    """Runs `body` through the engine the way the server does; returns the completion and its stream chunks."""
-    settings = EngineSettings(max_model_len=512, max_num_batched_tokens=128, max_num_seqs=4)
-    llm = LLMEngine(
-        settings, runner, probabilities, lambda p, params: IncrementalDetokenizer(runner.tokenizer, p, params)
+@pytest.fixture(scope="module")
+def grammars(engine: ServerThread) -> Any:
+    return engine.server.config.app.state.engine_state.loaded.model.grammars
+
+
+def test_required_gives_a_valid_tool_call(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(
+        model="smollm2",
+        messages=CHAT["messages"],
+        tools=TOOLS,
+        tool_choice="required",
+        temperature=0,
+        max_tokens=60,
     )
-    body = {"temperature": 0, "max_tokens": 60, **body}
-    params = sampling_params("chat", body, 60, grammars)
-    messages = with_tools_prompt(body["messages"], tool_request(body))
-    llm.add_request(runner.tokenizer.encode_chat(messages), params)
-    completion, chunks = Completion("chat", "smollm2", lambda t: "", tools=True), []
-    while llm.has_work:
-        for out in llm.step():
-            if stream:
-                chunks += [c for c in [completion.chunk(out)] if c is not None]
-            else:
-                completion.add(out)
-    return completion, chunks
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls", choice.message
+    assert choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_")
+    jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
 
 
-def test_required_gives_a_valid_tool_call(runner, grammars) -> None:
-    completion, _ = answer(runner, grammars, {**CHAT, "tool_choice": "required"}, stream=False)
-    choice = completion.response()["choices"][0]
-    assert choice["finish_reason"] == "tool_calls", completion.text
-    assert choice["message"]["content"] is None
-    (call,) = choice["message"]["tool_calls"]
-    assert call["type"] == "function" and call["id"].startswith("call_")
-    name = call["function"]["name"]
-    jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMAS[name])
-
-
-def test_named_tool_streams_as_delta_tool_calls(runner, grammars) -> None:
-    choice = {"type": "function", "function": {"name": "get_time"}}
-    _, chunks = answer(runner, grammars, {**CHAT, "tool_choice": choice}, stream=True)
-    (last,) = chunks  # nothing until the call is complete, then the whole call at once
-    assert last["choices"][0]["finish_reason"] == "tool_calls"
-    (call,) = last["choices"][0]["delta"]["tool_calls"]
-    assert call["index"] == 0 and call["function"]["name"] == "get_time"
-    jsonschema.validate(json.loads(call["function"]["arguments"]), TIME)
+def test_named_tool_streams_as_delta_tool_calls(client: openai.OpenAI) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model="smollm2", messages=CHAT["messages"], tools=TOOLS, temperature=0, max_tokens=60, stream=True,
+            tool_choice={"type": "function", "function": {"name": "get_time"}},
+        )
+    )  # fmt: skip
+    opening, last = chunks  # the role, then nothing until the call is complete, then the whole call at once
+    assert opening.choices[0].delta.role == "assistant"
+    assert last.choices[0].finish_reason == "tool_calls"
+    (call,) = last.choices[0].delta.tool_calls
+    assert call.index == 0 and call.id.startswith("call_") and call.function.name == "get_time"
+    jsonschema.validate(json.loads(call.function.arguments), TIME)
 
 
 def test_named_schema_allows_only_that_tool() -> None:
