@@ -1,5 +1,5 @@
 """Tool calls in our engine on the real SmolLM2: tool_choice "required" and named give OpenAI `tool_calls`
-whose arguments parse and validate, streamed too; "auto" and unknown names are a clear 400."""
+whose arguments parse and validate, streamed too; "auto" answers text or a call; bad choices are a 400."""
 
 import json
 import os
@@ -18,7 +18,8 @@ pytest.importorskip("llguidance")
 import openai  # noqa: E402
 
 from backends.local_engine.config import EngineSettings  # noqa: E402
-from backends.local_engine.protocol import sampling_params  # noqa: E402
+from backends.local_engine.outputs import RequestOutput  # noqa: E402
+from backends.local_engine.protocol import Completion, sampling_params  # noqa: E402
 from backends.local_engine.serve import load_local_engine  # noqa: E402
 from backends.local_engine.server import create_app  # noqa: E402
 from backends.local_engine.tools import tool_request, with_tools_prompt  # noqa: E402
@@ -110,8 +111,7 @@ def test_named_schema_allows_only_that_tool() -> None:
 
 
 @pytest.mark.parametrize(("extra", "param"), [
-    ({}, "tool_choice"),  # "auto", the default
-    ({"tool_choice": "auto"}, "tool_choice"),
+    ({"tool_choice": "any"}, "tool_choice"),
     ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
     ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
     ({"tools": [{"type": "function"}], "tool_choice": "required"}, "tools"),
@@ -128,3 +128,52 @@ def test_the_tools_are_described_in_the_system_prompt() -> None:
     messages = with_tools_prompt([{"role": "system", "content": "Be brief."}, *CHAT["messages"]], request)
     assert len(messages) == 2 and messages[0]["content"].startswith("Be brief.")
     assert "get_weather" in messages[0]["content"] and "Weather in a city" in messages[0]["content"]
+
+
+def test_auto_answers_text_or_a_valid_call(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(
+        model="smollm2",
+        messages=CHAT["messages"],
+        tools=TOOLS,
+        tool_choice="auto",
+        temperature=0,
+        max_tokens=60,
+    )
+    choice = response.choices[0]
+    if choice.finish_reason == "tool_calls":
+        (call,) = choice.message.tool_calls
+        jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+    else:
+        assert choice.message.content and not choice.message.content.startswith("<")
+
+
+def stream(completion: Completion, pieces: list[str]) -> list[dict[str, Any]]:
+    outputs = [RequestOutput(1, [i], text, [], None, 5, 0, i + 1) for i, text in enumerate(pieces)]
+    outputs[-1].finish_reason = "stop"
+    return [c for c in map(completion.chunk, outputs) if c is not None]
+
+
+def test_auto_streams_text_at_once_and_holds_a_call_back() -> None:
+    auto = tool_request({**CHAT, "tool_choice": "auto"})
+    assert auto is not None and auto.auto
+    text = stream(Completion("chat", "m", str, tools=auto), ["", "Sunny", " today"])
+    assert [c["choices"][0]["delta"] for c in text] == [{"content": "Sunny"}, {"content": " today"}]
+    assert text[-1]["choices"][0]["finish_reason"] == "stop"
+    pieces = ["<tool_call>", '{"name": "get_time", ', '"arguments": {"zone": "UTC"}}']
+    (call,) = stream(Completion("chat", "m", str, tools=auto), pieces)
+    assert call["choices"][0]["finish_reason"] == "tool_calls"
+    assert call["choices"][0]["delta"]["tool_calls"][0]["function"] == {
+        "name": "get_time",
+        "arguments": '{"zone":"UTC"}',
+    }
+    held = Completion("chat", "m", str, tools=auto)
+    for piece in pieces:
+        held.add(RequestOutput(1, [0], piece, [], None, 5, 0, 1))
+    held.last.finish_reason = "stop"  # type: ignore[union-attr]
+    assert held.response()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_time"
+
+
+def test_auto_grammar_allows_text_or_marker_and_call(grammars: Any) -> None:
+    auto = tool_request({**CHAT, "tool_choice": "auto"})
+    constraint = sampling_params("chat", {**CHAT, "tool_choice": "auto"}, 16, grammars).constraint
+    assert constraint is not None and auto is not None and auto.lark().startswith("start:")

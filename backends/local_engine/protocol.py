@@ -12,7 +12,7 @@ from typing import Any
 
 from backends.local_engine.outputs import RequestOutput, TokenLogprob
 from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.tools import ToolRequest, tool_calls, tool_request
+from backends.local_engine.tools import ToolRequest, tool_request
 from gateway.errors import bad_request
 
 TokenText = Callable[[int], str]
@@ -55,6 +55,8 @@ def _wants_json(body: dict[str, Any]) -> bool:
 
 
 def _constraint(body: dict[str, Any], tools: ToolRequest | None, grammars: Any) -> Any:
+    if tools is not None and tools.auto:
+        return grammars.for_grammar("lark", tools.lark(), param="tools")
     if tools is not None:
         return grammars.for_schema(tools.schema(), param="tools")
     return grammars.for_response_format(body["response_format"]) if _wants_json(body) else None
@@ -108,7 +110,7 @@ class Completion:
     model: str
     token_text: TokenText
     include_usage: bool = False
-    tools: bool = False  # the answer is a constrained tool call (tools.py), sent as `tool_calls`
+    tools: ToolRequest | None = None  # the answer may be a constrained tool call (tools.py): `tool_calls`
     id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
     text: str = ""
@@ -171,7 +173,7 @@ class Completion:
     def chunk(self, output: RequestOutput) -> dict[str, Any] | None:
         """The stream's next chunk; for a tool call, None until the call is complete, then the whole call."""
         self.add(output)
-        if self.tools:
+        if self._may_be_call():  # held back until whole
             return self._tool_call_chunk(output.finish_reason) if output.finish_reason else None
         content = {"content": output.new_text} if self.is_chat else output.new_text
         return self._chunk(content, output.finish_reason, output.new_logprobs)
@@ -182,8 +184,12 @@ class Completion:
             return self._chunk({"content": self.text}, finish, [])
         return self._chunk({"tool_calls": [{"index": 0, **c} for c in calls]}, "tool_calls", [])
 
+    def _may_be_call(self) -> bool:
+        """Under "auto" the answer is text unless its first character opens the call marker."""
+        return self.tools is not None and (not self.tools.auto or not self.text or self.text[0] == "<")
+
     def _tool_calls(self, finish: str | None) -> list[dict[str, Any]] | None:
-        return tool_calls(self.text) if self.tools and finish == "stop" else None
+        return self.tools.calls(self.text) if self.tools and finish == "stop" else None
 
     def usage_chunk(self) -> dict[str, Any]:
         return {**self._envelope(), "object": self._chunk_object(), "choices": [], "usage": self.usage()}

@@ -132,9 +132,7 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
         body = {**body, "messages": with_tools_prompt(body["messages"], tools)}
     prompt_ids = _prompt_ids(loaded.model, endpoint, body)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    completion = Completion(
-        endpoint, loaded.model.name, loaded.model.token_text, include_usage, tools is not None
-    )
+    completion = Completion(endpoint, loaded.model.name, loaded.model.token_text, include_usage, tools)
     outputs = loaded.engine.generate(prompt_ids, params)
     first = await _first_output(outputs, "messages" if endpoint == "chat" else "prompt")
     if body.get("stream"):

@@ -56,7 +56,11 @@ class Grammars:
 
     def for_schema(self, schema: dict[str, Any], param: str) -> "JsonConstraint":
         """A constraint to JSON following `schema`; a 400 naming `param` when llguidance cannot compile it."""
-        grammar = grammar_from("json_schema", orjson.dumps(schema).decode())
+        return self.for_grammar("json_schema", orjson.dumps(schema).decode(), param)
+
+    def for_grammar(self, kind: str, text: str, param: str) -> "JsonConstraint":
+        """A constraint to an llguidance grammar of `kind` ("lark": Lark, with `%json {schema}` inside)."""
+        grammar = grammar_from(kind, text)
         tokenizer = self.tokenizer()
         message = LLMatcher.validate_grammar(grammar, tokenizer)
         if message:

@@ -1,9 +1,10 @@
-"""Function calling in our engine: `tools` with `tool_choice` "required" or a named function.
+"""Function calling in our engine: `tools` with `tool_choice` "auto", "required" or a named function.
 
 The model is told about the tools in one system-prompt line (SmolLM2's chat template has no tool syntax),
 and its answer is constrained (structured.py, llguidance) to `{"name": <a tool's name>, "arguments": <that
-tool's parameters schema>}`: one schema per tool, `anyOf` when several may be called. The answer then becomes
-an OpenAI `tool_calls` message. `tool_choice: "auto"` (free text or a call) is refused with a 400.
+tool's parameters schema>}`: one schema per tool, `anyOf` when several may be called. Under "auto" the answer
+is either text (not starting with "<") or `<tool_call>` followed by such a call (a Lark grammar). A call
+becomes an OpenAI `tool_calls` message.
 """
 
 import secrets
@@ -15,6 +16,7 @@ import orjson
 from gateway.errors import bad_request
 
 _NO_PARAMETERS = {"type": "object", "properties": {}}
+MARKER = "<tool_call>"
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class ToolRequest:
 
     tools: list[dict[str, Any]]
     forced: str | None = None
+    auto: bool = False  # text or a call, the model's choice
 
     def schema(self) -> dict[str, Any]:
         """The JSON schema every answer must follow."""
@@ -30,10 +33,23 @@ class ToolRequest:
         options = [_call_schema(t) for t in allowed]
         return options[0] if len(options) == 1 else {"anyOf": options}
 
+    def lark(self) -> str:
+        """Under "auto": free text that does not start with "<", or the marker and a call."""
+        call = orjson.dumps(self.schema()).decode()
+        return f'start: TEXT | "{MARKER}" call\nTEXT: /[^<][\\s\\S]*/\ncall: %json {call}\n'
+
+    def calls(self, text: str) -> list[dict[str, Any]] | None:
+        """The OpenAI `tool_calls` for a whole answer; None when it is text or a call cut short."""
+        if self.auto:
+            if not text.startswith(MARKER):
+                return None
+            text = text[len(MARKER) :]
+        return tool_calls(text)
+
 
 def tool_request(body: dict[str, Any]) -> ToolRequest | None:
     """The request's tools to call, None when it offers none (or tool_choice "none"); a 400 for what the
-    engine cannot honour: legacy `functions`, tool_choice "auto" (the default) or an unknown name."""
+    engine cannot honour: legacy `functions`, an unknown tool_choice or name."""
     if body.get("functions") and body.get("function_call", "auto") != "none":
         raise bad_request("This engine does not support the legacy 'functions'; send 'tools'.",
                           param="functions", code="unsupported_parameter")  # fmt: skip
@@ -41,21 +57,26 @@ def tool_request(body: dict[str, Any]) -> ToolRequest | None:
     choice = body.get("tool_choice", "auto" if tools else "none")
     if not tools or choice == "none":
         return None
-    if choice == "required":
-        return ToolRequest(tools)
+    if choice in ("required", "auto"):
+        return ToolRequest(tools, auto=choice == "auto")
     if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
         name = choice["function"].get("name")
         if name not in {t["name"] for t in tools}:
             raise bad_request(f"tool_choice names {name!r}, which is not among 'tools'.", param="tool_choice")
         return ToolRequest(tools, forced=name)
-    raise bad_request("This engine calls tools only with tool_choice 'required' or a named function "
-                      "(not 'auto'); send one of those or 'none'.", param="tool_choice",
-                      code="unsupported_parameter")  # fmt: skip
+    raise bad_request("'tool_choice' must be 'none', 'auto', 'required' or a named function.",
+                      param="tool_choice")  # fmt: skip
 
 
 def with_tools_prompt(messages: list[dict[str, Any]], request: ToolRequest) -> list[dict[str, Any]]:
     """The conversation with the tools described in the system prompt (appended to one already there)."""
-    line = 'You can call these functions; answer with one call as JSON {"name": ..., "arguments": ...}:\n'
+    call = '{"name": ..., "arguments": ...}'
+    how = (
+        f"to call one, answer {MARKER} then {call}; otherwise answer in text"
+        if request.auto
+        else f"answer {call}"
+    )
+    line = f"You can call these functions ({how}):\n"
     line += "\n".join(
         orjson.dumps({k: t[k] for k in ("name", "description", "parameters") if k in t}).decode()
         for t in request.tools
