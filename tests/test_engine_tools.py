@@ -174,6 +174,19 @@ def test_auto_streams_text_at_once_and_holds_a_call_back() -> None:
 
 
 def test_auto_grammar_allows_text_or_marker_and_call(grammars: Any) -> None:
-    auto = tool_request({**CHAT, "tool_choice": "auto"})
+    import torch
+
+    lltok = grammars.tokenizer()
+    for text, whole in [
+        ('<tool_call>{"name": "get_time", "arguments": {"zone": "UTC"}}', True),
+        ("Sunny", False),
+    ]:
+        constraint = sampling_params("chat", {**CHAT, "tool_choice": "auto"}, 16, grammars).constraint
+        logits = torch.zeros(lltok.vocab_size)
+        constraint.mask(logits, lltok.tokenize_str(text))
+        allowed = int((~torch.isinf(logits)).sum())
+        assert (allowed == 1) if whole else (allowed > 1000)  # a whole call: only EOS; text: goes on freely
     constraint = sampling_params("chat", {**CHAT, "tool_choice": "auto"}, 16, grammars).constraint
-    assert constraint is not None and auto is not None and auto.lark().startswith("start:")
+    logits = torch.zeros(lltok.vocab_size)
+    constraint.mask(logits, lltok.tokenize_str("<tool_call>"))
+    assert int((~torch.isinf(logits)).sum()) < 100  # after the marker: only the start of a call
