@@ -66,16 +66,21 @@ def grammars(engine: ServerThread) -> Any:
     return engine.server.config.app.state.engine_state.loaded.model.grammars
 
 
-def test_required_gives_a_valid_tool_call(client: openai.OpenAI) -> None:
+def ask(client: openai.OpenAI, tool_choice: Any) -> Any:
+    """One greedy, non-streamed answer to CHAT with `tool_choice`: its only choice."""
     response = client.chat.completions.create(
         model="smollm2",
         messages=CHAT["messages"],
         tools=TOOLS,
-        tool_choice="required",
+        tool_choice=tool_choice,
         temperature=0,
         max_tokens=60,
     )
-    choice = response.choices[0]
+    return response.choices[0]
+
+
+def test_required_gives_a_valid_tool_call(client: openai.OpenAI) -> None:
+    choice = ask(client, "required")
     assert choice.finish_reason == "tool_calls", choice.message
     assert choice.message.content is None
     (call,) = choice.message.tool_calls
@@ -131,15 +136,7 @@ def test_the_tools_are_described_in_the_system_prompt() -> None:
 
 
 def test_auto_answers_text_or_a_valid_call(client: openai.OpenAI) -> None:
-    response = client.chat.completions.create(
-        model="smollm2",
-        messages=CHAT["messages"],
-        tools=TOOLS,
-        tool_choice="auto",
-        temperature=0,
-        max_tokens=60,
-    )
-    choice = response.choices[0]
+    choice = ask(client, "auto")
     if choice.finish_reason == "tool_calls":
         (call,) = choice.message.tool_calls
         jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
