@@ -1,4 +1,5 @@
-"""The embedded engine refuses what it cannot honour (tools, JSON modes, guided decoding) with a clear 400."""
+"""The embedded engine refuses what it cannot honour (tools and JSON modes without a grammar compiler, guided
+decoding) with a clear 400; tests/test_engine_tools.py covers the tool_choice refusals with one."""
 
 from typing import Any
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from backends.local_engine.outputs import RequestOutput, TokenLogprob
 from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.tools import ToolRequest, tool_request
 from gateway.errors import bad_request
 
 TokenText = Callable[[int], str]
@@ -24,6 +25,7 @@ def sampling_params(
     if body.get("n", 1) != 1:
         raise bad_request("Only n=1 is supported by this engine.", param="n")
     refuse_what_cannot_be_honoured(body, json_modes=grammars is not None)
+    tools = tool_request(body) if endpoint == "chat" else None
     stop = body.get("stop") or []
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens
     return SamplingParams(
@@ -39,7 +41,7 @@ def sampling_params(
         stop=[stop] if isinstance(stop, str) else list(stop),
         stop_token_ids=list(body.get("stop_token_ids") or []),
         ignore_eos=bool(body.get("ignore_eos", False)),
-        constraint=grammars.for_response_format(body["response_format"]) if _wants_json(body) else None,
+        constraint=_constraint(body, tools, grammars),
         **_logprob_options(endpoint, body),
     )
 
@@ -52,18 +54,30 @@ def _wants_json(body: dict[str, Any]) -> bool:
     return isinstance(given, dict) and given.get("type") in _JSON_MODES
 
 
+def _constraint(body: dict[str, Any], tools: ToolRequest | None, grammars: Any) -> Any:
+    if tools is not None and tools.auto:
+        return grammars.for_grammar("lark", tools.lark(), param="tools")
+    if tools is not None:
+        return grammars.for_schema(tools.schema(), param="tools")
+    return grammars.for_response_format(body["response_format"]) if _wants_json(body) else None
+
+
 _GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
 
 
 def refuse_what_cannot_be_honoured(body: dict[str, Any], json_modes: bool = False) -> None:
-    """Tools and guided decoding (and JSON modes, without a grammar compiler for the model's tokenizer) are
-    refused with a 400 rather than answered with free text that ignores them."""
-    if (body.get("tools") or body.get("functions")) and body.get("tool_choice", "auto") != "none":
-        param = "tools" if body.get("tools") else "functions"
-        raise bad_request("This engine cannot call tools: send tool_choice 'none' or use a deployment that "
-                          "supports tool calling.", param=param, code="unsupported_parameter")  # fmt: skip
+    """Guided decoding (and tools and JSON modes, without a grammar compiler for the model's tokenizer) are
+    refused with a 400 rather than answered with free text that ignores them (tools.py refuses the rest)."""
     given = body.get("response_format") or {}
     kind = given.get("type", "text") if isinstance(given, dict) else given
+    calls = body.get("tools") and body.get("tool_choice", "auto") != "none"
+    if (calls or body.get("functions")) and not json_modes:
+        param = "tools" if body.get("tools") else "functions"
+        raise bad_request("This engine cannot call tools with this model: send tool_choice 'none' or use a "
+                          "deployment that supports tool calling.", param=param, code="unsupported_parameter")  # fmt: skip
+    if calls and kind != "text":
+        raise bad_request("This engine cannot combine tool calls with a JSON response_format.",
+                          param="response_format", code="unsupported_parameter")  # fmt: skip
     if kind != "text" and not (json_modes and kind in _JSON_MODES):
         raise bad_request(f"This engine cannot guarantee response_format {kind!r} (no constrained decoding).",
                           param="response_format", code="unsupported_parameter")  # fmt: skip
@@ -96,6 +110,7 @@ class Completion:
     model: str
     token_text: TokenText
     include_usage: bool = False
+    tools: ToolRequest | None = None  # the answer may be a constrained tool call (tools.py): `tool_calls`
     id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
     text: str = ""
@@ -116,7 +131,10 @@ class Completion:
     def response(self) -> dict[str, Any]:
         finish = self.last.finish_reason if self.last else "stop"
         if self.is_chat:
-            message = {"role": "assistant", "content": self.text}
+            message: dict[str, Any] = {"role": "assistant", "content": self.text}
+            calls = self._tool_calls(finish)
+            if calls:
+                message, finish = {"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls"
             choice = {
                 "index": 0,
                 "message": message,
@@ -152,10 +170,26 @@ class Completion:
         """Chat streams open with the assistant role."""
         return self._chunk({"role": "assistant", "content": ""}, None, []) if self.is_chat else None
 
-    def chunk(self, output: RequestOutput) -> dict[str, Any]:
+    def chunk(self, output: RequestOutput) -> dict[str, Any] | None:
+        """The stream's next chunk; for a tool call, None until the call is complete, then the whole call."""
         self.add(output)
+        if self._may_be_call():  # held back until whole
+            return self._tool_call_chunk(output.finish_reason) if output.finish_reason else None
         content = {"content": output.new_text} if self.is_chat else output.new_text
         return self._chunk(content, output.finish_reason, output.new_logprobs)
+
+    def _tool_call_chunk(self, finish: str) -> dict[str, Any]:
+        calls = self._tool_calls(finish)
+        if not calls:  # cut short by max_tokens: the partial JSON, as text
+            return self._chunk({"content": self.text}, finish, [])
+        return self._chunk({"tool_calls": [{"index": 0, **c} for c in calls]}, "tool_calls", [])
+
+    def _may_be_call(self) -> bool:
+        """Under "auto" the answer is text unless its first character opens the call marker."""
+        return self.tools is not None and (not self.tools.auto or not self.text or self.text[0] == "<")
+
+    def _tool_calls(self, finish: str | None) -> list[dict[str, Any]] | None:
+        return self.tools.calls(self.text) if self.tools and finish == "stop" else None
 
     def usage_chunk(self) -> dict[str, Any]:
         return {**self._envelope(), "object": self._chunk_object(), "choices": [], "usage": self.usage()}

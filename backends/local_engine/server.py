@@ -22,6 +22,7 @@ from backends.local_engine.async_engine import AsyncEngine
 from backends.local_engine.metrics import EngineMetrics
 from backends.local_engine.outputs import RequestOutput
 from backends.local_engine.protocol import Completion, sampling_params
+from backends.local_engine.tools import tool_request, with_tools_prompt
 from gateway.errors import OpenAIError, bad_request, model_not_found
 from gateway.sse import DONE, event
 from gateway.validation import parse_json, validate
@@ -126,9 +127,12 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
     if body["model"] != loaded.model.name:
         raise model_not_found(body["model"])
     params = sampling_params(endpoint, body, default_max_tokens, loaded.model.grammars)
+    tools = tool_request(body) if endpoint == "chat" else None
+    if tools is not None:
+        body = {**body, "messages": with_tools_prompt(body["messages"], tools)}
     prompt_ids = _prompt_ids(loaded.model, endpoint, body)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    completion = Completion(endpoint, loaded.model.name, loaded.model.token_text, include_usage)
+    completion = Completion(endpoint, loaded.model.name, loaded.model.token_text, include_usage, tools)
     outputs = loaded.engine.generate(prompt_ids, params)
     first = await _first_output(outputs, "messages" if endpoint == "chat" else "prompt")
     if body.get("stream"):
@@ -165,9 +169,11 @@ async def _sse(completion: Completion, first: RequestOutput, outputs: AsyncItera
         opening = completion.first_chunk()
         if opening is not None:
             yield event(opening)
-        yield event(completion.chunk(first))
+        if (chunk := completion.chunk(first)) is not None:
+            yield event(chunk)
         async for output in outputs:
-            yield event(completion.chunk(output))
+            if (chunk := completion.chunk(output)) is not None:
+                yield event(chunk)
         if completion.include_usage:
             yield event(completion.usage_chunk())
         yield DONE

@@ -52,11 +52,19 @@ class Grammars:
             if not isinstance(schema, dict):
                 raise bad_request("response_format.json_schema.schema must be a JSON schema object.",
                                   param="response_format")  # fmt: skip
-        grammar = grammar_from("json_schema", orjson.dumps(schema).decode())
+        return self.for_schema(schema, param="response_format")
+
+    def for_schema(self, schema: dict[str, Any], param: str) -> "JsonConstraint":
+        """A constraint to JSON following `schema`; a 400 naming `param` when llguidance cannot compile it."""
+        return self.for_grammar("json_schema", orjson.dumps(schema).decode(), param)
+
+    def for_grammar(self, kind: str, text: str, param: str) -> "JsonConstraint":
+        """A constraint to an llguidance grammar of `kind` ("lark": Lark, with `%json {schema}` inside)."""
+        grammar = grammar_from(kind, text)
         tokenizer = self.tokenizer()
         message = LLMatcher.validate_grammar(grammar, tokenizer)
         if message:
-            raise bad_request(f"This engine cannot follow that JSON schema: {message}", param="response_format",
+            raise bad_request(f"This engine cannot follow that JSON schema: {message}", param=param,
                               code="unsupported_parameter")  # fmt: skip
         return JsonConstraint(LLMatcher(tokenizer, grammar), tokenizer.vocab_size)
 

@@ -1,0 +1,117 @@
+"""Function calling in our engine: `tools` with `tool_choice` "auto", "required" or a named function.
+
+The model is told about the tools in one system-prompt line (SmolLM2's chat template has no tool syntax),
+and its answer is constrained (structured.py, llguidance) to `{"name": <a tool's name>, "arguments": <that
+tool's parameters schema>}`: one schema per tool, `anyOf` when several may be called. Under "auto" the answer
+is either text (not starting with "<") or `<tool_call>` followed by such a call (a Lark grammar). A call
+becomes an OpenAI `tool_calls` message.
+"""
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.errors import bad_request
+
+_NO_PARAMETERS = {"type": "object", "properties": {}}
+MARKER = "<tool_call>"
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    """The tools a request offers and, for a named tool_choice, the one it must call."""
+
+    tools: list[dict[str, Any]]
+    forced: str | None = None
+    auto: bool = False  # text or a call, the model's choice
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema every answer must follow."""
+        allowed = [t for t in self.tools if self.forced in (None, t["name"])]
+        options = [_call_schema(t) for t in allowed]
+        return options[0] if len(options) == 1 else {"anyOf": options}
+
+    def lark(self) -> str:
+        """Under "auto": free text that does not start with "<", or the marker and a call."""
+        call = orjson.dumps(self.schema()).decode()
+        return f'start: TEXT | "{MARKER}" call\nTEXT: /[^<][\\s\\S]*/\ncall: %json {call}\n'
+
+    def calls(self, text: str) -> list[dict[str, Any]] | None:
+        """The OpenAI `tool_calls` for a whole answer; None when it is text or a call cut short."""
+        if self.auto:
+            if not text.startswith(MARKER):
+                return None
+            text = text[len(MARKER) :]
+        return tool_calls(text)
+
+
+def tool_request(body: dict[str, Any]) -> ToolRequest | None:
+    """The request's tools to call, None when it offers none (or tool_choice "none"); a 400 for what the
+    engine cannot honour: legacy `functions`, an unknown tool_choice or name."""
+    if body.get("functions") and body.get("function_call", "auto") != "none":
+        raise bad_request("This engine does not support the legacy 'functions'; send 'tools'.",
+                          param="functions", code="unsupported_parameter")  # fmt: skip
+    tools = [_function(t) for t in body.get("tools") or []]
+    choice = body.get("tool_choice", "auto" if tools else "none")
+    if not tools or choice == "none":
+        return None
+    if choice in ("required", "auto"):
+        return ToolRequest(tools, auto=choice == "auto")
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        if name not in {t["name"] for t in tools}:
+            raise bad_request(f"tool_choice names {name!r}, which is not among 'tools'.", param="tool_choice")
+        return ToolRequest(tools, forced=name)
+    raise bad_request("'tool_choice' must be 'none', 'auto', 'required' or a named function.",
+                      param="tool_choice")  # fmt: skip
+
+
+def with_tools_prompt(messages: list[dict[str, Any]], request: ToolRequest) -> list[dict[str, Any]]:
+    """The conversation with the tools described in the system prompt (appended to one already there)."""
+    call = '{"name": ..., "arguments": ...}'
+    how = (
+        f"to call one, answer {MARKER} then {call}; otherwise answer in text"
+        if request.auto
+        else f"answer {call}"
+    )
+    line = f"You can call these functions ({how}):\n"
+    line += "\n".join(
+        orjson.dumps({k: t[k] for k in ("name", "description", "parameters") if k in t}).decode()
+        for t in request.tools
+    )
+    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
+        return [{**messages[0], "content": f"{messages[0]['content']}\n\n{line}"}, *messages[1:]]
+    return [{"role": "system", "content": line}, *messages]
+
+
+def tool_calls(text: str) -> list[dict[str, Any]] | None:
+    """The OpenAI `tool_calls` for a constrained answer; None when it is not a complete call (cut short)."""
+    try:
+        call = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or "arguments" not in call:
+        return None
+    function = {"name": call["name"], "arguments": orjson.dumps(call["arguments"]).decode()}
+    return [{"id": f"call_{secrets.token_hex(12)}", "type": "function", "function": function}]
+
+
+def _function(tool: Any) -> dict[str, Any]:
+    function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise bad_request("Each tool must be {'type': 'function', 'function': {'name': ...}}.", param="tools")
+    parameters = function.get("parameters") or _NO_PARAMETERS
+    if not isinstance(parameters, dict):
+        raise bad_request("A tool's 'parameters' must be a JSON schema object.", param="tools")
+    return {**function, "parameters": parameters}
+
+
+def _call_schema(tool: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"name": {"const": tool["name"]}, "arguments": tool["parameters"]},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
