@@ -22,13 +22,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client import CollectorRegistry  # noqa: E402
 
+from core.context import Principal, Reply, RequestContext, Usage  # noqa: E402
+from core.models import DeploymentConfig, ModelConfig  # noqa: E402
 from gateway.access_log import AccessLog  # noqa: E402
-from gateway.context import Principal, Reply, RequestContext, Usage  # noqa: E402
 from gateway.metrics import GatewayMetrics  # noqa: E402
 from gateway.observability_config import ObservabilitySettings  # noqa: E402
 from gateway.observe import ObserveStage, UpstreamTimer  # noqa: E402
 from gateway.pipeline import chain  # noqa: E402
-from gateway.settings import DeploymentConfig, ModelConfig, Settings  # noqa: E402
+from gateway.settings import Settings  # noqa: E402
 
 CHUNK = {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "tok"}}]}
 

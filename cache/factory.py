@@ -24,7 +24,7 @@ from cache.service import CacheService
 from cache.shadow import ShadowChecker
 from cache.stages import ExactCacheStage, SemanticCacheStage
 from cache.store import CacheStore, MemoryStore
-from gateway.context import Stage
+from core.context import Stage
 
 if TYPE_CHECKING:  # FAISS comes with the optional `semantic` extra
     from cache.vector_index import SemanticIndex

@@ -6,8 +6,8 @@ from typing import Any
 from cache.config import CachePolicy
 from cache.encoder import EncodedQuestion
 from cache.keys import SemanticParts, exact_key, is_deterministic, semantic_parts
-from gateway.context import RequestContext
-from gateway.errors import OpenAIError
+from core.context import RequestContext
+from core.errors import OpenAIError
 
 _OPTIONS = frozenset({"no_cache", "no_store"})
 CACHEABLE_ENDPOINTS = frozenset({"chat", "completions"})

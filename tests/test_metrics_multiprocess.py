@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = """
 import asyncio
-from gateway.context import Reply, RequestContext, Usage
+from core.context import Reply, RequestContext, Usage
 from gateway.observe import create_observability
 from gateway.pipeline import chain
 from gateway.settings import Settings
