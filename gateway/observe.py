@@ -1,13 +1,13 @@
-"""Metrics and the access log for every request: two pipeline stages and the factory that builds them.
+"""Metrics and the access log for every request: the observe stage and the factory that builds it.
 
 `ObserveStage` goes FIRST in the stage list, so it sees every request, auth failures included. Errors of
 inner stages pass through it as exceptions: it records them and re-raises. For streams a tap on the reply
 times the first token and the gaps between tokens, and its end hook settles at the stream's end (normal
 end, error, or the client going away).
 
-`UpstreamTimer` goes right BEFORE the route stage (the one that calls deployments). It adds the time spent
-in the route stage to the request's upstream clock. For streams the route stage awaits the first upstream
-chunk before it returns (see routing's `call_backend`), so the time measured is the time to that chunk.
+The route stage (routing/stage.py, the one that calls deployments) adds the time spent in it to the
+request's upstream clock, ctx.upstream. For streams it awaits the first upstream chunk before it returns,
+so the time measured is the time to that chunk.
 
 Gateway overhead, precisely: from the request's arrival (ctx.started_at, set by the HTTP middleware) to the
 moment the pipeline hands the answer to the HTTP layer (the whole JSON body; for streams, the first chunk),
@@ -36,18 +36,6 @@ from gateway.settings import Settings
 
 Clock = Callable[[], float]
 CANCELLED = "cancelled"
-
-
-class UpstreamTimer:
-    def __init__(self, clock: Clock = time.perf_counter) -> None:
-        self._clock = clock
-
-    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
-        started = self._clock()
-        try:
-            return await call_next(ctx)
-        finally:
-            ctx.upstream.add(self._clock() - started)
 
 
 @dataclass
@@ -147,11 +135,10 @@ def _error_text(exc: BaseException) -> str | None:
 
 @dataclass
 class Observability:
-    """What the app needs: the two stages, and the /metrics body."""
+    """What the app needs: the stage, and the /metrics body."""
 
     metrics: GatewayMetrics
     stage: ObserveStage
-    upstream_timer: UpstreamTimer
 
     def render(self) -> tuple[bytes, str]:
         return render_metrics(self.metrics)
@@ -165,4 +152,4 @@ def create_observability(
 ) -> Observability:
     metrics = GatewayMetrics.from_settings(settings, registry)
     access_log = AccessLog(observability_settings(settings), logger or configure_access_logger(log_stream))
-    return Observability(metrics, ObserveStage(metrics, access_log), UpstreamTimer())
+    return Observability(metrics, ObserveStage(metrics, access_log))

@@ -20,7 +20,6 @@ from gateway.observe import Observability, create_observability
 from gateway.pipeline import chain
 from gateway.settings import Settings
 from gateway.tracing import Tracing, create_tracing
-from policies.accounting import AccountingStage
 from policies.service import PolicyServices, create_policy_services
 from routing.factory import RoutingServices, create_routing_stages
 
@@ -35,7 +34,6 @@ class Services:
     cache: CacheComponents | None
     stages: list[Stage]
     handler: Handler
-    accounting: AccountingStage
     drain: Drain
     closers: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
     tracing: Tracing | None = None  # OpenTelemetry, when settings.tracing.enabled
@@ -61,7 +59,6 @@ class Services:
         self.routing.monitor.set_replicas(self.routing.router.all_replicas())
         deployments = {d.name: d for m in models for d in m.deployments}
         self.routing.cascade_stage.set_deployments(deployments)
-        self.accounting.set_models(models)
         self.observability.metrics.set_models(self.settings.model_copy(update={"models": models}))
 
     async def readiness(self) -> dict[str, Any]:
@@ -118,8 +115,8 @@ async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]
     if tracing:
         closers.insert(0, tracing.aclose)  # closed last: flushes the spans of the final requests
     handler = tracing.pipeline(stages) if tracing else chain(stages)
-    services = Services(settings, backends, observability, policy, routing, cache, stages, handler,
-                        policy.accounting, drain, closers, tracing)  # fmt: skip
+    services = Services(settings, backends, observability, policy, routing, cache, stages, handler, drain,
+                        closers, tracing)  # fmt: skip
     policy.on_models_changed(services.apply_models)
     if policy.directory.models != settings.models:
         await services.apply_models(policy.directory.models)
@@ -133,14 +130,13 @@ def _stages(
     cache: CacheComponents | None,
     routing: RoutingServices,
 ) -> list[Stage]:
-    """The request pipeline, first stage first. A stage's end-of-reply hook runs after those below it."""
+    """The request pipeline, first stage first; each package's stages together, so a request crosses
+    each package once. A stage's end-of-reply hook runs after those of the stages below it."""
     return [
         observability.stage,  # metrics and the access log see every outcome (gateway/observe.py)
-        *policy.stages,  # authenticate → resolve policy → rate limits and budget → usage records (policies/)
         DrainStage(drain),  # on shutdown, work past the grace period ends with a 503 / an error event
+        *policy.stages,  # key → tenant, policy, rate limits and budgets, usage records (policies/)
         *(cache.stages if cache else []),  # exact cache → semantic cache (cache/)
         routing.cascade_stage,  # small → large, when the alias is a cascade (routing/cascade.py)
-        policy.accounting,  # tokens × the serving deployment's prices, per attempt (policies/accounting.py)
-        observability.upstream_timer,  # time spent waiting on deployments
-        routing.route_stage,  # load balancing, affinity, retries, fallbacks → backend call (routing/, backends/)
+        routing.route_stage,  # balancing, affinity, retries, fallbacks; prices each attempt (routing/stage.py)
     ]

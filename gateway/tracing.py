@@ -18,10 +18,9 @@ from core.reply import Reply
 from gateway.pipeline import chain
 from gateway.tracing_config import TracingSettings
 
-_SPAN_NAMES = {"ObserveStage": "observe", "AuthStage": "auth", "PolicyStage": "policy",
-               "RateLimitStage": "limits", "UsageRecordStage": "usage_record", "ExactCacheStage": "exact_cache", "SemanticCacheStage": "semantic_cache",
-               "CascadeStage": "cascade", "AccountingStage": "accounting", "UpstreamTimer": "upstream_timer",
-               "RouteStage": "route"}  # fmt: skip
+_SPAN_NAMES = {"ObserveStage": "observe", "DrainStage": "drain", "AuthStage": "auth", "PolicyStage": "policy",
+               "RateLimitStage": "limits", "AccountingStage": "accounting", "ExactCacheStage": "exact_cache",
+               "SemanticCacheStage": "semantic_cache", "CascadeStage": "cascade", "RouteStage": "route"}  # fmt: skip
 
 
 class Tracing:

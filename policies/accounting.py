@@ -1,10 +1,8 @@
-"""Accounting: what each upstream attempt cost, and the request's usage record.
+"""Accounting: one usage record per authenticated request, written when its reply has ended.
 
-Two stages, at two places in the stage list (gateway/services.py):
-- `AccountingStage`, right above the route stage, prices each attempt at the serving deployment's prices
-  when its reply has ended (ctx.cost_usd accumulates: a cascade's attempts are priced each at their own);
-- `UsageRecordStage`, right below the limits, writes one usage record per authenticated request when the
-  reply has ended, with the final status, the request's total usage and cost.
+The record carries the final status, the request's total usage (a cascade's attempts summed) and cost.
+Each attempt is priced where it is made, at its deployment's prices (routing/stage.py, core.models.cost_usd);
+this stage sits right below the limits, so it sees every request they admitted, cut or failed ones too.
 """
 
 import time
@@ -12,31 +10,14 @@ from typing import Any
 
 from core.context import Handler, RequestContext
 from core.errors import OpenAIError
-from core.models import ModelConfig, cost_usd
 from core.reply import Reply
 from policies.tables import utcnow
 from policies.usage_writer import UsageWriter
 
 
 class AccountingStage:
-    def __init__(self, models: list[ModelConfig]) -> None:
-        self.set_models(models)
+    """Writes the usage record of every authenticated request when its reply has ended."""
 
-    def set_models(self, models: list[ModelConfig]) -> None:
-        self._deployments = {d.name: d for m in models for d in m.deployments}
-
-    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
-        reply = await call_next(ctx)
-        await reply.on_end(lambda _: self._charge(ctx))
-        return reply
-
-    def _charge(self, ctx: RequestContext) -> None:
-        deployment = self._deployments.get(ctx.deployment or "")
-        if deployment:
-            ctx.cost_usd += cost_usd(deployment, ctx.usage.prompt_tokens, ctx.usage.completion_tokens)
-
-
-class UsageRecordStage:
     def __init__(self, usage: UsageWriter) -> None:
         self._usage = usage
 

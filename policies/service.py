@@ -2,7 +2,7 @@
 
 Wiring (gateway/services.py):
     policy = await create_policy_services(settings.policies, Connections(...), settings.models)
-    stages = [*policy.stages, <cache stages>, <cascade>, policy.accounting, <route stage>]
+    stages = [<observe>, <drain>, *policy.stages, <cache stages>, <routing stages>]
     app.include_router(policy.admin_router)
     policy.on_models_changed(<router>.update_models)                 # DB-managed aliases
     policy.set_cache_flush(<cache>.flush)                             # async (tenant_id, model) -> int
@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.context import Stage
 from core.models import ModelConfig
-from policies.accounting import AccountingStage, UsageRecordStage
+from policies.accounting import AccountingStage
 from policies.admin.router import AdminDeps, CacheFlush, create_admin_router
 from policies.auth import AuthStage, PolicyStage
 from policies.config import Connections, PoliciesSettings
@@ -43,8 +43,7 @@ class PolicyServices:
     usage: UsageWriter
     limiter: Limiter
     ratelimit_stage: RateLimitStage
-    stages: list[Stage]  # auth, policy, rate limit & budget, usage records: in this order, first in the pipeline
-    accounting: AccountingStage  # prices each attempt: right above the route stage
+    stages: list[Stage]  # auth, policy, rate limit & budget, accounting (usage records): in this order
     admin: AdminDeps
     admin_router: APIRouter
     redis_clients: list[Redis]
@@ -100,7 +99,7 @@ async def create_policy_services(
         AuthStage(directory, connections.master_key.get_secret_value()),
         PolicyStage(directory),
         ratelimit,
-        UsageRecordStage(usage),
+        AccountingStage(usage),
     ]
     admin = AdminDeps(store, engine, directory, notifier, connections.admin_token, cache_flush)
     return PolicyServices(
@@ -112,7 +111,6 @@ async def create_policy_services(
         limiter,
         ratelimit,
         stages,
-        AccountingStage(models),
         admin,
         create_admin_router(admin),
         clients,

@@ -1,5 +1,9 @@
 """The last stage: pick a deployment for the alias, call it; retry and fall back before the first byte.
 
+It also keeps two books of the request: the time spent here (ctx.upstream: whole calls with retries, or
+the time to the first streamed chunk; observe subtracts it from the gateway overhead) and each attempt's
+cost at its deployment's prices (ctx.cost_usd accumulates: a cascade's attempts are priced each at theirs).
+
 Once a stream has yielded its first chunk the choice is final: a later upstream failure propagates as
 an UpstreamError, which the SSE writer turns into an error event (no [DONE]) before closing.
 """
@@ -7,12 +11,14 @@ an UpstreamError, which the SSE writer turns into an error event (no [DONE]) bef
 import asyncio
 import math
 import random
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from backends.base import UpstreamError
 from core.context import Handler, RequestContext
 from core.errors import OpenAIError, model_not_found
+from core.models import cost_usd
 from core.reply import Ending, Reply, prepend
 from core.tracing import attempt_span
 from core.usage import Usage
@@ -32,6 +38,13 @@ class RouteStage:
         self._rng = rng or random.Random()
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
+        started = time.perf_counter()
+        try:
+            return await self._route(ctx)
+        finally:
+            ctx.upstream.add(time.perf_counter() - started)
+
+    async def _route(self, ctx: RequestContext) -> Reply:
         policy = policy_section(ctx.policy, "routing", RoutingPolicy) or self._settings.defaults
         if ctx.model not in self._router.pools:
             raise model_not_found(ctx.model)
@@ -167,6 +180,7 @@ class _Call:
                 body = await self._replica.backend.complete(endpoint, ctx.body, ctx.request_id)
                 self._succeeded()
                 ctx.usage = Usage.from_openai(body.get("usage"))
+                self._charge(ctx)
                 return Reply(body=body, usage=ctx.usage)
             chunks = self._replica.backend.stream(endpoint, ctx.body, ctx.request_id)
             first = await self._first_chunk(chunks)
@@ -207,11 +221,17 @@ class _Call:
 
     def _stream_ended(self, ctx: RequestContext, ending: Ending) -> None:
         ctx.usage = ending.usage
+        self._charge(ctx)
         if ending.status == 200:
             self._replica.breaker.on_success()
         elif isinstance(ending.error, UpstreamError):
             self._failed(ending.error, "mid_stream")
         self._release()
+
+    def _charge(self, ctx: RequestContext) -> None:
+        """This attempt's tokens at its deployment's prices."""
+        usage = ctx.usage
+        ctx.cost_usd += cost_usd(self._replica.backend.config, usage.prompt_tokens, usage.completion_tokens)
 
     def _succeeded(self) -> None:
         self._replica.latency.observe(self._router.clock() - self._started)

@@ -9,7 +9,6 @@ import pytest
 from core.context import Handler, RequestContext
 from core.models import ModelConfig
 from gateway.pipeline import chain
-from policies.accounting import AccountingStage
 from routing.config import CascadePolicy, RoutingSettings
 from routing.factory import RoutingServices, create_routing_stages
 from routing.learned import LogisticModel
@@ -40,7 +39,7 @@ async def build(cascade: dict[str, Any], embedder: Any = None) -> Setup:
         "large": [await large.backend(**models[1].deployments[0].model_dump())],
     }
     services = await create_routing_stages(routing, models, pools, embedder=embedder)
-    handler = chain([services.cascade_stage, AccountingStage(models), services.route_stage])
+    handler = chain([services.cascade_stage, services.route_stage])
     setup = Setup(small, large, services, handler)
     setup.pools = pools  # type: ignore[attr-defined]
     return setup

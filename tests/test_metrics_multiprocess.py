@@ -22,7 +22,7 @@ async def answer(ctx, _next):
     return Reply(body={})
 
 ctx = RequestContext("r", "chat", {}, {}, "smollm2")
-asyncio.run(chain([obs.stage, obs.upstream_timer, answer])(ctx))
+asyncio.run(chain([obs.stage, answer])(ctx))
 obs.metrics.in_flight.labels("smollm2").inc()  # this worker still has one request running
 """
 RENDER = "from gateway.observe import create_observability; from gateway.settings import Settings; " \
