@@ -2,7 +2,7 @@
 
 Wiring (gateway/services.py):
     cache = await create_cache(settings.cache, settings.redis_url)
-    stages = [..., *cache.stages, ...]      # after rate limits, before routing
+    cache.stages: exact, then semantic (in the stage list: gateway/services.py, _stages)
     closers.append(cache.aclose)
     admin flush: await cache.service.flush(tenant_id=..., model=...) -> number of entries removed
 """

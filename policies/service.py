@@ -1,8 +1,8 @@
 """Builds everything this package runs: the proxy stages, the admin router and their services.
 
 Wiring (gateway/services.py):
-    policy = await create_policy_services(settings.policies, Connections(...), settings.models)
-    stages = [<observe>, <drain>, *policy.stages, <cache stages>, <routing stages>]
+    policy = await create_policy_services(settings.policies, settings.connections(), settings.models)
+    policy.stages: auth, policy, limits, accounting (in the stage list: gateway/services.py, _stages)
     app.include_router(policy.admin_router)
     policy.on_models_changed(<router>.update_models)                 # DB-managed aliases
     policy.set_cache_flush(<cache>.flush)                             # async (tenant_id, model) -> int

@@ -1,8 +1,8 @@
 """Builds the routing package's stages and background services from the settings.
 
 Wiring (gateway/services.py):
-    routing = await create_routing_stages(settings.routing, models, pools, registry)
-    stages = [..., routing.cascade_stage, <accounting>, routing.route_stage]
+    routing = await create_routing_stages(settings.routing, settings.models, pools, registry)
+    routing.cascade_stage, routing.route_stage: the last two stages (the list: gateway/services.py, _stages)
     closers.append(routing.aclose)
 """
 
