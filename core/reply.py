@@ -70,7 +70,9 @@ class Reply:
     async def on_end(self, hook: EndHook) -> None:
         """Run `hook` once this reply has ended: now for a body, when the stream ends for a stream."""
         if self._driver is None:
-            await _run([hook], Ending(self.status, self._usage))
+            result = hook(Ending(self.status, self._usage))
+            if result is not None:
+                await result
         else:
             self.hooks.append(hook)
 
@@ -138,7 +140,8 @@ class ReplyStream:
 
 
 async def _run(hooks: list[EndHook], ending: Ending) -> None:
-    """Every hook runs, even when one fails or the task is cancelled meanwhile (then re-raised)."""
+    """Every hook of a stream runs, even when one fails or the task is cancelled meanwhile (then re-raised):
+    a stream ends inside the SSE writer, where nobody above could still act on a hook's failure."""
     cancelled = False
     for hook in hooks:
         try:
