@@ -109,7 +109,7 @@ def export(model: HistGradientBoostingClassifier, calibration: list[dict[str, fl
     MODEL_DIR.mkdir(exist_ok=True)
     np.savez_compressed(MODEL_DIR / "verifier.npz", **arrays)
     meta = {"features": list(FEATURES), "baseline": float(np.ravel(model._baseline_prediction)[0]),
-            "depth": int(max(t["depth"].max() for t in trees)) + 1, "candidate_threshold": CANDIDATE_THRESHOLD,
+            "candidate_threshold": CANDIDATE_THRESHOLD,
             "calibration": calibration, "trained": info}  # fmt: skip
     (MODEL_DIR / "verifier.json").write_text(json.dumps(meta, indent=1))
 
