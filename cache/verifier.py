@@ -3,13 +3,14 @@ for the new one? Gradient-boosted trees (trained by bench/train_verifier.py with
 an MLP and logistic regression for recall at the target precision on the calibration split; exported to
 plain arrays in cache/verifier_model/) read the word alignment of the two questions (cache/alignment.py)
 and give a probability; a hit needs it to reach the threshold that the shipped calibration table gives
-for the policy's precision target. One rule stays because it is exact: questions with different numbers
-never share an answer.
+for the policy's precision target. Two rules stay because they are exact: questions with different
+numbers, or that both name units and not the same ones ("in miles" / "in kilometres"), never share an
+answer (`exact_conflict`).
 
 At load the arrays become one ONNX TreeEnsembleRegressor run by ONNX Runtime (already needed for the
 encoder), so scikit-learn is not needed at run time. Measured in-process at load ≈ 6 (bench/README.md,
 "Caching"): four candidates took 5.1 ms p50 in the earlier numpy walk (all 300 trees stepped together,
-14 levels) and take a few microseconds in ONNX Runtime."""
+14 levels) and take about 0.07 ms in ONNX Runtime."""
 
 import json
 import logging
@@ -25,7 +26,7 @@ from cache.guard import conflict
 
 log = logging.getLogger("llmgw.cache")
 MODEL_DIR = Path(__file__).parent / "verifier_model"
-_NUMBERS = frozenset({"number"})
+EXACT_RULES = frozenset({"number", "unit"})  # cache/guard.py's checks that decide alone
 
 
 @dataclass(frozen=True)
@@ -97,10 +98,17 @@ class Trees:
 
 
 class Verifier:
-    def __init__(self, trees: Trees, calibration: list[CalibrationPoint], candidate_threshold: float) -> None:
+    def __init__(
+        self,
+        trees: Trees,
+        calibration: list[CalibrationPoint],
+        candidate_threshold: float,
+        encoder: str = "onnx-fp32",
+    ) -> None:
         self._session = trees.session(len(FEATURES))
         self.calibration = sorted(calibration, key=lambda p: p.threshold)
         self.candidate_threshold = candidate_threshold
+        self.encoder = encoder  # the vectors the calibration was measured on: "onnx-int8" or "onnx-fp32"
 
     @classmethod
     def load(cls, folder: Path = MODEL_DIR) -> "Verifier":
@@ -113,7 +121,7 @@ class Verifier:
         names = ("feature", "threshold", "left", "right", "missing_left", "leaf", "value")
         trees = Trees(*(weights[n] for n in names), baseline=float(meta["baseline"]))
         points = [CalibrationPoint(**p) for p in meta["calibration"]]
-        return cls(trees, points, float(meta["candidate_threshold"]))
+        return cls(trees, points, float(meta["candidate_threshold"]), meta.get("encoder", "onnx-fp32"))
 
     def threshold_for(self, min_precision: float) -> float:
         """The lowest probability threshold whose calibration precision reaches the target (and stays
@@ -140,13 +148,17 @@ class Verifier:
         if not stored:
             return []
         probabilities = self.probabilities(np.stack([pair_features(s, new) for s in stored]))
-        parsed = words_of(new.text, new.words).parsed
         return [
-            Verdict(False, 0.0)
-            if conflict(words_of(s.text, s.words).parsed, parsed, _NUMBERS)
-            else Verdict(p >= threshold, float(p))
+            Verdict(False, 0.0) if exact_conflict(s, new) else Verdict(p >= threshold, float(p))
             for s, p in zip(stored, probabilities, strict=True)
         ]
+
+
+def exact_conflict(a: EncodedQuestion, b: EncodedQuestion) -> bool:
+    """Different numbers, or different units named on both sides: never one answer for both."""
+    return (
+        conflict(words_of(a.text, a.words).parsed, words_of(b.text, b.words).parsed, EXACT_RULES) is not None
+    )
 
 
 def load_verifier(folder: Path = MODEL_DIR) -> Verifier | None:
