@@ -11,7 +11,7 @@
    precision target;
 5. prints the held-out split at the default target (never used for any choice above).
 
-    LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.train_verifier [--per-subject 40]
+    LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.train_verifier [--per-subject 20]
 Takes a few minutes on 2 cores (most of it encoding). Writes bench/results/train_verifier.json.
 """
 
@@ -120,7 +120,7 @@ def export(model: HistGradientBoostingClassifier, calibration: list[dict[str, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--per-subject", type=int, default=8, help="MMLU questions per subject")
+    parser.add_argument("--per-subject", type=int, default=20, help="MMLU questions per subject (shipped: 20)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, help="keep the encodings in this pickle between runs")
     args = parser.parse_args()

@@ -52,10 +52,11 @@ class CacheSettings(BaseModel):
     embedding_batch_size: int = Field(default=32, ge=1)
     torch_threads: int | None = Field(default=1, description="threads of the encoder (torch: process-wide)")
     encoder_nice: int = Field(
-        default=0,
+        default=10,
         ge=0,
         le=19,
-        description="nice value of the encoder thread (Linux): > 0 lets the event loop go first on a busy CPU",
+        description="nice value of the encoder thread (Linux): > 0 lets the event loop, and so requests "
+        "that skip the semantic cache, go first on a busy CPU (bench/cache_latency.py); 0 = same priority",
     )
     onnx: bool = Field(
         default=True, description="encode with ONNX Runtime (exported on first use) when installed"
