@@ -120,7 +120,9 @@ def export(model: HistGradientBoostingClassifier, calibration: list[dict[str, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--per-subject", type=int, default=20, help="MMLU questions per subject (shipped: 20)")
+    parser.add_argument(
+        "--per-subject", type=int, default=20, help="MMLU questions per subject (shipped: 20)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, help="keep the encodings in this pickle between runs")
     args = parser.parse_args()
