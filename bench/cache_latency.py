@@ -107,10 +107,10 @@ def beside(url: str, asked: list[str]) -> dict[str, Any]:
 
 def components(asked: list[str], stored: list[str]) -> dict[str, Any]:
     """In-process: one question's encoding (ONNX Runtime, 1 thread) and one verifier judgement."""
-    from cache.encoder import build_encoder
+    from bench.train_verifier import shipped_encoder
     from cache.verifier import load_verifier
 
-    encoder = build_encoder(None, 1, onnx_dir=os.environ.get("LLMGW_CACHE__ONNX_DIR"))
+    encoder = shipped_encoder()
     verifier = load_verifier()
     assert verifier is not None
     encode, judge = [], []

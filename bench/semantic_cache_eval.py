@@ -3,14 +3,15 @@
 Each pair is (stored question, new question, label 1 = one answer serves both). A pair is a hit when the
 lookup would serve it: cosine ≥ the policy's candidate threshold, and then
   verifier  — the shipped learned verifier at the threshold the calibration table gives for the
-              precision target (default policy: 0.95), numbers equal;
+              precision target (default policy: 0.98), no exact-rule conflict (numbers, units);
   cosine    — cosine ≥ 0.75 alone (the old default threshold, guard off);
   old guard — cosine ≥ 0.75 and the old rule guard (cache/guard.py) finds no conflict.
 Sets (none of them is used for training or for choosing any threshold):
   heldout   — the grouped held-out split of bench/verifier_pairs.py (other subjects, families and
               rewrite templates than training and calibration);
   project   — tests/data/semantic_pairs.jsonl, written by hand in an earlier session (both its splits);
-  extra     — any --pairs FILE (jsonl with a, b, label, kind), e.g. an independent set under bench/data/.
+  extra     — every bench/data/*/pairs.jsonl (or --pairs FILE ...: jsonl with a, b, label, kind); today
+              bench/data/paws_sample/, 340 PAWS pairs written and labeled by others (its README).
 Precision, recall and each kind's false-hit rate come with 95 % bootstrap intervals (pairs resampled).
 
     LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.semantic_cache_eval [--pairs FILE ...]
@@ -19,18 +20,17 @@ Writes bench/results/semantic_cache_eval.json.
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
-from bench.train_verifier import encode_all
+from bench.train_verifier import encode_all, shipped_encoder
 from bench.verifier_pairs import build
 from cache.alignment import pair_features
 from cache.config import CachePolicy
-from cache.encoder import EncodedQuestion, build_encoder
+from cache.encoder import EncodedQuestion
 from cache.guard import conflict, parse
-from cache.verifier import Verifier
+from cache.verifier import MODEL_DIR, Verifier, exact_conflict
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD_THRESHOLD = 0.75
@@ -48,11 +48,9 @@ def decisions(
 ) -> dict[str, np.ndarray]:
     cosine = np.array([float(encoded[r["a"]].vector @ encoded[r["b"]].vector) for r in rows])
     guard_ok = np.array([conflict(parse(r["a"]), parse(r["b"])) is None for r in rows])
-    numbers_ok = np.array(
-        [conflict(parse(r["a"]), parse(r["b"]), frozenset({"number"})) is None for r in rows]
-    )
+    rules_ok = np.array([not exact_conflict(encoded[r["a"]], encoded[r["b"]]) for r in rows])
     prob = verifier.probabilities(np.stack([pair_features(encoded[r["a"]], encoded[r["b"]]) for r in rows]))
-    candidate = (cosine >= policy.similarity_threshold) & numbers_ok
+    candidate = (cosine >= policy.similarity_threshold) & rules_ok
     shipped = {"verifier": candidate & (prob >= verifier.threshold_for(policy.semantic_min_precision))}
     stricter = {
         f"verifier@{target}": candidate & (prob >= verifier.threshold_for(target))
@@ -112,7 +110,13 @@ def main() -> None:
     parser.add_argument(
         "--pairs", type=Path, nargs="*", default=sorted((ROOT / "bench/data").glob("*/pairs.jsonl"))
     )
-    parser.add_argument("--per-subject", type=int, default=8, help="as bench/train_verifier.py was run")
+    trained = json.loads((MODEL_DIR / "verifier.json").read_text())["trained"]
+    parser.add_argument(
+        "--per-subject",
+        type=int,
+        default=trained["per_subject"],
+        help="default: as the shipped verifier was trained",
+    )
     parser.add_argument("--min-precision", type=float, default=CachePolicy().semantic_min_precision)
     args = parser.parse_args()
     sets = {
@@ -121,7 +125,7 @@ def main() -> None:
     }  # fmt: skip
     for path in args.pairs:
         sets[path.parent.name] = load_set(path)
-    encoder = build_encoder(None, threads=1, onnx_dir=os.environ.get("LLMGW_CACHE__ONNX_DIR"))
+    encoder = shipped_encoder()
     verifier, policy = Verifier.load(), CachePolicy(semantic_min_precision=args.min_precision)
     rng = np.random.default_rng(0)
     report: dict[str, object] = {"threshold": verifier.threshold_for(policy.semantic_min_precision),

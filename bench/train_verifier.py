@@ -4,12 +4,14 @@
    heldout splits);
 2. encodes every question once with the shipped MiniLM (sentence + word vectors) and computes the
    alignment features (cache/alignment.py);
-3. fits gradient-boosted trees (scikit-learn) on the train split only, exported to numpy arrays;
-4. calibration table: precision and recall of the whole lookup (cosine ≥ candidate threshold, numbers
-   equal, verifier ≥ t) on the calib split for every t; the gateway picks t from it per precision target;
+3. fits gradient-boosted trees (scikit-learn) on the train split only, exported to numpy arrays (run
+   as one ONNX tree ensemble by cache/verifier.py);
+4. calibration table: precision and recall of the whole lookup (cosine ≥ candidate threshold, exact rules
+   (numbers, units) agree, verifier ≥ t) on the calib split for every t; the gateway picks t from it per
+   precision target;
 5. prints the held-out split at the default target (never used for any choice above).
 
-    LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.train_verifier [--per-subject 40]
+    LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.train_verifier [--per-subject 20]
 Takes a few minutes on 2 cores (most of it encoding). Writes bench/results/train_verifier.json.
 """
 
@@ -25,14 +27,21 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 
 from bench.verifier_pairs import Pair, build
 from cache.alignment import FEATURES, pair_features
-from cache.config import CachePolicy
+from cache.config import CachePolicy, CacheSettings
 from cache.encoder import EncodedQuestion, QuestionEncoder, build_encoder
-from cache.guard import conflict, parse
-from cache.verifier import MODEL_DIR
+from cache.verifier import MODEL_DIR, exact_conflict
 
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATE_THRESHOLD = 0.6  # cosine below which the index does not even propose a candidate
 DEFAULT_TARGET = CachePolicy().semantic_min_precision
+ENCODER = "onnx-int8" if CacheSettings().onnx_int8 else "onnx-fp32"  # what the calibration was measured on
+
+
+def shipped_encoder() -> QuestionEncoder:
+    """The encoder the gateway uses by default (ONNX Runtime, int8 as CacheSettings says, one thread)."""
+    return build_encoder(
+        None, threads=1, int8=CacheSettings().onnx_int8, onnx_dir=os.environ.get("LLMGW_CACHE__ONNX_DIR")
+    )
 
 
 def encode_all(encoder: QuestionEncoder, texts: list[str], batch: int = 64) -> dict[str, EncodedQuestion]:
@@ -51,11 +60,7 @@ def _encoded(pairs: list[Pair], cache: Path | None) -> dict[str, EncodedQuestion
     known: dict[str, EncodedQuestion] = pickle.loads(cache.read_bytes()) if cache and cache.exists() else {}
     missing = [t for t in set(texts) if t not in known]
     if missing:
-        known.update(
-            encode_all(
-                build_encoder(None, threads=1, onnx_dir=os.environ.get("LLMGW_CACHE__ONNX_DIR")), missing
-            )
-        )
+        known.update(encode_all(shipped_encoder(), missing))
         if cache:
             cache.write_bytes(pickle.dumps(known))
     return known
@@ -64,13 +69,12 @@ def _encoded(pairs: list[Pair], cache: Path | None) -> dict[str, EncodedQuestion
 def featurize(
     pairs: list[Pair], encoded: dict[str, EncodedQuestion]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Features, labels, and whether the lookup would even ask the verifier (candidate, same numbers)."""
+    """Features, labels, and whether the lookup would even ask the verifier (candidate, no exact-rule conflict)."""
     features = np.stack([pair_features(encoded[p.a], encoded[p.b]) for p in pairs])
     labels = np.array([p.label for p in pairs])
     eligible = np.array(
         [
-            features[i, 0] >= CANDIDATE_THRESHOLD
-            and not conflict(parse(p.a), parse(p.b), frozenset({"number"}))
+            features[i, 0] >= CANDIDATE_THRESHOLD and not exact_conflict(encoded[p.a], encoded[p.b])
             for i, p in enumerate(pairs)
         ]
     )
@@ -109,14 +113,16 @@ def export(model: HistGradientBoostingClassifier, calibration: list[dict[str, fl
     MODEL_DIR.mkdir(exist_ok=True)
     np.savez_compressed(MODEL_DIR / "verifier.npz", **arrays)
     meta = {"features": list(FEATURES), "baseline": float(np.ravel(model._baseline_prediction)[0]),
-            "depth": int(max(t["depth"].max() for t in trees)) + 1, "candidate_threshold": CANDIDATE_THRESHOLD,
+            "candidate_threshold": CANDIDATE_THRESHOLD, "encoder": ENCODER,
             "calibration": calibration, "trained": info}  # fmt: skip
     (MODEL_DIR / "verifier.json").write_text(json.dumps(meta, indent=1))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--per-subject", type=int, default=8, help="MMLU questions per subject")
+    parser.add_argument(
+        "--per-subject", type=int, default=20, help="MMLU questions per subject (shipped: 20)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, help="keep the encodings in this pickle between runs")
     args = parser.parse_args()

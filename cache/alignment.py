@@ -2,14 +2,18 @@
 the other (contextual MiniLM word vectors), which words are left over, whether shared words kept their
 order and role, and a few closed-class facts (negation, units, capitalised names, question words).
 Every feature is symmetric in the two questions. Numbers are not a feature: differing numbers are an
-exact rule (cache/verifier.py)."""
+exact rule (cache/verifier.py). What depends on one question alone (stems, parse, closed-class words) is
+computed once per question text and kept (`words_of`), so a lookup pays it once, not per candidate:
+four candidates took 6.5 ms p50 before and about a third of that after (bench/README.md, "Caching")."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from cache.encoder import EncodedQuestion
-from cache.guard import conflict, parse, stem
+from cache.guard import Question, conflict, parse, stem
 from cache.lexicon import FUNCTION_WORDS, INSTRUCTION_WORDS, NEGATIONS
 
 _QUESTION_WORDS = frozenset(["what", "which", "who", "whom", "whose", "when", "where", "why", "how"])
@@ -31,6 +35,28 @@ FEATURES = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Words:
+    """What the features read from one question on its own."""
+
+    stems: tuple[str, ...]
+    stem_set: frozenset[str]
+    content: np.ndarray  # per word: neither a function word nor a number
+    negations: int
+    instructions: frozenset[str]
+    question_words: frozenset[str]
+    parsed: Question
+
+
+@lru_cache(maxsize=16_384)
+def words_of(text: str, words: tuple[str, ...]) -> Words:
+    stems = tuple(stem(w) for w in words)
+    return Words(
+        stems, frozenset(stems), _content(stems), _negations(stems), frozenset(_instructions(stems)),
+        _question_words(stems), parse(text),
+    )  # fmt: skip
+
+
 def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
     sims = (
         a.word_vectors @ b.word_vectors.T
@@ -39,12 +65,12 @@ def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
     )
     best_a = sims.max(axis=1) if sims.size else np.zeros(len(a.words))
     best_b = sims.max(axis=0) if sims.size else np.zeros(len(b.words))
-    stems_a, stems_b = [stem(w) for w in a.words], [stem(w) for w in b.words]
-    content_a, content_b = _content(stems_a), _content(stems_b)
-    side_a = _side(best_a, content_a, stems_a, set(stems_b), a.words)
-    side_b = _side(best_b, content_b, stems_b, set(stems_a), b.words)
-    pa, pb = parse(a.text), parse(b.text)
-    union = set(stems_a) | set(stems_b)
+    wa, wb = words_of(a.text, a.words), words_of(b.text, b.words)
+    stems_a, stems_b, content_a = wa.stems, wb.stems, wa.content
+    side_a = _side(best_a, content_a, stems_a, wb.stem_set, a.words)
+    side_b = _side(best_b, wb.content, stems_b, wa.stem_set, b.words)
+    pa, pb = wa.parsed, wb.parsed
+    union = wa.stem_set | wb.stem_set
     values = [
         float(a.vector @ b.vector),
         min(side_a.worst, side_b.worst), max(side_a.worst, side_b.worst),
@@ -56,12 +82,12 @@ def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
         _discordance(stems_a, stems_b, content_a),
         min(len(a.words), len(b.words)) / max(len(a.words), len(b.words), 1),
         max(len(a.words), len(b.words)) / 20,
-        float(_negations(stems_a) != _negations(stems_b)),
+        float(wa.negations != wb.negations),
         float(sorted(pa.units) != sorted(pb.units)),
-        float(_question_words(stems_a) != _question_words(stems_b)),
-        len(set(stems_a) & set(stems_b)) / max(len(union), 1),
+        float(wa.question_words != wb.question_words),
+        len(wa.stem_set & wb.stem_set) / max(len(union), 1),
         max(side_a.deficit, side_b.deficit),
-        len(_instructions(stems_a) ^ _instructions(stems_b)),
+        len(wa.instructions ^ wb.instructions),
         *(float(conflict(pa, pb, frozenset({check})) is not None) for check in ("swap", "antonym", "time")),
     ]  # fmt: skip
     return np.asarray(values, dtype=np.float32)
@@ -78,7 +104,7 @@ class _Side:
 
 
 def _side(
-    best: np.ndarray, content: np.ndarray, stems: list[str], other: set[str], words: tuple[str, ...]
+    best: np.ndarray, content: np.ndarray, stems: Sequence[str], other: frozenset[str], words: tuple[str, ...]
 ) -> _Side:
     scores = best[content] if content.any() else np.ones(1, dtype=np.float32)
     unmatched = sum(1 for i in np.flatnonzero(content) if stems[i] not in other)
@@ -93,11 +119,13 @@ def _side(
     )  # fmt: skip
 
 
-def _content(stems: list[str]) -> np.ndarray:
+def _content(stems: Sequence[str]) -> np.ndarray:
     return np.array([s not in FUNCTION_WORDS and not s.isdigit() for s in stems], dtype=bool)
 
 
-def _worst_shared(sims: np.ndarray, stems_a: list[str], stems_b: list[str], content_a: np.ndarray) -> float:
+def _worst_shared(
+    sims: np.ndarray, stems_a: Sequence[str], stems_b: Sequence[str], content_a: np.ndarray
+) -> float:
     """Lowest contextual similarity between occurrences of one content word on both sides."""
     worst = 1.0
     positions_b = {s: j for j, s in enumerate(stems_b)}
@@ -107,7 +135,7 @@ def _worst_shared(sims: np.ndarray, stems_a: list[str], stems_b: list[str], cont
     return worst
 
 
-def _discordance(stems_a: list[str], stems_b: list[str], content_a: np.ndarray) -> float:
+def _discordance(stems_a: Sequence[str], stems_b: Sequence[str], content_a: np.ndarray) -> float:
     """Share of pairs of shared content words that appear in the other order."""
     once_b = {s: j for j, s in enumerate(stems_b) if stems_b.count(s) == 1}
     order = [
@@ -120,13 +148,13 @@ def _discordance(stems_a: list[str], stems_b: list[str], content_a: np.ndarray) 
     return flipped / pairs
 
 
-def _negations(stems: list[str]) -> int:
+def _negations(stems: Sequence[str]) -> int:
     return sum(1 for s in stems if s in NEGATIONS or s == "t" or s.endswith("n't"))
 
 
-def _instructions(stems: list[str]) -> set[str]:
+def _instructions(stems: Sequence[str]) -> set[str]:
     return {s for s in stems if s in INSTRUCTION_WORDS}
 
 
-def _question_words(stems: list[str]) -> frozenset[str]:
+def _question_words(stems: Sequence[str]) -> frozenset[str]:
     return frozenset(s for s in stems if s in _QUESTION_WORDS)

@@ -1,7 +1,11 @@
-"""Question encodings off the event loop: one worker thread, concurrent requests batched together."""
+"""Question encodings off the event loop: one worker thread, concurrent requests batched together. The
+worker may run at a lower CPU priority than the event loop (`encoder_nice`), so that on a busy machine
+requests that skip the semantic cache are not queued behind encodings (measured in bench/cache_latency.py)."""
 
 import asyncio
+import contextlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -35,11 +39,13 @@ class SentenceEmbedder:
     """Encoded questions (normalised float32 sentence vector, inner product = cosine, plus word vectors).
     Requests that arrive while a batch is being encoded are encoded together in the next batch."""
 
-    def __init__(self, encoder: QuestionEncoder, batch_size: int = 32) -> None:
+    def __init__(self, encoder: QuestionEncoder, batch_size: int = 32, nice: int = 0) -> None:
         self._encoder = encoder
         self.dim = encoder.dim
         self._batch_size = batch_size
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-embed")
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="cache-embed", initializer=_lower_priority, initargs=(nice,)
+        )
         self._pending: list[tuple[str, asyncio.Future[EncodedQuestion]]] = []
         self._worker: asyncio.Task[None] | None = None
 
@@ -76,6 +82,13 @@ class SentenceEmbedder:
         if self._worker is not None:
             await asyncio.gather(self._worker, return_exceptions=True)
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _lower_priority(nice: int) -> None:
+    """Raises this thread's nice value (Linux schedules threads on their own; elsewhere it is a no-op)."""
+    if nice > 0:
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
 
 
 def _settle(

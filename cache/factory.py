@@ -69,6 +69,14 @@ async def create_cache(
 
         verifier = load_verifier(Path(settings.verifier_dir) if settings.verifier_dir else MODEL_DIR)
         reason = None if verifier is not None else "verifier weights unavailable"
+        encoder = "onnx-int8" if settings.onnx and settings.onnx_int8 else "onnx-fp32"  # torch: fp32 vectors
+        if verifier is not None and verifier.encoder != encoder:
+            log.warning(
+                "cache: the verifier was calibrated on %s vectors but the encoder is %s; "
+                "hit precision may differ from its calibration table",
+                verifier.encoder,
+                encoder,
+            )
     semantic = reason is None
     if semantic and embedder is None:
         embedder = await load_embedder(settings)
@@ -97,7 +105,7 @@ async def load_embedder(settings: CacheSettings) -> SentenceEmbedder:
         settings.onnx_int8,
         settings.onnx_dir,
     )
-    return SentenceEmbedder(encoder, settings.embedding_batch_size)
+    return SentenceEmbedder(encoder, settings.embedding_batch_size, settings.encoder_nice)
 
 
 def _semantic_off_reason(settings: CacheSettings) -> str | None:

@@ -111,9 +111,9 @@ class CacheService:
         )
         threshold = self.verifier.threshold_for(request.policy.semantic_min_precision)
         candidates = [(n, q) for n in neighbours if (q := await self._stored_question(n.item)) is not None]
-        verdicts = await asyncio.to_thread(  # off the event loop: ~1-3 ms of numpy per lookup
-            self.verifier.judge_all, [q for _, q in candidates], request.encoded, threshold
-        )
+        # On the event loop: ~1.3 ms p50 of mostly Python (it would hold the GIL in a worker thread too),
+        # while a hop to a thread cost ~4 ms p50 more on this loaded 2-core box (bench/README.md, "Caching").
+        verdicts = self.verifier.judge_all([q for _, q in candidates], request.encoded, threshold)
         for (neighbour, _), verdict in zip(candidates, verdicts, strict=True):
             SEMANTIC_VERDICTS.labels("accepted" if verdict.accepted else "rejected").inc()
             if not verdict.accepted:
