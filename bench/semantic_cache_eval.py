@@ -3,7 +3,7 @@
 Each pair is (stored question, new question, label 1 = one answer serves both). A pair is a hit when the
 lookup would serve it: cosine ≥ the policy's candidate threshold, and then
   verifier  — the shipped learned verifier at the threshold the calibration table gives for the
-              precision target (default policy: 0.98), no exact-rule conflict (numbers, units);
+              precision target (default policy: 0.99), no exact-rule conflict (numbers, units);
   cosine    — cosine ≥ 0.75 alone (the old default threshold, guard off);
   old guard — cosine ≥ 0.75 and the old rule guard (cache/guard.py) finds no conflict.
 Sets (none of them is used for training or for choosing any threshold):

@@ -52,7 +52,7 @@ async def ask(service, upstream, **kwargs):
 async def test_a_paraphrase_is_a_semantic_hit(cache):
     upstream = Upstream()
     await ask(cache, upstream, question="What is the capital of France?")
-    ctx, reply = await ask(cache, upstream, question="Which city is the capital of France?")
+    ctx, reply = await ask(cache, upstream, question="What's the capital of France?")
     assert reply.headers["x-cache-status"] == "semantic-hit" and upstream.calls == 1
     assert SETTINGS.defaults.similarity_threshold <= float(reply.headers["x-cache-similarity"]) <= 1.0
     assert 0.0 < float(reply.headers["x-cache-verifier"]) <= 1.0
@@ -77,10 +77,10 @@ async def test_hard_negatives_miss(cache, negative):
 async def test_a_hit_reported_wrong_by_header_is_evicted_and_answered_fresh(cache):
     upstream = Upstream()
     await ask(cache, upstream, question="What is the capital of France?")
-    _, hit = await ask(cache, upstream, question="Which city is the capital of France?")
+    _, hit = await ask(cache, upstream, question="What's the capital of France?")
     assert hit.headers["x-cache-status"] == "semantic-hit"
     headers = {"x-cache-feedback": "wrong"}
-    _, fresh = await ask(cache, upstream, question="Which city is the capital of France?", headers=headers)
+    _, fresh = await ask(cache, upstream, question="What's the capital of France?", headers=headers)
     assert fresh.headers["x-cache-status"] == "miss" and upstream.calls == 2
     assert len(cache.index) == 1  # the wrong entry went; the fresh answer was stored
     _, again = await ask(cache, upstream, question="What is the capital of France?")
@@ -117,11 +117,11 @@ async def test_same_question_under_another_system_prompt_misses(cache):
     upstream = Upstream()
     await ask(cache, upstream, system="Answer in French.", question="What is the capital of France?")
     _, reply = await ask(
-        cache, upstream, system="Answer in German.", question="Which city is the capital of France?"
+        cache, upstream, system="Answer in German.", question="What's the capital of France?"
     )
     assert reply.headers["x-cache-status"] == "miss"
     _, same = await ask(
-        cache, upstream, system="Answer in French.", question="Which city is the capital of France?"
+        cache, upstream, system="Answer in French.", question="What's the capital of France?"
     )
     assert same.headers["x-cache-status"] == "semantic-hit"
 
@@ -129,14 +129,14 @@ async def test_same_question_under_another_system_prompt_misses(cache):
 async def test_other_parameters_are_another_namespace(cache):
     upstream = Upstream()
     await ask(cache, upstream, question="What is the capital of France?", max_tokens=5)
-    _, reply = await ask(cache, upstream, question="Which city is the capital of France?", max_tokens=500)
+    _, reply = await ask(cache, upstream, question="What's the capital of France?", max_tokens=500)
     assert reply.headers["x-cache-status"] == "miss"
 
 
 async def test_semantic_hit_streams(cache):
     upstream = Upstream(text="Paris")
     await ask(cache, upstream, question="What is the capital of France?")
-    ctx = ctx_for(question="Which city is the capital of France?", stream=True)
+    ctx = ctx_for(question="What's the capital of France?", stream=True)
     reply = await pipeline(cache, upstream)(ctx)
     chunks = await drain(reply)
     assert reply.headers["x-cache-status"] == "semantic-hit"

@@ -105,7 +105,7 @@ async def test_ten_thousand_cross_tenant_tries_give_no_hit():
         reply = await handler(ctx_for(tenant=tenant, headers={"cache-control": "no-store"}))
         hits += reply.headers["x-cache-status"] != "miss"
     assert hits == 0 and upstream.calls == 10_001
-    same = await handler(ctx_for(tenant="acme", question="Which city is the capital of France?"))
+    same = await handler(ctx_for(tenant="acme", question="What's the capital of France?"))
     assert same.headers["x-cache-status"] == "semantic-hit"  # the fakes do hit within the tenant
 
 
@@ -131,7 +131,7 @@ async def test_a_rejecting_verifier_means_no_semantic_hit():
     handler = pipeline(cache, upstream)
     await handler(ctx_for())
     await cache.settle()
-    reply = await handler(ctx_for(question="Which city is the capital of France?"))
+    reply = await handler(ctx_for(question="What's the capital of France?"))
     assert reply.headers["x-cache-status"] == "miss" and upstream.calls == 2
 
 
@@ -146,7 +146,7 @@ async def test_without_verifier_weights_semantic_caching_is_off(tmp_path, caplog
         handler = pipeline(components.service, upstream)
         await handler(ctx_for())
         await components.service.settle()
-        reply = await handler(ctx_for(question="Which city is the capital of France?"))
+        reply = await handler(ctx_for(question="What's the capital of France?"))
         assert reply.headers["x-cache-status"] == "miss" and upstream.calls == 2
     finally:
         await components.aclose()
