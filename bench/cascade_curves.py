@@ -70,7 +70,9 @@ def evaluate(saved: dict[str, Any], questions: list[dict]) -> dict[str, Any]:
     summary["random"] = dict(
         zip(("apgr", "low", "high"), (0.5, *interval(random_apgr(weak, strong, SAMPLES))), strict=True)
     )
-    summary |= {name: {**summary[name], "auroc": _auroc(score, weak)} for name, score in confidence.items()}
+    for name, score in confidence.items():
+        replicates = [_auroc(score[p], weak[p]) for p in picks[:300]]
+        summary[name] |= {"auroc": _auroc(score, weak), "auroc_interval": interval(np.array(replicates))}
     result = {"questions": len(weak), "small_accuracy": float(weak.mean()), "large_accuracy": float(strong.mean()),
               "small_cost_share": float(cost_s.sum() / cost_l.sum()), "seconds": saved.get("seconds"),
               "disagreements": {"small_wrong_large_right": int(((1 - weak) * strong).sum()),
@@ -131,7 +133,11 @@ def print_result(result: dict[str, Any]) -> None:
     for name, s in result["summary"].items():
         print(
             f"  {name:32} APGR {s['apgr']:.3f} [{s['low']:.3f}, {s['high']:.3f}]"
-            + (f"  AUROC {s['auroc']:.3f}" if "auroc" in s else "")
+            + (
+                f"  AUROC {s['auroc']:.3f} [{s['auroc_interval'][0]:.3f}, {s['auroc_interval'][1]:.3f}]"
+                if "auroc" in s
+                else ""
+            )
         )
     for name, t in result["operating_points"].items():
         print(f"  {name}: cheapest point >= Gemma: {t['cheapest_matching_large']}; best: {t['best']}")

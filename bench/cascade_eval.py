@@ -1,7 +1,7 @@
 """Cascade and learned-router evaluation: quality against cost.
 
     .venv/bin/python -m bench.cascade_eval replay   # the cross-task table (bench/cross_task.py)
-    .venv/bin/python -m bench.cascade_eval live     # our task set through the gateway (bench/cascade_live.py)
+    .venv/bin/python -m bench.cascade_eval live     # SmolLM2 → Gemma 3 on TriviaQA through the gateway (bench/cascade_live.py)
 
 replay: the router chosen by cross-task validation, scored on MMLU subject groups held out (nested) and on
 MT-Bench (unseen), beside random routing and the length heuristic, with bootstrap 95 % intervals; writes
@@ -42,11 +42,14 @@ LOGO_PATH = RESULTS / "router_logo_scores.npz"
 
 
 def embed_minilm(prompts: list[str]) -> np.ndarray:
-    from cache.embedder import load_sentence_model
+    """The serving encoder's sentence vectors (cache/encoder.py: MiniLM, first 128 tokens, ONNX when
+    available), so a router trained here sees the embeddings the gateway computes. Cached by the caller."""
+    from cache.encoder import build_encoder
 
     print(f"embedding {len(prompts)} prompts with MiniLM (cached afterwards)...", file=sys.stderr)
-    model = load_sentence_model(None, torch_threads=os.cpu_count())
-    return model.encode(prompts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+    encoder = build_encoder(None, threads=min(os.cpu_count() or 1, 2))
+    batches = [encoder.vectors(prompts[i : i + 32]) for i in range(0, len(prompts), 32)]
+    return np.concatenate(batches) if batches else np.zeros((0, encoder.dim), np.float32)
 
 
 def train_replay_router(with_embeddings: bool = True) -> tuple[TextRouter, dict]:

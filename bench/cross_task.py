@@ -38,7 +38,7 @@ def task_data(records: Records, embed: "callable | None", groups: np.ndarray) ->
     emb = (
         np.zeros((len(records.prompts), 1), np.float32)
         if embed is None
-        else cached_embeddings(records.prompts, embed)
+        else cached_embeddings(records.prompts, embed, kind="minilm128")
     )
     return TaskData(text, emb, records.weak, records.strong, groups)
 
