@@ -3,8 +3,8 @@
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from gateway.errors import OpenAIError
-from gateway.settings import DeploymentConfig
+from core.errors import OpenAIError
+from core.models import DeploymentConfig
 
 PATHS = {"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings",
          "responses": "/responses"}  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Any
 from backends.base import UpstreamError
 from backends.local_engine.config import EngineSettings
 from backends.openai_compat import OpenAICompatBackend
-from gateway.settings import DeploymentConfig
+from core.models import DeploymentConfig
 
 log = logging.getLogger("llmgw.engine")
 
@@ -35,7 +35,7 @@ class LocalEngineBackend:
     def __init__(self, config: DeploymentConfig, engine: EngineSettings, startup_timeout_s: float) -> None:
         self.name = config.name
         self.config = config
-        self._engine = config.engine or engine
+        self._engine = engine if config.engine is None else EngineSettings.model_validate(config.engine)
         self._startup_timeout_s = startup_timeout_s
         self._port = free_port()
         self.base_url = f"http://127.0.0.1:{self._port}/v1"

@@ -12,8 +12,8 @@ from backends import responses_wire
 from backends.base import PATHS, UpstreamError
 from backends.http_client import HttpPool, Response, TransportError
 from backends.responses_wire import to_responses
-from gateway import tracing
-from gateway.settings import DeploymentConfig
+from core import tracing
+from core.models import DeploymentConfig
 
 _RETRY_AFTER_STATUSES = (429, 503)
 _DATA = b"data:"

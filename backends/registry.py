@@ -4,23 +4,26 @@ import logging
 
 from backends.base import Backend
 from backends.local import LocalEngineBackend
+from backends.local_engine.config import EngineSettings
 from backends.openai_compat import OpenAICompatBackend
-from gateway.settings import DeploymentConfig, ModelConfig, Settings
+from core.models import DeploymentConfig, ModelConfig
 
 log = logging.getLogger("llmgw.backends")
 
 
-def build_backend(config: DeploymentConfig, settings: Settings) -> Backend:
+def build_backend(config: DeploymentConfig, engine: EngineSettings, engine_startup_timeout_s: float) -> Backend:
     if config.backend == "local_engine":
-        return LocalEngineBackend(config, settings.engine, settings.engine_startup_timeout_s)
+        return LocalEngineBackend(config, engine, engine_startup_timeout_s)
     return OpenAICompatBackend(config)
 
 
 class Backends:
     """One started backend per deployment name; `apply` starts new ones and closes removed or changed ones."""
 
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    def __init__(self, engine: EngineSettings, engine_startup_timeout_s: float = 300.0) -> None:
+        """`engine`: the settings of deployments that name no engine settings of their own."""
+        self._engine = engine
+        self._startup_timeout_s = engine_startup_timeout_s
         self._by_name: dict[str, Backend] = {}
 
     async def apply(self, models: list[ModelConfig]) -> dict[str, list[Backend]]:
@@ -35,7 +38,7 @@ class Backends:
         return {m.name: [self._by_name[d.name] for d in m.deployments] for m in models}
 
     async def _start(self, config: DeploymentConfig) -> Backend:
-        backend = build_backend(config, self._settings)
+        backend = build_backend(config, self._engine, self._startup_timeout_s)
         await backend.start()
         log.info("deployment %s (%s) is in the pool", config.name, config.backend)
         return backend

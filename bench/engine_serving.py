@@ -231,17 +231,9 @@ def summarize(scenario: str, system: str, results: list[Result], wall: float) ->
     ttfts = [r.ttft for r in results]
     gaps = [g for r in results for g in r.gaps] or [0.0]
     decode = [(r.tokens - 1) / (r.e2e - r.ttft) for r in results if r.tokens > 1 and r.e2e > r.ttft]
-    return Row(
-        scenario,
-        system,
-        len(results),
-        sum(r.tokens for r in results) / wall,
-        pct(ttfts, 50),
-        pct(ttfts, 99),
-        pct(gaps, 50),
-        pct(gaps, 99),
-        statistics.mean(decode) if decode else 0.0,
-    )
+    tok_s = sum(r.tokens for r in results) / wall
+    return Row(scenario, system, len(results), tok_s, pct(ttfts, 50), pct(ttfts, 99), pct(gaps, 50),
+               pct(gaps, 99), statistics.mean(decode) if decode else 0.0)  # fmt: skip
 
 
 def pct(values: list[float], q: int) -> float:

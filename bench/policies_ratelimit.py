@@ -25,7 +25,7 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from gateway.context import Principal
+from core.context import Principal
 from policies.policy import Budget, Limits, Policy
 from policies.ratelimit.local_limiter import LocalLimiter
 from policies.ratelimit.plan import admission_buckets, spends

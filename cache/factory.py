@@ -2,7 +2,7 @@
 
 Wiring (gateway/services.py):
     cache = await create_cache(settings.cache, settings.redis_url)
-    stages = [..., *cache.stages, ...]      # after rate limits, before routing
+    cache.stages: exact, then semantic (in the stage list: gateway/services.py, _stages)
     closers.append(cache.aclose)
     admin flush: await cache.service.flush(tenant_id=..., model=...) -> number of entries removed
 """
@@ -24,7 +24,7 @@ from cache.service import CacheService
 from cache.shadow import ShadowChecker
 from cache.stages import ExactCacheStage, SemanticCacheStage
 from cache.store import CacheStore, MemoryStore
-from gateway.context import Stage
+from core.context import Stage
 
 if TYPE_CHECKING:  # FAISS comes with the optional `semantic` extra
     from cache.vector_index import SemanticIndex

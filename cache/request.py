@@ -6,8 +6,8 @@ from typing import Any
 from cache.config import CachePolicy
 from cache.encoder import EncodedQuestion
 from cache.keys import SemanticParts, exact_key, is_deterministic, semantic_parts
-from gateway.context import RequestContext
-from gateway.errors import OpenAIError
+from core.context import Policy, RequestContext
+from core.errors import OpenAIError
 
 _OPTIONS = frozenset({"no_cache", "no_store"})
 CACHEABLE_ENDPOINTS = frozenset({"chat", "completions"})
@@ -44,7 +44,7 @@ def plan(ctx: RequestContext, defaults: CachePolicy) -> CacheRequest | None:
     )
 
 
-def resolve_policy(policy: Any, defaults: CachePolicy) -> CachePolicy:
+def resolve_policy(policy: Policy | None, defaults: CachePolicy) -> CachePolicy:
     """The tenant policy's cache section (a CachePolicy or a dict of overrides), else the defaults."""
     section = getattr(policy, "cache", None)
     if isinstance(section, CachePolicy):

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,9 @@ from cache.replay import replay_body, replay_stream
 from cache.request import CacheRequest
 from cache.shadow import ShadowChecker
 from cache.store import CacheStore
-from gateway.context import Reply, RequestContext, Usage
+from core.context import CacheNote, RequestContext
+from core.reply import Ending, Reply
+from core.usage import Usage
 
 if TYPE_CHECKING:  # FAISS comes with the optional `semantic` extra
     from cache.vector_index import IndexedItem, SemanticIndex
@@ -168,12 +169,7 @@ class CacheService:
         usage = Usage.from_openai(entry.usage())
         ctx.cache_status = status
         ctx.usage = Usage()
-        ctx.extra["cache"] = {
-            "status": status,
-            "saved_prompt_tokens": usage.prompt_tokens,
-            "saved_completion_tokens": usage.completion_tokens,
-            "saved_cost_usd": entry.cost_usd,
-        }
+        ctx.cache = CacheNote(status, usage.prompt_tokens, usage.completion_tokens, entry.cost_usd)
         response_id = _response_id(ctx)
         headers = {"x-cache-status": status}
         if ctx.stream:
@@ -182,23 +178,22 @@ class CacheService:
 
     # --- storing ------------------------------------------------------------------------------
 
-    def store_when_complete(self, ctx: RequestContext, request: CacheRequest, reply: Reply) -> Reply:
+    async def store_when_complete(self, ctx: RequestContext, request: CacheRequest, reply: Reply) -> None:
+        """Stores the answer once the reply has ended well; a stream's answer is assembled as it goes out."""
         if reply.status != 200:
-            return reply
-        if reply.stream is not None:
-            reply.stream = self._store_at_end(ctx, request, reply.stream)
-        elif reply.body is not None:
-            self._spawn_store(ctx, request, reply.body)
-        return reply
-
-    async def _store_at_end(
-        self, ctx: RequestContext, request: CacheRequest, chunks: AsyncIterator[dict[str, Any]]
-    ) -> AsyncIterator[dict[str, Any]]:
+            return
+        if reply.stream is None:
+            if reply.body is not None:
+                self._spawn_store(ctx, request, reply.body)
+            return
         collector = StreamCollector(ctx.endpoint)
-        async for chunk in chunks:
-            collector.add(chunk)
-            yield chunk
-        self._spawn_store(ctx, request, collector.answer())  # reached only when the stream ended normally
+        reply.taps.append(collector.add)
+
+        def store(ending: Ending) -> None:
+            if ending.status == 200:
+                self._spawn_store(ctx, request, collector.answer())
+
+        await reply.on_end(store)
 
     def _spawn_store(self, ctx: RequestContext, request: CacheRequest, answer: dict[str, Any]) -> None:
         task = asyncio.ensure_future(self.store_answer(ctx, request, answer))

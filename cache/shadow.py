@@ -17,7 +17,8 @@ import numpy as np
 from cache.answers import StreamCollector
 from cache.embedder import Embedder
 from cache.metrics import FALSE_HIT_ESTIMATE, SHADOW_CHECKS
-from gateway.context import Handler, RequestContext
+from core.context import Handler, RequestContext, UpstreamClock
+from core.usage import Usage
 
 log = logging.getLogger("llmgw.cache")
 SHADOW_WINDOW = 200
@@ -40,7 +41,8 @@ class ShadowChecker:
         if self._rate <= 0 or self._draw() >= self._rate:
             return False
         fresh = replace(ctx, body={**ctx.body, "stream": False}, stream=False, include_usage=False,
-                        headers=dict(ctx.headers), extra={}, options=dict(ctx.options))  # fmt: skip
+                        headers=dict(ctx.headers), notes={}, options=dict(ctx.options),
+                        usage=Usage(), upstream=UpstreamClock(), cache=None)  # fmt: skip
         fresh.body.pop("stream_options", None)
         task = asyncio.create_task(self._check(fresh, cached, call_next), name="cache-shadow")
         self._tasks.add(task)

@@ -1,14 +1,14 @@
 """The two pipeline stages. ExactCacheStage must run before SemanticCacheStage: it decides what the
-cache may do for the request (ctx.extra["cache_request"]), answers identical requests, tags every
+cache may do for the request (a CacheRequest, kept in ctx.notes), answers identical requests, tags every
 reply with x-cache-status and stores complete answers. SemanticCacheStage answers paraphrases the
 verifier accepts; a request with `x-cache-feedback: wrong` reports the semantic hit it would get as a
 wrong answer: that entry is evicted and counted, and a fresh answer is fetched (and cached)."""
 
-from cache.request import plan
+from cache.request import CacheRequest, plan
 from cache.service import CacheService
-from gateway.context import Handler, Reply, RequestContext
+from core.context import Handler, RequestContext
+from core.reply import Reply
 
-REQUEST_KEY = "cache_request"
 FEEDBACK_HEADER = "x-cache-feedback"
 
 
@@ -21,7 +21,7 @@ class ExactCacheStage:
         if request is None:
             ctx.cache_status = "bypass"
             return _tagged(ctx, await call_next(ctx))
-        ctx.extra[REQUEST_KEY] = request
+        ctx.put(request)
         if request.lookup and request.policy.exact:
             entry = await self._service.get_exact(request.key)
             if entry is not None:
@@ -29,7 +29,7 @@ class ExactCacheStage:
         ctx.cache_status = "miss" if request.lookup else "bypass"
         reply = await call_next(ctx)
         if request.store and ctx.cache_status in ("miss", "bypass"):
-            reply = self._service.store_when_complete(ctx, request, reply)
+            await self._service.store_when_complete(ctx, request, reply)
         return _tagged(ctx, reply)
 
 
@@ -38,7 +38,7 @@ class SemanticCacheStage:
         self._service = service
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
-        request = ctx.extra.get(REQUEST_KEY)
+        request = ctx.get(CacheRequest)
         if request is None or request.parts is None or not self._service.semantic:
             return await call_next(ctx)
         request.encoded = await self._service.embed(request.parts.question)
@@ -48,7 +48,8 @@ class SemanticCacheStage:
                 await self._service.report_wrong(match.entry.key, "header")
             elif match is not None:
                 reply = self._service.serve(ctx, match.entry, "semantic-hit")
-                ctx.extra["cache"]["similarity"] = match.similarity
+                if ctx.cache is not None:
+                    ctx.cache.similarity = match.similarity
                 reply.headers["x-cache-similarity"] = f"{match.similarity:.4f}"
                 reply.headers["x-cache-verifier"] = f"{match.probability:.4f}"
                 self._service.remember_hit(ctx.request_id, match.entry.key)

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from gateway.context import RequestContext
+from core.context import RequestContext
 from gateway.metrics import Outcome
 from gateway.observability_config import ObservabilitySettings
 

@@ -11,9 +11,9 @@ import orjson
 from fastapi import Request
 from starlette.responses import Response
 
-from gateway import validation
-from gateway.context import Principal, Reply, RequestContext
-from gateway.errors import OpenAIError
+from core import validation
+from core.context import Principal, Reply, RequestContext
+from core.errors import OpenAIError
 from gateway.proxy import read_body
 from gateway.services import Services
 from gateway.sse import SSEResponse
@@ -58,7 +58,7 @@ async def run_chat(
         started_at=started,
         options=options or {},
         extra_params=validation.extra_fields("chat", chat),
-        extra={"api": api},
+        api=api,
     )
     return ctx, await services_of(request).handler(ctx)
 

@@ -68,13 +68,14 @@ def _engine(args: argparse.Namespace, rest: list[str]) -> int:
 def _migrate(args: argparse.Namespace, rest: list[str]) -> int:
     from policies.migrate import main as migrate_main
 
-    return migrate_main(rest)
+    settings = load_settings()
+    return migrate_main(rest, settings.database_url, settings.policies.db_schema)
 
 
 def _keys(args: argparse.Namespace, rest: list[str]) -> int:
     from policies.cli import main as keys_main
 
-    return keys_main(["keys", *rest])
+    return keys_main(["keys", *rest], load_settings())
 
 
 def _parser() -> argparse.ArgumentParser:

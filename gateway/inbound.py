@@ -5,8 +5,8 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.errors import OpenAIError
-from gateway.validation import too_large
+from core.errors import OpenAIError
+from core.validation import too_large
 
 _CLIENT_ID = re.compile(rb"[!-~]{1,64}")  # visible ASCII, at most the 64 the usage table keeps
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}

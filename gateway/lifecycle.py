@@ -21,8 +21,9 @@ from typing import Any
 
 from uvicorn.supervisors.multiprocess import Multiprocess
 
-from gateway.context import Handler, Reply, RequestContext
-from gateway.errors import OpenAIError
+from core.context import Handler, RequestContext
+from core.errors import OpenAIError
+from core.reply import Reply
 
 log = logging.getLogger("llmgw.lifecycle")
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -111,9 +112,9 @@ class DrainStage:
             raise
         if reply.stream is None:
             self._drain.untrack(task)
-        else:
-            reply.stream = self._stream(task, reply.stream)
-        return reply
+            return reply
+        # a new reply around the cut stream: the stages above see the 503, those below the cancellation
+        return Reply(stream=self._stream(task, reply.stream), status=reply.status, headers=reply.headers)
 
     async def _stream(
         self, task: asyncio.Task, chunks: AsyncIterator[dict[str, Any]]

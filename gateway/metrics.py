@@ -28,9 +28,11 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from gateway.context import RequestContext, Usage
+from core.context import CacheNote, RequestContext
+from core.models import ModelConfig
+from core.usage import Usage
 from gateway.observability_config import ObservabilitySettings
-from gateway.settings import ModelConfig, Settings
+from gateway.settings import Settings
 
 # Sub-millisecond gateway work up to multi-minute generations.
 E2E_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)
@@ -233,8 +235,8 @@ class GatewayMetrics:
 
     def request_started(self, ctx: RequestContext) -> None:
         if self.enabled:
-            ctx.extra["metrics.in_flight"] = self.labels.model(ctx.model)
-            self._at(self.in_flight, ctx.extra["metrics.in_flight"]).inc()
+            ctx.in_flight_model = self.labels.model(ctx.model)
+            self._at(self.in_flight, ctx.in_flight_model).inc()
 
     def request_finished(self, ctx: RequestContext, outcome: Outcome) -> None:
         if not self.enabled:
@@ -242,7 +244,7 @@ class GatewayMetrics:
         model, deployment = self.labels.model(ctx.model), self.labels.deployment(ctx.deployment)
         cache_status = ctx.cache_status if ctx.cache_status in CACHE_STATUSES else "other"
         tenant = self.labels.tenant(ctx)
-        self._at(self.in_flight, ctx.extra.get("metrics.in_flight", model)).dec()
+        self._at(self.in_flight, ctx.in_flight_model or model).dec()
         self._at(
             self.requests,
             model,
@@ -295,16 +297,16 @@ class GatewayMetrics:
     def _record_savings(self, ctx: RequestContext, model: str, cache_status: str) -> None:
         price = self._prices.get(ctx.model)
         if cache_status in CACHE_HITS:
-            saved = ctx.extra.get("cache") or {}
-            self._at(self.saved_tokens, model, "input").inc(saved.get("saved_prompt_tokens", 0))
-            self._at(self.saved_tokens, model, "output").inc(saved.get("saved_completion_tokens", 0))
-            saved_usage = Usage(saved.get("saved_prompt_tokens", 0), saved.get("saved_completion_tokens", 0))
-            saved_usd = saved.get("saved_cost_usd") or (price.cost(saved_usage) if price else 0.0)
+            saved = ctx.cache or CacheNote(cache_status)
+            self._at(self.saved_tokens, model, "input").inc(saved.saved_prompt_tokens)
+            self._at(self.saved_tokens, model, "output").inc(saved.saved_completion_tokens)
+            saved_usage = Usage(saved.saved_prompt_tokens, saved.saved_completion_tokens)
+            saved_usd = saved.saved_cost_usd or (price.cost(saved_usage) if price else 0.0)
             self._at(self.saved_usd, model, "cache").inc(saved_usd)
         if cache_status != "bypass":
             hit = cache_status in CACHE_HITS
             layer = "semantic" if cache_status == "semantic-hit" else "exact"
-            self.record_cache_lookup(layer, hit, (ctx.extra.get("cache") or {}).get("similarity"))
+            self.record_cache_lookup(layer, hit, ctx.cache.similarity if ctx.cache else None)
         if ctx.cascade == "small" and price:
             self._at(self.saved_usd, model, "cascade").inc(max(price.cost(ctx.usage) - ctx.cost_usd, 0.0))
 

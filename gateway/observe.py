@@ -1,13 +1,13 @@
-"""Metrics and the access log for every request: two pipeline stages and the factory that builds them.
+"""Metrics and the access log for every request: the observe stage and the factory that builds it.
 
 `ObserveStage` goes FIRST in the stage list, so it sees every request, auth failures included. Errors of
-inner stages pass through it as exceptions: it records them and re-raises. For streams it wraps
-`reply.stream` to time the first token and the gaps between tokens, and settles at the stream's end (normal
+inner stages pass through it as exceptions: it records them and re-raises. For streams a tap on the reply
+times the first token and the gaps between tokens, and its end hook settles at the stream's end (normal
 end, error, or the client going away).
 
-`UpstreamTimer` goes right BEFORE the route stage (the one that calls deployments). It adds the time spent
-in the route stage to the request's upstream clock. For streams the route stage awaits the first upstream
-chunk before it returns (see routing's `call_backend`), so the time measured is the time to that chunk.
+The route stage (routing/stage.py, the one that calls deployments) adds the time spent in it to the
+request's upstream clock, ctx.upstream. For streams it awaits the first upstream chunk before it returns,
+so the time measured is the time to that chunk.
 
 Gateway overhead, precisely: from the request's arrival (ctx.started_at, set by the HTTP middleware) to the
 moment the pipeline hands the answer to the HTTP layer (the whole JSON body; for streams, the first chunk),
@@ -20,47 +20,22 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry
 
+from core.context import Handler, RequestContext
+from core.errors import OpenAIError
+from core.reply import Ending, Reply
+from core.sse import has_token
 from gateway.access_log import AccessLog, chunk_text, configure_access_logger, response_text
-from gateway.context import Handler, Reply, RequestContext
-from gateway.errors import OpenAIError
 from gateway.metrics import GatewayMetrics, Outcome, observability_settings, render_metrics
 from gateway.settings import Settings
 
 Clock = Callable[[], float]
 CANCELLED = "cancelled"
-
-
-@dataclass
-class UpstreamClock:
-    waited_s: float = 0.0
-    calls: int = 0
-
-    def add(self, seconds: float) -> None:
-        self.waited_s += seconds
-        self.calls += 1
-
-
-def upstream_clock(ctx: RequestContext) -> UpstreamClock:
-    return ctx.extra.setdefault("observe.upstream", UpstreamClock())
-
-
-class UpstreamTimer:
-    def __init__(self, clock: Clock = time.perf_counter) -> None:
-        self._clock = clock
-
-    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
-        started = self._clock()
-        try:
-            return await call_next(ctx)
-        finally:
-            upstream_clock(ctx).add(self._clock() - started)
 
 
 @dataclass
@@ -85,32 +60,24 @@ class ObserveStage:
             self._finish(ctx, started, _status_of(exc), error=_error_text(exc))
             raise
         if reply.stream is not None:
-            reply.stream = self._observe_stream(ctx, started, reply.stream)
+            await self._observe_stream(ctx, started, reply)
             return reply
         text = response_text(reply.body) if self._log.wants_bodies else None
         self._finish(ctx, started, reply.status, first_byte=self._clock(), text=text)
         return reply
 
-    async def _observe_stream(
-        self, ctx: RequestContext, started: float, chunks: AsyncIterator[dict[str, Any]]
-    ) -> AsyncIterator[dict[str, Any]]:
+    async def _observe_stream(self, ctx: RequestContext, started: float, reply: Reply) -> None:
         timing, texts = _StreamTiming(), ([] if self._log.wants_bodies else None)
-        status: int | str = 200
-        error = None
-        try:
-            async with aclosing(chunks):
-                async for chunk in chunks:
-                    self._on_chunk(ctx, timing, chunk, texts)
-                    yield chunk
-        except BaseException as exc:
-            status, error = _status_of(exc), _error_text(exc)
-            raise
-        finally:
+        reply.taps.append(lambda chunk: self._on_chunk(ctx, timing, chunk, texts))
+
+        def finish(ending: Ending) -> None:
+            status = CANCELLED if ending.cancelled else ending.status
             ttft = None if timing.first_token is None else timing.first_token - started
             text = None if texts is None else "".join(texts)
-            self._finish(
-                ctx, started, status, first_byte=timing.first_chunk, ttft=ttft, error=error, text=text
-            )
+            error = None if ending.error is None else _error_text(ending.error)
+            self._finish(ctx, started, status, first_byte=timing.first_chunk, ttft=ttft, error=error, text=text)
+
+        await reply.on_end(finish)
 
     def _on_chunk(
         self, ctx: RequestContext, timing: _StreamTiming, chunk: dict[str, Any], texts: list[str] | None
@@ -143,24 +110,11 @@ class ObserveStage:
         self._log.write(ctx, outcome, error, text)
 
 
-def has_token(chunk: dict[str, Any]) -> bool:
-    for choice in chunk.get("choices") or ():
-        delta = choice.get("delta") or {}
-        if (
-            delta.get("content")
-            or delta.get("tool_calls")
-            or delta.get("reasoning_content")
-            or choice.get("text")
-        ):
-            return True
-    return False
-
-
 def _overhead(
     ctx: RequestContext, started: float, status: int | str, first_byte: float | None
 ) -> float | None:
-    clock: UpstreamClock | None = ctx.extra.get("observe.upstream")
-    if first_byte is None or clock is None or not clock.calls or status != 200:
+    clock = ctx.upstream
+    if first_byte is None or not clock.calls or status != 200:
         return None
     return first_byte - started - clock.waited_s
 
@@ -181,11 +135,10 @@ def _error_text(exc: BaseException) -> str | None:
 
 @dataclass
 class Observability:
-    """What the app needs: the two stages, and the /metrics body."""
+    """What the app needs: the stage, and the /metrics body."""
 
     metrics: GatewayMetrics
     stage: ObserveStage
-    upstream_timer: UpstreamTimer
 
     def render(self) -> tuple[bytes, str]:
         return render_metrics(self.metrics)
@@ -199,4 +152,4 @@ def create_observability(
 ) -> Observability:
     metrics = GatewayMetrics.from_settings(settings, registry)
     access_log = AccessLog(observability_settings(settings), logger or configure_access_logger(log_stream))
-    return Observability(metrics, ObserveStage(metrics, access_log), UpstreamTimer())
+    return Observability(metrics, ObserveStage(metrics, access_log))

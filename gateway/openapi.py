@@ -2,7 +2,7 @@
 
 The proxy answers /v1/chat/completions, /v1/completions and /v1/embeddings before FastAPI, and GET
 /v1/models and /metrics are hidden framework routes, so FastAPI cannot see their shapes: they are declared
-here as JSON Schema, mirroring gateway/validation.py (what it checks is constrained; what it passes to the
+here as JSON Schema, mirroring core/validation.py (what it checks is constrained; what it passes to the
 deployment unchecked is declared as any value). Every error response of every operation is the OpenAI
 error object, which is what the gateway sends (FastAPI's own 422 schema is replaced).
 """
@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from pydantic.json_schema import models_json_schema
 
 from cache.config import CachePolicy
-from gateway import validation
+from core import validation
 from routing.config import CascadePolicy, RoutingPolicy
 
 _INT64 = {"minimum": -(2**63), "maximum": 2**63 - 1}

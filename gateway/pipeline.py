@@ -1,20 +1,13 @@
-"""The request pipeline, top to bottom. Each stage lives in its own package; this file only orders them.
+"""The request pipeline as one handler: a fold of the stages (Starlette-style middleware).
 
-observe (metrics, access log)          gateway/observe.py
-authenticate key → principal           policies/
-resolve the tenant's policy            policies/
-rate limits and budget                 policies/
-exact prompt cache                     cache/
-semantic cache                         cache/
-cascade small → large                  routing/
-account tokens and cost                gateway/accounting.py
-route and call a deployment            routing/, backends/
+The stage list itself is written once, in gateway/services.py (`_stages`), with what each stage does.
 """
 
 from collections.abc import Callable, Sequence
 
-from gateway.context import Handler, Reply, RequestContext, Stage
-from gateway.errors import OpenAIError
+from core.context import Handler, RequestContext, Stage
+from core.errors import OpenAIError
+from core.reply import Reply
 
 
 async def _nobody_answered(ctx: RequestContext) -> Reply:

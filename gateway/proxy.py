@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from gateway import validation
-from gateway.context import Handler, Reply, RequestContext
-from gateway.errors import OpenAIError, error_response
+from core import validation
+from core.context import Handler, Reply, RequestContext
+from core.errors import OpenAIError, error_response
 from gateway.inbound import client_request_id, decode_body
 from gateway.sse import SSEResponse, sse_body
 

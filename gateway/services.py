@@ -1,6 +1,7 @@
 """Everything with a lifetime (backends, stores, background tasks), built once at start-up from settings.
 
-The stage list below IS the request pipeline, in order (see gateway/pipeline.py for what each does).
+`_stages` below IS the request pipeline, in order: the one place the stage list is written (the README
+and gateway/pipeline.py point here). Each factory gets its own settings section only.
 """
 
 import asyncio
@@ -12,12 +13,12 @@ from fastapi import APIRouter
 
 from backends.registry import Backends
 from cache.factory import CacheComponents, create_cache
-from gateway.accounting import AccountingStage
-from gateway.context import Handler, RequestContext, Stage
+from core.context import Handler, RequestContext, Stage
+from core.models import ModelConfig
 from gateway.lifecycle import Drain, DrainStage
 from gateway.observe import Observability, create_observability
 from gateway.pipeline import chain
-from gateway.settings import ModelConfig, Settings
+from gateway.settings import Settings
 from gateway.tracing import Tracing, create_tracing
 from policies.service import PolicyServices, create_policy_services
 from routing.factory import RoutingServices, create_routing_stages
@@ -33,7 +34,6 @@ class Services:
     cache: CacheComponents | None
     stages: list[Stage]
     handler: Handler
-    accounting: AccountingStage
     drain: Drain
     closers: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
     tracing: Tracing | None = None  # OpenTelemetry, when settings.tracing.enabled
@@ -59,7 +59,6 @@ class Services:
         self.routing.monitor.set_replicas(self.routing.router.all_replicas())
         deployments = {d.name: d for m in models for d in m.deployments}
         self.routing.cascade_stage.set_deployments(deployments)
-        self.accounting.set_models(models)
         self.observability.metrics.set_models(self.settings.model_copy(update={"models": models}))
 
     async def readiness(self) -> dict[str, Any]:
@@ -93,7 +92,7 @@ async def start_services(settings: Settings) -> Services:
 
 
 async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]) -> Services:
-    backends = Backends(settings)
+    backends = Backends(settings.engine, settings.engine_startup_timeout_s)
     closers.append(backends.aclose)
     pools = await backends.apply(settings.models)
     observability = create_observability(settings)
@@ -101,31 +100,43 @@ async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]
     if cache:
         closers.append(cache.aclose)
     embedder = cache.service.embedder if cache else None
-    routing = await create_routing_stages(settings, pools, observability.metrics.registry, embedder)
+    routing = await create_routing_stages(
+        settings.routing, settings.models, pools, observability.metrics.registry, embedder
+    )
     closers.append(routing.aclose)
-    policy = await create_policy_services(settings, cache.service.flush if cache else None)
+    flush = cache.service.flush if cache else None
+    policy = await create_policy_services(settings.policies, settings.connections(), settings.models, flush)
     if cache and cache.service.semantic:
         policy.admin.cache_feedback = cache.service.feedback
     closers.append(policy.aclose)
-    accounting = AccountingStage(settings)
     drain = Drain(settings.shutdown_grace_s)
-    stages: list[Stage] = [
-        observability.stage,  # metrics and the access log see every outcome
-        *policy.stages,  # authenticate → resolve policy → rate limits and budget
-        DrainStage(drain),  # on shutdown, work past the grace period ends with a 503 / an error event
-        *(cache.stages if cache else []),  # exact cache → semantic cache
-        routing.cascade_stage,  # small → large, when the alias is a cascade
-        accounting,  # tokens × the serving deployment's prices
-        observability.upstream_timer,  # time spent waiting on deployments
-        routing.route_stage,  # load balancing, affinity, retries, fallbacks → backend call
-    ]
+    stages = _stages(observability, policy, drain, cache, routing)
     tracing = create_tracing(settings.tracing)
     if tracing:
         closers.insert(0, tracing.aclose)  # closed last: flushes the spans of the final requests
     handler = tracing.pipeline(stages) if tracing else chain(stages)
-    services = Services(settings, backends, observability, policy, routing, cache, stages, handler, accounting,
-                        drain, closers, tracing)  # fmt: skip
+    services = Services(settings, backends, observability, policy, routing, cache, stages, handler, drain,
+                        closers, tracing)  # fmt: skip
     policy.on_models_changed(services.apply_models)
     if policy.directory.models != settings.models:
         await services.apply_models(policy.directory.models)
     return services
+
+
+def _stages(
+    observability: Observability,
+    policy: PolicyServices,
+    drain: Drain,
+    cache: CacheComponents | None,
+    routing: RoutingServices,
+) -> list[Stage]:
+    """The request pipeline, first stage first; each package's stages together, so a request crosses
+    each package once. A stage's end-of-reply hook runs after those of the stages below it."""
+    return [
+        observability.stage,  # metrics and the access log see every outcome (gateway/observe.py)
+        DrainStage(drain),  # on shutdown, work past the grace period ends with a 503 / an error event
+        *policy.stages,  # key → tenant, policy, rate limits and budgets, usage records (policies/)
+        *(cache.stages if cache else []),  # exact cache → semantic cache (cache/)
+        routing.cascade_stage,  # small → large, when the alias is a cascade (routing/cascade.py)
+        routing.route_stage,  # balancing, affinity, retries, fallbacks; prices each attempt (routing/stage.py)
+    ]

@@ -1,40 +1,15 @@
-"""Server-sent events out, and usage bookkeeping on the way."""
+"""Server-sent events out: the reply's chunks framed as SSE, and the ASGI response that sends them."""
 
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any
 
-import orjson
+from core.context import RequestContext
+from core.errors import OpenAIError
+from core.sse import DONE, event
 
-from gateway.context import RequestContext, Usage
-from gateway.errors import OpenAIError
-
-DONE = b"data: [DONE]\n\n"
 log = logging.getLogger("llmgw.sse")
-
-
-def event(chunk: dict[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(chunk) + b"\n\n"
-
-
-async def track_usage(
-    ctx: RequestContext, chunks: AsyncIterator[dict[str, Any]]
-) -> AsyncIterator[dict[str, Any]]:
-    """Fill ctx.usage from the usage chunk; count content chunks so a cut stream still settles."""
-    produced = 0
-    try:
-        async with aclosing(chunks):
-            async for chunk in chunks:
-                if chunk.get("usage"):
-                    ctx.usage = Usage.from_openai(chunk["usage"])
-                elif chunk.get("choices"):
-                    produced += 1
-                yield chunk
-    finally:
-        if not ctx.usage.completion_tokens:
-            ctx.usage.completion_tokens = produced
 
 
 async def sse_body(ctx: RequestContext, chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

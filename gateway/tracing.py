@@ -1,28 +1,26 @@
 """OpenTelemetry traces: one trace per request, a span per pipeline stage and per backend attempt.
 
 Off by default, at no cost: the pipeline is then built without any wrapper, and the route stage and the
-backends only look up `ctx.extra["tracer"]` / a module flag. On, an incoming W3C `traceparent` becomes
+backends only look up `ctx.tracer` / a module flag (core/tracing.py). On, an incoming W3C `traceparent` becomes
 the parent of the request's trace, and each upstream call carries the attempt span's `traceparent`.
 The SDK (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http: the `tracing` extra) is imported
 only when tracing is on.
 """
 
-import contextlib
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 from opentelemetry import context, propagate, trace
 
-from gateway.context import Handler, Reply, RequestContext, Stage, after_stream
+from core import tracing as core_tracing
+from core.context import Handler, RequestContext, Stage
+from core.reply import Reply
 from gateway.pipeline import chain
 from gateway.tracing_config import TracingSettings
 
-_SPAN_NAMES = {"ObserveStage": "observe", "AuthStage": "auth", "PolicyStage": "policy",
-               "RateLimitStage": "limits", "ExactCacheStage": "exact_cache", "SemanticCacheStage": "semantic_cache",
-               "CascadeStage": "cascade", "AccountingStage": "accounting", "UpstreamTimer": "upstream_timer",
-               "RouteStage": "route"}  # fmt: skip
-_enabled = False  # any app in this process traces: backends then add traceparent to upstream calls
+_SPAN_NAMES = {"ObserveStage": "observe", "DrainStage": "drain", "AuthStage": "auth", "PolicyStage": "policy",
+               "RateLimitStage": "limits", "AccountingStage": "accounting", "ExactCacheStage": "exact_cache",
+               "SemanticCacheStage": "semantic_cache", "CascadeStage": "cascade", "RouteStage": "route"}  # fmt: skip
 
 
 class Tracing:
@@ -33,8 +31,7 @@ class Tracing:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        global _enabled
-        _enabled = True
+        core_tracing.enable()
         self.provider = TracerProvider(resource=Resource.create({"service.name": settings.service_name}))
         if settings.exporter == "otlp":
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -61,7 +58,7 @@ class Tracing:
             parent = propagate.extract(ctx.headers)
             root = self.tracer.start_span(f"llmgw {ctx.endpoint}", context=parent, kind=trace.SpanKind.SERVER)
             token = context.attach(trace.set_span_in_context(root, parent))
-            ctx.extra["tracer"] = self.tracer
+            ctx.tracer = self.tracer
             try:
                 reply = await handler(ctx)
             except Exception as error:
@@ -69,10 +66,7 @@ class Tracing:
                 raise
             finally:
                 context.detach(token)
-            if reply.stream is None:
-                _finish(root, ctx, reply.status)
-            else:
-                reply.stream = after_stream(reply.stream, lambda: _finish(root, ctx, reply.status))
+            await reply.on_end(lambda ending: _finish(root, ctx, ending.status))
             return reply
 
         return traced
@@ -94,27 +88,6 @@ def _finish(span: Any, ctx: RequestContext, status: int) -> None:
     if status >= 500:
         span.set_status(trace.StatusCode.ERROR)
     span.end()
-
-
-_UNTRACED = contextlib.nullcontext()
-
-
-def attempt_span(
-    ctx: RequestContext, deployment: str, alias: str, attempt: int
-) -> AbstractContextManager[Any]:
-    """A span around one backend attempt (a shared no-op when the request is not traced)."""
-    tracer = ctx.extra.get("tracer")
-    if tracer is None:
-        return _UNTRACED
-    attributes = {"llmgw.deployment": deployment, "llmgw.model": alias, "llmgw.attempt": attempt,
-                  "llmgw.retry": attempt > 0}  # fmt: skip
-    return tracer.start_as_current_span("backend.attempt", kind=trace.SpanKind.CLIENT, attributes=attributes)
-
-
-def inject(headers: dict[str, str]) -> None:
-    """Add the current span's `traceparent` to an upstream request's headers (when tracing is on)."""
-    if _enabled:
-        propagate.inject(headers)
 
 
 def create_tracing(settings: TracingSettings) -> Tracing | None:

@@ -6,14 +6,29 @@ policy's allowed list answers 404 model_not_found, as OpenAI does for models a k
 
 import hmac
 
-from gateway.auth import bearer_key, invalid_key
-from gateway.context import Handler, Principal, Reply, RequestContext
-from gateway.errors import model_not_found
+from core.context import Handler, Principal, Reply, RequestContext
+from core.errors import OpenAIError, model_not_found
 from policies.directory import Directory, KeyEntry
 from policies.keys import hash_key
 from policies.tables import utcnow
 
 MASTER = Principal(tenant_id="master", key_id="master", key_prefix="master")
+
+
+def bearer_key(headers: dict[str, str]) -> str:
+    value = headers.get("authorization", "")
+    scheme, _, key = value.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise OpenAIError(
+            401,
+            "You didn't provide an API key. Provide it in the Authorization header as 'Bearer YOUR_KEY'.",
+            code="missing_api_key",
+        )
+    return key.strip()
+
+
+def invalid_key() -> OpenAIError:
+    return OpenAIError(401, "Incorrect API key provided.", code="invalid_api_key")
 
 
 class AuthStage:

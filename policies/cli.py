@@ -5,9 +5,8 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from gateway.settings import Settings, load_settings
 from policies.errors import Conflict, NotFound
-from policies.provision import ensure_tenant, open_store
+from policies.provision import StoreSettings, ensure_tenant, open_store
 from policies.tables import ApiKeyRow
 
 
@@ -30,16 +29,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, settings: Settings | None = None) -> int:
+def main(argv: Sequence[str] | None, settings: StoreSettings) -> int:
+    """`settings`: the gateway's (gateway/cli.py loads them)."""
     args = build_parser().parse_args(argv)
     try:
-        return asyncio.run(_run(args, settings or load_settings()))
+        return asyncio.run(_run(args, settings))
     except (NotFound, Conflict) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
 
-async def _run(args: argparse.Namespace, settings: Settings) -> int:
+async def _run(args: argparse.Namespace, settings: StoreSettings) -> int:
     async with open_store(settings) as store:
         if args.action == "create":
             if args.create_tenant:

@@ -1,8 +1,9 @@
 """Process-wide settings of this package, nested in the gateway settings (LLMGW_POLICIES__<FIELD>)."""
 
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
 
 class PoliciesSettings(BaseModel):
@@ -31,3 +32,13 @@ class PoliciesSettings(BaseModel):
     usage_flush_interval_s: float = 1.0
     usage_retry_max_s: float = Field(default=5.0, gt=0)  # backoff cap between write attempts
     usage_shutdown_timeout_s: float = Field(default=10.0, ge=0)  # then what is still buffered is dropped
+
+
+@dataclass(frozen=True)
+class Connections:
+    """What this package reaches outside the process, and the keys that open the proxy and the admin API."""
+
+    database_url: str
+    redis_url: str | None
+    master_key: SecretStr
+    admin_token: SecretStr | None = None

@@ -9,8 +9,8 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from gateway.context import Principal
-from gateway.settings import DeploymentConfig, ModelConfig
+from core.context import Principal
+from core.models import DeploymentConfig, ModelConfig
 from policies.policy import Policy
 from policies.store import Snapshot, Store
 

@@ -53,13 +53,13 @@ def upgrade(database_url: str, schema: str | None = None) -> None:
     asyncio.run(upgrade_async(database_url, schema))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, default_url: str | None = None, schema: str | None = None) -> int:
+    """`default_url`, `schema`: from the gateway's settings (gateway/cli.py passes them)."""
     parser = argparse.ArgumentParser(prog="llmgw migrate", description="Upgrade the gateway database.")
-    parser.add_argument("--database-url", help="default: LLMGW_DATABASE_URL / settings")
+    parser.add_argument("--database-url", default=default_url, help="default: LLMGW_DATABASE_URL / settings")
     args = parser.parse_args(argv)
-    from gateway.settings import load_settings
-
-    settings = load_settings()
-    upgrade(args.database_url or settings.database_url, settings.policies.db_schema)
+    if not args.database_url:
+        parser.error("--database-url is required")
+    upgrade(args.database_url, schema)
     print("database upgraded to head")
     return 0

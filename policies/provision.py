@@ -3,10 +3,11 @@ change announcement so running replicas reload at once."""
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 from redis.asyncio import Redis
 
-from gateway.settings import Settings
+from policies.config import PoliciesSettings
 from policies.db import create_engine, session_factory
 from policies.errors import NotFound
 from policies.migrate import upgrade_engine
@@ -14,8 +15,16 @@ from policies.policy import Policy
 from policies.store import Store
 
 
+class StoreSettings(Protocol):
+    """What provisioning reads of the settings (gateway.settings.Settings has it)."""
+
+    database_url: str
+    redis_url: str | None
+    policies: PoliciesSettings
+
+
 @asynccontextmanager
-async def open_store(settings: Settings, migrate: bool = True) -> AsyncIterator[Store]:
+async def open_store(settings: StoreSettings, migrate: bool = True) -> AsyncIterator[Store]:
     engine = create_engine(settings.database_url, settings.policies.db_schema)
     try:
         if migrate:
@@ -26,7 +35,7 @@ async def open_store(settings: Settings, migrate: bool = True) -> AsyncIterator[
     await announce_change(settings)
 
 
-async def announce_change(settings: Settings) -> None:
+async def announce_change(settings: StoreSettings) -> None:
     """Tell running replicas to reload (they also catch up on their periodic refresh)."""
     if settings.redis_url is None:
         return
@@ -46,7 +55,7 @@ async def ensure_tenant(store: Store, tenant_id: str, policy: Policy | None = No
         await store.create_tenant(tenant_id, tenant_id, policy_id)
 
 
-async def provision_virtual_key(settings: Settings, tenant_id: str, policy: Policy | None = None) -> str:
+async def provision_virtual_key(settings: StoreSettings, tenant_id: str, policy: Policy | None = None) -> str:
     """A tenant (created with `policy` if missing) and a new key on it; returns the key's secret.
 
     For benchmarks: `await provision_virtual_key(settings, "bench", Policy(key_limits=Limits(rpm=10**9)))`.

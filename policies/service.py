@@ -1,8 +1,8 @@
 """Builds everything this package runs: the proxy stages, the admin router and their services.
 
-Wiring (gateway/app.py lifespan and gateway/services.py):
-    policy = await create_policy_services(settings)
-    stages = [*policy.stages, <cache stages>, <routing stages>]     # replaces MasterKeyAuth
+Wiring (gateway/services.py):
+    policy = await create_policy_services(settings.policies, settings.connections(), settings.models)
+    policy.stages: auth, policy, limits, accounting (in the stage list: gateway/services.py, _stages)
     app.include_router(policy.admin_router)
     policy.on_models_changed(<router>.update_models)                 # DB-managed aliases
     policy.set_cache_flush(<cache>.flush)                             # async (tenant_id, model) -> int
@@ -16,10 +16,12 @@ from fastapi import APIRouter
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.context import Stage
-from gateway.settings import Settings
+from core.context import Stage
+from core.models import ModelConfig
+from policies.accounting import AccountingStage
 from policies.admin.router import AdminDeps, CacheFlush, create_admin_router
 from policies.auth import AuthStage, PolicyStage
+from policies.config import Connections, PoliciesSettings
 from policies.db import create_engine, is_sqlite, session_factory
 from policies.directory import Directory, ModelsListener
 from policies.migrate import upgrade_engine
@@ -41,7 +43,7 @@ class PolicyServices:
     usage: UsageWriter
     limiter: Limiter
     ratelimit_stage: RateLimitStage
-    stages: list[Stage]  # auth, policy, rate limit & budget: in this order, first in the pipeline
+    stages: list[Stage]  # auth, policy, rate limit & budget, accounting (usage records): in this order
     admin: AdminDeps
     admin_router: APIRouter
     redis_clients: list[Redis]
@@ -62,16 +64,21 @@ class PolicyServices:
         await self.engine.dispose()
 
 
-async def create_policy_services(settings: Settings, cache_flush: CacheFlush | None = None) -> PolicyServices:
-    config = settings.policies
-    engine = create_engine(settings.database_url, config.db_schema)
-    if config.auto_migrate or (config.auto_migrate is None and is_sqlite(settings.database_url)):
+async def create_policy_services(
+    config: PoliciesSettings,
+    connections: Connections,
+    models: list[ModelConfig],
+    cache_flush: CacheFlush | None = None,
+) -> PolicyServices:
+    database_url = connections.database_url
+    engine = create_engine(database_url, config.db_schema)
+    if config.auto_migrate or (config.auto_migrate is None and is_sqlite(database_url)):
         await upgrade_engine(engine)
     store = Store(session_factory(engine))
-    directory = Directory(store, settings.models)
+    directory = Directory(store, models)
     await directory.reload()
-    clients = _redis_clients(settings.redis_url)
-    limiter = build_limiter(config, settings.redis_url)
+    clients = _redis_clients(connections.redis_url)
+    limiter = build_limiter(config, connections.redis_url)
     await seed_spend(engine, limiter, datetime.now(UTC))
     notifier = ChangeNotifier(
         directory, clients[0] if clients else None, config.redis_prefix + "changes", config.refresh_interval_s
@@ -87,13 +94,14 @@ async def create_policy_services(settings: Settings, cache_flush: CacheFlush | N
     )
     usage.start()
     prices = cost_estimator(lambda: directory.models)
-    ratelimit = RateLimitStage(limiter, usage, config.default_max_tokens, config.concurrency_lease_s, prices)
+    ratelimit = RateLimitStage(limiter, config.default_max_tokens, config.concurrency_lease_s, prices)
     stages: list[Stage] = [
-        AuthStage(directory, settings.master_key.get_secret_value()),
+        AuthStage(directory, connections.master_key.get_secret_value()),
         PolicyStage(directory),
         ratelimit,
+        AccountingStage(usage),
     ]
-    admin = AdminDeps(store, engine, directory, notifier, settings.admin_token, cache_flush)
+    admin = AdminDeps(store, engine, directory, notifier, connections.admin_token, cache_flush)
     return PolicyServices(
         engine,
         store,

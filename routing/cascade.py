@@ -16,9 +16,10 @@ from contextlib import aclosing
 from typing import Any
 
 from backends.base import UpstreamError
-from gateway.accounting import cost_usd
-from gateway.context import Handler, Reply, RequestContext, Usage, after_stream
-from gateway.settings import DeploymentConfig
+from core.context import Handler, RequestContext
+from core.models import DeploymentConfig, cost_usd
+from core.reply import Reply
+from core.usage import Usage
 from routing.cascade_stream import as_chunks, strip_logprobs
 from routing.confidence import Scorer, choice_logprobs, choice_margins
 from routing.config import CascadePolicy
@@ -171,13 +172,11 @@ class _Run:
     async def _escalate(self, small_usage: Usage) -> Reply:
         self.ctx.usage = Usage()
         reply = await self._call(self.cascade.large, self.body, self.stream)
-        if reply.stream is None:
-            self.ctx.usage = _sum(self.ctx.usage, small_usage)
-        else:
-            reply.stream = after_stream(reply.stream, lambda: self._add_usage(small_usage))
+        await reply.on_end(lambda _: self._add_usage(small_usage))
         return self.stage.outcome(self.ctx, self.cascade, "escalated", reply, self.quality)
 
     def _add_usage(self, small_usage: Usage) -> None:
+        """ctx.usage ends as the sum of both attempts."""
         self.ctx.usage = _sum(self.ctx.usage, small_usage)
 
     async def _prefix_streamed(self) -> Reply:

@@ -1,8 +1,8 @@
 """Builds the routing package's stages and background services from the settings.
 
 Wiring (gateway/services.py):
-    routing = await create_routing_stages(settings, pools, registry)
-    stages = [..., routing.cascade_stage, AccountingStage(settings), routing.route_stage]
+    routing = await create_routing_stages(settings.routing, settings.models, pools, registry)
+    routing.cascade_stage, routing.route_stage: the last two stages (the list: gateway/services.py, _stages)
     closers.append(routing.aclose)
 """
 
@@ -13,9 +13,10 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from backends.base import Backend
-from gateway.settings import Settings
+from core.models import ModelConfig
 from routing.cascade import CascadeStage, ScorerCache
 from routing.confidence import Embed, build_scorer, needs_embedder
+from routing.config import RoutingSettings
 from routing.metrics import RoutingMetrics
 from routing.monitor import Monitor
 from routing.router import Router
@@ -34,19 +35,19 @@ class RoutingServices:
 
 
 async def create_routing_stages(
-    settings: Settings,
+    config: RoutingSettings,
+    models: list[ModelConfig],
     pools: dict[str, list[Backend]],
     registry: CollectorRegistry | None = None,
     embedder: Embed | None = None,
 ) -> RoutingServices:
     """`embedder`: the semantic cache's SentenceEmbedder to share one MiniLM; loaded here when needed."""
-    config = settings.routing
     metrics = RoutingMetrics(registry)
-    fallbacks = {m.name: m.fallbacks for m in settings.models}
+    fallbacks = {m.name: m.fallbacks for m in models}
     router = Router(pools, config, fallbacks, metrics)
     if embedder is None and any(needs_embedder(c.confidence) for c in config.cascades):
         embedder = await asyncio.to_thread(_load_embedder)
-    deployments = {d.name: d for m in settings.models for d in m.deployments}
+    deployments = {d.name: d for m in models for d in m.deployments}
     scorers = ScorerCache(lambda confidence: build_scorer(confidence, embedder or _LazyEmbedder()))
     cascade = CascadeStage(config.cascades, scorers, deployments, metrics)
     monitor = Monitor(

@@ -1,15 +1,17 @@
-"""Reading this package's sections out of a tenant policy (a policies.Policy, or None)."""
+"""Reading this package's sections out of a tenant policy (core.context.Policy, or None)."""
 
 import logging
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
+
+from core.context import Policy
 
 log = logging.getLogger("llmgw.routing")
 M = TypeVar("M", bound=BaseModel)
 
 
-def policy_section(policy: Any, name: str, model: type[M]) -> M | None:
+def policy_section(policy: Policy | None, name: str, model: type[M]) -> M | None:
     """policy.<name> as `model`; None when absent, empty or invalid (invalid is logged, defaults apply)."""
     value = getattr(policy, name, None) if policy is not None else None
     if isinstance(value, model):

@@ -1,5 +1,9 @@
 """The last stage: pick a deployment for the alias, call it; retry and fall back before the first byte.
 
+It also keeps two books of the request: the time spent here (ctx.upstream: whole calls with retries, or
+the time to the first streamed chunk; observe subtracts it from the gateway overhead) and each attempt's
+cost at its deployment's prices (ctx.cost_usd accumulates: a cascade's attempts are priced each at theirs).
+
 Once a stream has yielded its first chunk the choice is final: a later upstream failure propagates as
 an UpstreamError, which the SSE writer turns into an error event (no [DONE]) before closing.
 """
@@ -7,18 +11,19 @@ an UpstreamError, which the SSE writer turns into an error event (no [DONE]) bef
 import asyncio
 import math
 import random
+import time
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any
 
-from backends.base import Backend, UpstreamError
-from gateway.context import Handler, Reply, RequestContext, Usage
-from gateway.errors import OpenAIError, model_not_found
-from gateway.sse import track_usage
-from gateway.tracing import attempt_span
-from gateway.validation import unrecognized
+from backends.base import UpstreamError
+from core.context import Handler, RequestContext
+from core.errors import OpenAIError, model_not_found
+from core.models import cost_usd
+from core.reply import Ending, Reply, prepend
+from core.tracing import attempt_span
+from core.usage import Usage
+from core.validation import unrecognized
 from routing.config import RoutingPolicy, RoutingSettings
-from routing.metrics import RoutingMetrics
 from routing.policy import policy_section
 from routing.replica import Replica
 from routing.retry import backoff_s
@@ -26,15 +31,20 @@ from routing.router import Router
 
 
 class RouteStage:
-    def __init__(self, router: Router | dict[str, list[Backend]], rng: random.Random | None = None) -> None:
-        if isinstance(router, dict):  # the bare pools: default settings, no fallbacks (older wiring)
-            router = Router(router, RoutingSettings(), {}, RoutingMetrics())
+    def __init__(self, router: Router, rng: random.Random | None = None) -> None:
         self._router = router
         self._settings: RoutingSettings = router.settings
         self._metrics = router.metrics
         self._rng = rng or random.Random()
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
+        started = time.perf_counter()
+        try:
+            return await self._route(ctx)
+        finally:
+            ctx.upstream.add(time.perf_counter() - started)
+
+    async def _route(self, ctx: RequestContext) -> Reply:
         policy = policy_section(ctx.policy, "routing", RoutingPolicy) or self._settings.defaults
         if ctx.model not in self._router.pools:
             raise model_not_found(ctx.model)
@@ -170,11 +180,14 @@ class _Call:
                 body = await self._replica.backend.complete(endpoint, ctx.body, ctx.request_id)
                 self._succeeded()
                 ctx.usage = Usage.from_openai(body.get("usage"))
-                return Reply(body=body)
+                self._charge(ctx)
+                return Reply(body=body, usage=ctx.usage)
             chunks = self._replica.backend.stream(endpoint, ctx.body, ctx.request_id)
             first = await self._first_chunk(chunks)
             self._replica.latency.observe(self._router.clock() - self._started)
-            return Reply(stream=track_usage(ctx, self._rest(first, chunks)))
+            reply = Reply(stream=prepend(first, chunks))
+            await reply.on_end(lambda ending: self._stream_ended(ctx, ending))
+            return reply
         except UpstreamError as error:
             self._failed(error, "before_first_byte")
             raise
@@ -184,7 +197,7 @@ class _Call:
 
     def _endpoint(self, ctx: RequestContext) -> str:
         """/v1/responses requests go to the upstream's own Responses API where the deployment has one."""
-        native = ctx.extra.get("api") == "responses" and self._replica.backend.config.responses_api
+        native = ctx.api == "responses" and self._replica.backend.config.responses_api
         return "responses" if native else ctx.endpoint
 
     def _begin(self) -> None:
@@ -206,21 +219,19 @@ class _Call:
                 raise
             raise UpstreamError(error.status, error.message, retryable=True) from error  # nothing sent yet
 
-    async def _rest(
-        self, first: dict[str, Any] | None, rest: AsyncIterator[dict[str, Any]]
-    ) -> AsyncIterator[dict[str, Any]]:
-        try:
-            async with aclosing(rest):
-                if first is not None:
-                    yield first
-                    async for chunk in rest:
-                        yield chunk
+    def _stream_ended(self, ctx: RequestContext, ending: Ending) -> None:
+        ctx.usage = ending.usage
+        self._charge(ctx)
+        if ending.status == 200:
             self._replica.breaker.on_success()
-        except UpstreamError as error:
-            self._failed(error, "mid_stream")
-            raise
-        finally:
-            self._release()
+        elif isinstance(ending.error, UpstreamError):
+            self._failed(ending.error, "mid_stream")
+        self._release()
+
+    def _charge(self, ctx: RequestContext) -> None:
+        """This attempt's tokens at its deployment's prices."""
+        usage = ctx.usage
+        ctx.cost_usd += cost_usd(self._replica.backend.config, usage.prompt_tokens, usage.completion_tokens)
 
     def _succeeded(self) -> None:
         self._replica.latency.observe(self._router.clock() - self._started)

@@ -6,7 +6,7 @@ from typing import Any
 from cache.config import CachePolicy, CacheSettings
 from cache.service import CacheService
 from cache.stages import ExactCacheStage, SemanticCacheStage
-from gateway.context import Handler, Principal, Reply, RequestContext
+from core.context import Handler, Principal, Reply, RequestContext
 from gateway.pipeline import chain
 
 

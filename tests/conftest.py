@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from core.models import DeploymentConfig, ModelConfig
 from gateway.app import create_app
-from gateway.settings import DeploymentConfig, ModelConfig, Settings
+from gateway.settings import Settings
 from tests.fakes import FakeUpstream, ServerThread
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -12,8 +12,8 @@ import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from gateway.context import Handler, Reply, RequestContext, Usage
-from gateway.errors import OpenAIError
+from core.context import Handler, Reply, RequestContext, Usage
+from core.errors import OpenAIError
 from gateway.pipeline import chain
 from gateway.settings import load_settings
 from policies.ratelimit import estimate
@@ -34,7 +34,7 @@ def create_app() -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = await create_policy_services(settings)
+        services = await create_policy_services(settings.policies, settings.connections(), settings.models)
         app.include_router(services.admin_router)
         state["handler"] = chain([*services.stages, answer])
         yield

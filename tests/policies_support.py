@@ -76,7 +76,7 @@ def make_settings(db: Database, redis_prefix: str | None = None, **policies: obj
 
 
 async def start(settings: Settings) -> PolicyServices:
-    return await create_policy_services(settings)
+    return await create_policy_services(settings.policies, settings.connections(), settings.models)
 
 
 async def provision(services: PolicyServices, policy: Policy, tenant: str = "acme") -> tuple[str, str]:

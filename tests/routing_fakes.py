@@ -11,7 +11,7 @@ import orjson
 from aiohttp import web
 
 from backends.openai_compat import OpenAICompatBackend
-from gateway.settings import DeploymentConfig
+from core.models import DeploymentConfig
 
 MODES = ("ok", "error_500", "error_400", "headers_then_die", "die_mid_stream", "stall_mid_stream",
          "stall_before_first")  # fmt: skip

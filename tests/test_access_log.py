@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from core.context import Principal, Reply, RequestContext, Usage
+from core.errors import OpenAIError
 from gateway.access_log import AccessLog, BufferedLineHandler, configure_access_logger, prompt_text
-from gateway.context import Principal, Reply, RequestContext, Usage
-from gateway.errors import OpenAIError
 from gateway.metrics import GatewayMetrics, Outcome
 from gateway.observability_config import ObservabilitySettings
 from gateway.observe import ObserveStage

@@ -11,8 +11,8 @@ import pytest
 from test_engine_serving_server import fake_load
 
 from backends.local_engine.server import create_app as create_engine_app
+from core.models import DeploymentConfig, ModelConfig
 from gateway.app import create_app
-from gateway.settings import DeploymentConfig, ModelConfig
 from tests.conftest import MASTER_KEY, gateway_settings
 from tests.fakes import ServerThread
 

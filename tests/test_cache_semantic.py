@@ -56,7 +56,7 @@ async def test_a_paraphrase_is_a_semantic_hit(cache):
     assert reply.headers["x-cache-status"] == "semantic-hit" and upstream.calls == 1
     assert SETTINGS.defaults.similarity_threshold <= float(reply.headers["x-cache-similarity"]) <= 1.0
     assert 0.0 < float(reply.headers["x-cache-verifier"]) <= 1.0
-    assert ctx.extra["cache"]["saved_completion_tokens"] == 7
+    assert ctx.cache.saved_completion_tokens == 7
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 
 from cache.service import CacheService
 from cache.store import MemoryStore
-from gateway.errors import OpenAIError
+from core.errors import OpenAIError
 from tests.cache_helpers import Policy, Upstream, ctx_for, drain, pipeline, settings
 
 
@@ -34,9 +34,9 @@ async def test_second_identical_request_is_an_exact_hit_with_saved_tokens(cache)
     assert second.headers["x-cache-status"] == "hit" and ctx.cache_status == "hit"
     assert upstream.calls == 1
     assert second.body["choices"] == first.body["choices"]
-    assert ctx.extra["cache"]["saved_prompt_tokens"] == 12
-    assert ctx.extra["cache"]["saved_completion_tokens"] == 7
-    assert ctx.extra["cache"]["saved_cost_usd"] == pytest.approx(0.002)
+    assert ctx.cache.saved_prompt_tokens == 12
+    assert ctx.cache.saved_completion_tokens == 7
+    assert ctx.cache.saved_cost_usd == pytest.approx(0.002)
     assert ctx.usage.total_tokens == 0
 
 

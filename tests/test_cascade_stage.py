@@ -6,10 +6,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gateway.accounting import AccountingStage
-from gateway.context import Handler, RequestContext
+from core.context import Handler, RequestContext
+from core.models import ModelConfig
 from gateway.pipeline import chain
-from gateway.settings import ModelConfig, Settings
 from routing.config import CascadePolicy, RoutingSettings
 from routing.factory import RoutingServices, create_routing_stages
 from routing.learned import ANSWER_FEATURES, AnswerModel, LogisticModel
@@ -35,13 +34,12 @@ async def build(cascade: dict[str, Any], embedder: Any = None) -> Setup:
     ]
     routing = RoutingSettings(cascades=[CascadePolicy(alias="auto", small="small", large="large", **cascade)],
                               health_checks=False, scrape_metrics=False)  # fmt: skip
-    settings = Settings(models=models, routing=routing)
     pools = {
         "small": [await small.backend()],
         "large": [await large.backend(**models[1].deployments[0].model_dump())],
     }
-    services = await create_routing_stages(settings, pools, embedder=embedder)
-    handler = chain([services.cascade_stage, AccountingStage(settings), services.route_stage])
+    services = await create_routing_stages(routing, models, pools, embedder=embedder)
+    handler = chain([services.cascade_stage, services.route_stage])
     setup = Setup(small, large, services, handler)
     setup.pools = pools  # type: ignore[attr-defined]
     return setup

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from backends.local_engine.protocol import sampling_params
-from gateway.errors import OpenAIError
+from core.errors import OpenAIError
 
 CHAT = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}]}
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}

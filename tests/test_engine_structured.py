@@ -17,7 +17,7 @@ from backends.local_engine.engine import LLMEngine  # noqa: E402
 from backends.local_engine.protocol import sampling_params  # noqa: E402
 from backends.local_engine.sampler import probabilities  # noqa: E402
 from backends.local_engine.structured import grammars_for  # noqa: E402
-from gateway.errors import OpenAIError  # noqa: E402
+from core.errors import OpenAIError  # noqa: E402
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
                                            "age": {"type": "integer"}, "city": {"enum": ["Paris", "Oslo"]}},

@@ -23,7 +23,7 @@ from backends.local_engine.protocol import Completion, sampling_params  # noqa: 
 from backends.local_engine.serve import load_local_engine  # noqa: E402
 from backends.local_engine.server import create_app  # noqa: E402
 from backends.local_engine.tools import tool_request, with_tools_prompt  # noqa: E402
-from gateway.errors import OpenAIError  # noqa: E402
+from core.errors import OpenAIError  # noqa: E402
 from tests.fakes import ServerThread  # noqa: E402
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},

@@ -8,12 +8,12 @@ from typing import Any
 import httpx
 import pytest
 
+from core.context import RequestContext
+from core.models import DeploymentConfig, ModelConfig
 from gateway.access_log import AccessLog
 from gateway.app import create_app
-from gateway.context import RequestContext
 from gateway.metrics import Outcome
 from gateway.observability_config import ObservabilitySettings
-from gateway.settings import DeploymentConfig, ModelConfig
 from tests.conftest import MASTER_KEY, fake_models, gateway_settings
 from tests.fakes import FakeUpstream, ServerThread
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.context import Reply, RequestContext
-from gateway.errors import OpenAIError
+from core.context import Reply, RequestContext
+from core.errors import OpenAIError
 from gateway.lifecycle import Drain, DrainStage
 
 

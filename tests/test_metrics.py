@@ -8,14 +8,15 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from core.context import CacheNote, Principal, Reply, RequestContext, Usage
+from core.errors import OpenAIError
+from core.models import DeploymentConfig, ModelConfig
 from gateway.access_log import AccessLog
-from gateway.context import Principal, Reply, RequestContext, Usage
-from gateway.errors import OpenAIError
 from gateway.metrics import GatewayMetrics
 from gateway.observability_config import ObservabilitySettings
-from gateway.observe import ObserveStage, UpstreamTimer
+from gateway.observe import ObserveStage
 from gateway.pipeline import chain
-from gateway.settings import DeploymentConfig, ModelConfig, Settings
+from gateway.settings import Settings
 
 
 class FakeClock:
@@ -45,7 +46,14 @@ class Harness:
         logger.setLevel(logging.INFO)
         access = AccessLog(ObservabilitySettings(**observability), logger)
         self.stage = ObserveStage(self.metrics, access, self.clock)
-        self.timer = UpstreamTimer(self.clock)
+
+    async def timer(self, ctx: RequestContext, call_next) -> Reply:
+        """What the route stage does for observe: the time spent calling deployments, on ctx.upstream."""
+        started = self.clock()
+        try:
+            return await call_next(ctx)
+        finally:
+            ctx.upstream.add(self.clock() - started)
 
     def value(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, labels) or 0.0
@@ -201,12 +209,8 @@ async def test_cache_hits_record_tokens_and_cost_saved_at_the_alias_price() -> N
     h = Harness()
 
     async def cached(ctx: RequestContext) -> Reply:
-        ctx.cache_status = "semantic-hit"  # the cache's contract: usage stays zero, savings in extra
-        ctx.extra["cache"] = {
-            "saved_prompt_tokens": 1000,
-            "saved_completion_tokens": 2000,
-            "similarity": 0.97,
-        }
+        ctx.cache_status = "semantic-hit"  # the cache's contract: usage stays zero, savings in ctx.cache
+        ctx.cache = CacheNote("semantic-hit", saved_prompt_tokens=1000, saved_completion_tokens=2000, similarity=0.97)
         return Reply(body={})
 
     handler = chain([h.stage, lambda ctx, _next: cached(ctx)])

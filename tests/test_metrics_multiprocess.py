@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = """
 import asyncio
-from gateway.context import Reply, RequestContext, Usage
+from core.context import Reply, RequestContext, Usage
 from gateway.observe import create_observability
 from gateway.pipeline import chain
 from gateway.settings import Settings
@@ -22,7 +22,7 @@ async def answer(ctx, _next):
     return Reply(body={})
 
 ctx = RequestContext("r", "chat", {}, {}, "smollm2")
-asyncio.run(chain([obs.stage, obs.upstream_timer, answer])(ctx))
+asyncio.run(chain([obs.stage, answer])(ctx))
 obs.metrics.in_flight.labels("smollm2").inc()  # this worker still has one request running
 """
 RENDER = "from gateway.observe import create_observability; from gateway.settings import Settings; " \

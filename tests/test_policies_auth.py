@@ -4,8 +4,8 @@ from datetime import timedelta
 
 import pytest
 
-from gateway.context import Reply, RequestContext
-from gateway.errors import OpenAIError
+from core.context import Reply, RequestContext
+from core.errors import OpenAIError
 from gateway.pipeline import chain
 from policies.policy import Limits, Policy
 from policies.tables import utcnow

@@ -25,8 +25,9 @@ import pytest
 import yaml
 
 from backends.local_engine.server import create_app as create_engine_app
+from core.models import DeploymentConfig, ModelConfig
 from gateway.app import create_app
-from gateway.settings import DeploymentConfig, ModelConfig, Settings
+from gateway.settings import Settings
 from policies.policy import Budget, Limits, Policy
 from policies.provision import provision_virtual_key
 from routing.config import CascadePolicy, RoutingSettings

@@ -7,10 +7,10 @@ import uuid
 import orjson
 import pytest
 
-from gateway.context import Reply, Usage
-from gateway.errors import OpenAIError, error_response
+from core.context import Reply, Usage
+from core.errors import OpenAIError, error_response
+from core.models import DeploymentConfig, ModelConfig
 from gateway.pipeline import chain
-from gateway.settings import DeploymentConfig, ModelConfig
 from policies.policy import Budget, Limits, Policy
 from policies.ratelimit.buckets import Bucket, Spend
 from policies.ratelimit.failover import FailoverLimiter

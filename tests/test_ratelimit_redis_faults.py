@@ -14,7 +14,7 @@ import uuid
 import pytest
 import redis
 
-from gateway.errors import OpenAIError
+from core.errors import OpenAIError
 from policies.metrics import REDIS_FAILURES
 from policies.ratelimit.buckets import Bucket
 from policies.ratelimit.failover import FailoverLimiter

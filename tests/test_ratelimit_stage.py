@@ -6,8 +6,8 @@ import gc
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.context import Reply, RequestContext, Usage
-from gateway.errors import OpenAIError
+from core.context import Reply, RequestContext, Usage
+from core.errors import OpenAIError
 from gateway.pipeline import chain
 from policies.metrics import REDIS_FAILURES
 from policies.policy import Budget, Limits, Policy

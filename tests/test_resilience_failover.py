@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from backends.base import UpstreamError
-from gateway.context import Reply, RequestContext
+from core.context import Reply, RequestContext
 from routing.config import RoutingPolicy, RoutingSettings
 from routing.metrics import RoutingMetrics
 from routing.router import Router

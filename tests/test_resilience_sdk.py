@@ -5,8 +5,9 @@ from collections.abc import Iterator
 import openai
 import pytest
 
+from core.models import DeploymentConfig, ModelConfig
 from gateway.app import create_app
-from gateway.settings import DeploymentConfig, ModelConfig, Settings
+from gateway.settings import Settings
 from tests.fakes import FakeUpstream, ServerThread, free_port
 
 KEY = "sk-resilience"

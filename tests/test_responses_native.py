@@ -7,8 +7,8 @@ from typing import Any
 import openai
 import pytest
 
+from core.models import DeploymentConfig, ModelConfig
 from gateway.app import create_app
-from gateway.settings import DeploymentConfig, ModelConfig
 from tests.conftest import MASTER_KEY, gateway_settings
 from tests.fakes import FakeUpstream, ServerThread
 

@@ -3,7 +3,7 @@
 import random
 from collections import Counter
 
-from gateway.settings import DeploymentConfig
+from core.models import DeploymentConfig
 from routing.config import RoutingPolicy, RoutingSettings
 from routing.metrics import RoutingMetrics
 from routing.monitor import metrics_url, parse_engine_metrics

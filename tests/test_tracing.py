@@ -58,7 +58,8 @@ def test_one_trace_with_a_span_per_stage_under_the_callers_traceparent(
         root.attributes["llmgw.deployment"] == "fake-1"
         and root.attributes["http.response.status_code"] == 200
     )
-    assert by_name["auth"].parent.span_id == by_name["observe"].context.span_id  # stages nest in order
+    assert by_name["drain"].parent.span_id == by_name["observe"].context.span_id  # stages nest in order
+    assert by_name["auth"].parent.span_id == by_name["drain"].context.span_id
     attempt = by_name["backend.attempt"]
     assert (attempt.attributes["llmgw.deployment"], attempt.attributes["llmgw.retry"]) == ("fake-1", False)
     sent = upstream[0].requests[-1]["headers"][b"traceparent"].decode()

@@ -9,8 +9,8 @@ import pytest
 
 from backends.base import UpstreamError
 from backends.openai_compat import OpenAICompatBackend, retry_after_s
+from core.context import Reply, RequestContext
 from gateway.app import create_app
-from gateway.context import Reply, RequestContext
 from routing.config import RoutingSettings
 from routing.metrics import RoutingMetrics
 from routing.retry import RetryBudget, backoff_s

@@ -13,7 +13,7 @@ from typing import Any
 from backends.local_engine.outputs import RequestOutput, TokenLogprob
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.tools import ToolRequest, tool_request
-from gateway.errors import bad_request
+from core.errors import bad_request
 
 TokenText = Callable[[int], str]
 

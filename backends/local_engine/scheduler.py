@@ -48,17 +48,43 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> SchedulerOutput:
+        """This step's batch, under one token budget: the decode section, then the prefill section."""
         step = _Step(self.max_num_batched_tokens)
         decodes = [s for s in self.running if _is_decoding(s)]
         prefills = [s for s in self.running if not _is_decoding(s)]
-        for seq in decodes + prefills:
+
+        # Decode: each running sequence with one token (plus its speculative drafts) left to compute.
+        for seq in decodes:
             if seq in self.running and step.budget > 0:
-                self._schedule_running(seq, step)
-        if not step.output.preempted:
-            self._admit_waiting(step)
+                self._grow_or_preempt(seq, step)
+
+        # Prefill: the next chunk of prompts already running, then new requests from the waiting queue
+        # while budget, sequence slots and free blocks last (none after a preemption: blocks are short).
+        for seq in prefills:
+            if seq in self.running and step.budget > 0:
+                self._grow_or_preempt(seq, step)
+        if step.output.preempted:
+            return step.output
+        while self.waiting and step.budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            matched = self.block_manager.match_prefix(seq.token_ids)
+            num_new = min(len(seq) - len(matched) * self.block_manager.block_size, step.budget)
+            needed = self.block_manager.num_new_blocks_to_admit(seq, matched, num_new)
+            if needed > self.block_manager.num_free_blocks:
+                break
+            self.waiting.popleft()
+            self.block_manager.admit(seq, matched)
+            if not seq.output_ids:
+                seq.num_cached_tokens = seq.num_computed_tokens
+            self.block_manager.grow(seq, num_new)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            step.add(seq, num_new)
         return step.output
 
-    def _schedule_running(self, seq: Sequence, step: "_Step") -> None:
+    def _grow_or_preempt(self, seq: Sequence, step: "_Step") -> None:
+        """Blocks for the tokens of `seq` that fit the budget; short of blocks, the newest running
+        sequence is preempted (possibly `seq` itself, which then waits)."""
         num_new = self._fit_to_budget(seq, step.budget)
         while not self.block_manager.can_grow(seq, num_new):
             victim = self.running[-1]
@@ -73,23 +99,6 @@ class Scheduler:
         if seq.num_uncomputed_tokens > budget and seq.num_draft_tokens:
             seq.trim_drafts(keep=max(0, budget - (seq.num_uncomputed_tokens - seq.num_draft_tokens)))
         return min(seq.num_uncomputed_tokens, budget)
-
-    def _admit_waiting(self, step: "_Step") -> None:
-        while self.waiting and step.budget > 0 and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0]
-            matched = self.block_manager.match_prefix(seq.token_ids)
-            num_new = min(len(seq) - len(matched) * self.block_manager.block_size, step.budget)
-            needed = self.block_manager.num_new_blocks_to_admit(seq, matched, num_new)
-            if needed > self.block_manager.num_free_blocks:
-                return
-            self.waiting.popleft()
-            self.block_manager.admit(seq, matched)
-            if not seq.output_ids:
-                seq.num_cached_tokens = seq.num_computed_tokens
-            self.block_manager.grow(seq, num_new)
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-            step.add(seq, num_new)
 
     def _preempt(self, seq: Sequence, step: "_Step") -> None:
         step.remove(seq)

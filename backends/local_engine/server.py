@@ -23,9 +23,9 @@ from backends.local_engine.metrics import EngineMetrics
 from backends.local_engine.outputs import RequestOutput
 from backends.local_engine.protocol import Completion, sampling_params
 from backends.local_engine.tools import tool_request, with_tools_prompt
-from gateway.errors import OpenAIError, bad_request, model_not_found
-from gateway.sse import DONE, event
-from gateway.validation import parse_json, validate
+from core.errors import OpenAIError, bad_request, model_not_found
+from core.sse import DONE, event
+from core.validation import parse_json, validate
 
 log = logging.getLogger("llmgw.engine")
 

@@ -22,7 +22,7 @@ from llguidance import LLMatcher, LLTokenizer, grammar_from
 from llguidance.torch import allocate_token_bitmask, fill_next_token_bitmask
 from torch import Tensor
 
-from gateway.errors import bad_request
+from core.errors import bad_request
 
 _ANY_OBJECT = {"type": "object"}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import bad_request
+from core.errors import bad_request
 
 _NO_PARAMETERS = {"type": "object", "properties": {}}
 MARKER = "<tool_call>"

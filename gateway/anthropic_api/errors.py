@@ -5,7 +5,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from gateway.errors import OpenAIError
+from core.errors import OpenAIError
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "not_found_error", 413: "request_too_large", 422: "invalid_request_error",

@@ -4,7 +4,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import bad_request
+from core.errors import bad_request
 
 _SAME = {"model": "model", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "stream": "stream",
          "max_tokens": "max_tokens", "stop_sequences": "stop"}  # fmt: skip

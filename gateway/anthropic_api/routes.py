@@ -6,11 +6,11 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from core.errors import OpenAIError
 from gateway.anthropic_api import reply, stream
 from gateway.anthropic_api.errors import anthropic_error_response
 from gateway.anthropic_api.request import to_chat
 from gateway.chat_bridge import StreamResponse, read_json, render_events, run_chat, served_by
-from gateway.errors import OpenAIError
 
 log = logging.getLogger("llmgw.messages")
 router = APIRouter(tags=["Anthropic Messages"])

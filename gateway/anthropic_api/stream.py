@@ -4,10 +4,10 @@ content_block_delta (text_delta or input_json_delta) and content_block_stop, the
 
 from typing import Any
 
+from core.errors import OpenAIError
 from gateway.anthropic_api.errors import error_body
 from gateway.anthropic_api.reply import stop_reason, usage_of
 from gateway.chat_bridge import Event
-from gateway.errors import OpenAIError
 
 
 class BlockWriter:

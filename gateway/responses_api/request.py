@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import bad_request
+from core.errors import bad_request
 
 # fields that map onto chat fields of the same meaning
 _SAME = ("model", "temperature", "top_p", "stream", "parallel_tool_calls", "user", "safety_identifier",

@@ -6,8 +6,8 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from core.errors import OpenAIError, bad_request
 from gateway.chat_bridge import StreamResponse, principal_of, read_json, render_events, run_chat, served_by
-from gateway.errors import OpenAIError, bad_request
 from gateway.responses_api import reply, stream
 from gateway.responses_api.request import to_chat
 from gateway.responses_api.store import ResponseStore, StoredResponse

@@ -4,8 +4,8 @@ calls: function_call_arguments.delta/.done), and response.completed (or response
 
 from typing import Any
 
+from core.errors import OpenAIError
 from gateway.chat_bridge import Event
-from gateway.errors import OpenAIError
 from gateway.responses_api import reply
 
 

@@ -10,7 +10,7 @@ from pydantic import SecretStr
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from gateway.errors import OpenAIError, error_response
+from core.errors import OpenAIError, error_response
 from policies.errors import Conflict, NotFound
 
 

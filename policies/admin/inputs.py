@@ -13,7 +13,7 @@ import orjson
 from fastapi import Request
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 
-from gateway.errors import OpenAIError
+from core.errors import OpenAIError
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)  # all bounds inclusive
 LATEST_EXPIRY = datetime(2100, 1, 1, tzinfo=UTC)

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.errors import OpenAIError, bad_request
-from gateway.settings import ModelConfig
+from core.errors import OpenAIError, bad_request
+from core.models import ModelConfig
 from policies.admin.http import OpenAIErrorRoute, admin_guard
 from policies.admin.inputs import Moment, reject_nul
 from policies.admin.schemas import (

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 from pydantic.json_schema import SkipJsonSchema
 
-from gateway.settings import ModelConfig
+from core.models import ModelConfig
 from policies.admin.inputs import Expiry
 from policies.policy import Policy
 

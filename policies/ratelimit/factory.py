@@ -2,8 +2,7 @@
 
 from collections.abc import Callable
 
-from gateway.accounting import cost_usd
-from gateway.settings import ModelConfig
+from core.models import ModelConfig, cost_usd
 from policies.config import PoliciesSettings
 from policies.ratelimit.buckets import Limiter
 from policies.ratelimit.failover import FailoverLimiter

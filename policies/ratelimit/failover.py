@@ -22,7 +22,7 @@ from typing import Literal
 
 from redis import exceptions as errors
 
-from gateway.errors import OpenAIError
+from core.errors import OpenAIError
 from policies.metrics import REDIS_BREAKER_OPEN, REDIS_FAILURES
 from policies.ratelimit.buckets import Bucket, Decision, Held, Limiter, Replayed, Spend
 from policies.ratelimit.replicas import ReplicaCount

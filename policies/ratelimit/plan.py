@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from gateway.context import Principal
+from core.context import Principal
 from policies.policy import Budget, Limits, Policy
 from policies.ratelimit.buckets import Bucket, Spend
 

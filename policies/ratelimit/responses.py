@@ -8,7 +8,7 @@ would fit, or until the budget period ends.
 
 import math
 
-from gateway.errors import OpenAIError
+from core.errors import OpenAIError
 from policies.ratelimit.buckets import BucketState, Decision
 
 _UNITS = {"requests": ("requests per min (RPM)", "requests"), "tokens": ("tokens per min (TPM)", "tokens")}

@@ -3,9 +3,10 @@
 Admission reserves the estimated prompt plus the completion allowance on TPM buckets, and the estimated
 cost (those tokens at the alias's dearest deployment prices) on budgets; settlement re-weights the TPM
 entries to the usage the upstream reported, swaps the budget reservation for the real cost, releases
-concurrency and queues the usage record. Streams settle when they end, including cancelled ones (what
-was produced, as ctx.usage says) and never-started ones (see settling.py); while a request runs, its
-slot and reservation leases are renewed (leases.py). Rate-limit headers travel on every reply and error.
+concurrency. Settlement is the reply's end hook (core/reply.py), so streams settle when they end,
+cancelled ones (what was produced, as ctx.usage says) and never-started ones included; while a request
+runs, its slot and reservation leases are renewed (leases.py). The usage record is accounting's
+(policies/accounting.py). Rate-limit headers travel on every reply and error.
 The admission is the request path's only Redis round trip: settlement is queued on the limiter's
 pipelined connection (ahead of any later admission) and its reply is not awaited.
 """
@@ -14,23 +15,18 @@ import asyncio
 import itertools
 import logging
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
-from typing import Any
 
-from gateway.context import Handler, Reply, RequestContext
-from gateway.errors import OpenAIError
+from core.context import Handler, RequestContext
+from core.errors import OpenAIError
+from core.reply import CLIENT_CLOSED, Ending, Reply
 from policies.metrics import RATE_LIMITED
 from policies.ratelimit import estimate, plan
 from policies.ratelimit.buckets import Bucket, Limiter, Spend
 from policies.ratelimit.leases import LeaseKeeper
 from policies.ratelimit.responses import rate_headers, rejection
-from policies.ratelimit.settling import CLIENT_CLOSED, SettlingStream
-from policies.tables import utcnow
-from policies.usage_writer import UsageWriter
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +55,11 @@ class RateLimitStage:
     def __init__(
         self,
         limiter: Limiter,
-        usage: UsageWriter,
         default_max_tokens: int,
         lease_s: float = 30.0,
         estimate_cost: CostEstimate = lambda model, prompt, completion: 0.0,
     ) -> None:
         self._limiter = limiter
-        self._usage = usage
         self._default_max_tokens = default_max_tokens
         self._leases = LeaseKeeper(limiter, lease_s)
         self._estimate_cost = estimate_cost
@@ -89,10 +83,11 @@ class RateLimitStage:
             await asyncio.shield(self._settle(ctx, admission, status))
             raise
         reply.headers = {**admission.headers, **reply.headers}
-        if reply.stream is None:
-            await self._settle(ctx, admission, reply.status)
-        else:
-            reply.stream = SettlingStream(reply.stream, partial(self._settle, ctx, admission))
+
+        async def settle(ending: Ending) -> None:
+            await self._settle(ctx, admission, ending.status)
+
+        await reply.on_end(settle)
         return reply
 
     async def _admit(self, ctx: RequestContext) -> Admission:
@@ -124,7 +119,6 @@ class RateLimitStage:
         if admission.buckets or (spends and principal.tenant_id != "master"):
             tokens = settled_tokens(ctx, admission.prompt_estimate, status)
             await self._settle_limits(ctx, admission, tokens, spends)
-        self._usage.submit(usage_record(ctx, status))
 
     async def _settle_limits(
         self, ctx: RequestContext, admission: Admission, tokens: int, spends: list[Spend]
@@ -141,24 +135,3 @@ def settled_tokens(ctx: RequestContext, prompt_estimate: int, status: int) -> in
     if usage.prompt_tokens or status not in (200, CLIENT_CLOSED):
         return usage.total_tokens
     return prompt_estimate + usage.completion_tokens
-
-
-def usage_record(ctx: RequestContext, status: int) -> dict[str, Any]:
-    assert ctx.principal is not None
-    latency = (time.perf_counter() - ctx.started_at) * 1000 if ctx.started_at else 0.0
-    return {
-        "ts": utcnow(),
-        "request_id": ctx.request_id,
-        "tenant_id": ctx.principal.tenant_id,
-        "key_id": ctx.principal.key_id,
-        "model": ctx.model,
-        "deployment": ctx.deployment,
-        "endpoint": ctx.endpoint,
-        "status": status,
-        "prompt_tokens": ctx.usage.prompt_tokens,
-        "completion_tokens": ctx.usage.completion_tokens,
-        "cached_tokens": ctx.usage.cached_tokens,
-        "cost_usd": ctx.cost_usd,
-        "latency_ms": latency,
-        "cache_status": ctx.cache_status,
-    }

@@ -4,7 +4,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import OpenAIError, bad_request
+from core.errors import OpenAIError, bad_request
 
 _SAMPLING = {
     "model", "stream", "stream_options", "temperature", "top_p", "n", "stop", "max_tokens", "presence_penalty",
