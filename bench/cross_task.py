@@ -38,14 +38,24 @@ def task_data(records: Records, embed: "callable | None", groups: np.ndarray) ->
     emb = (
         np.zeros((len(records.prompts), 1), np.float32)
         if embed is None
-        else cached_embeddings(records.prompts, embed)
+        else cached_embeddings(records.prompts, embed, kind="minilm128")
     )
     return TaskData(text, emb, records.weak, records.strong, groups)
 
 
-def mmlu_data(embed: "callable | None") -> TaskData:  # type: ignore[valid-type]
+def mmlu_data(embed: "callable | None", per_group: int | None = None) -> TaskData:  # type: ignore[valid-type]
+    """per_group: a seeded sample of that many questions from each subject group (embedding all 14k MMLU
+    prompts takes ~30 CPU-minutes); None = every question."""
     records = load_records()
-    return task_data(records, embed, subject_groups(records.subjects))
+    groups = subject_groups(records.subjects)
+    if per_group is not None:
+        rng = np.random.default_rng(18)
+        keep = np.zeros(len(groups), dtype=bool)
+        for group in sorted(set(groups.tolist())):
+            members = np.flatnonzero(groups == group)
+            keep[rng.choice(members, size=min(per_group, len(members)), replace=False)] = True
+        records, groups = records.take(keep), groups[keep]
+    return task_data(records, embed, groups)
 
 
 def rows_for(task: str, need: np.ndarray, data: TaskData, lengths: np.ndarray, label: str) -> list[dict]:

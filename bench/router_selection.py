@@ -37,7 +37,10 @@ class Candidate:
 
 
 _LENGTH = ("log_chars", "log_words", "log_lines", "log_sentences")
+_MARKERS = ("log_chars", "log_numbers", "log_math_symbols", "log_code_markers", "log_reasoning_words",
+            "log_question_marks", "log_creative_words", "log_explain_words")  # fmt: skip
 TEXT_SETS = {
+    "markers": np.array([TEXT_FEATURES.index(n) for n in _MARKERS]),
     "all": np.arange(len(TEXT_FEATURES)),
     "length": np.array([TEXT_FEATURES.index(n) for n in _LENGTH]),
     "off": np.zeros(0, int),
@@ -51,13 +54,16 @@ CANDIDATES = [
     Candidate("all", "full", 0, "gain", 0.1),
     Candidate("off", "full", 0, "gain", 0.1),  # the embedding-only router shipped before
     *(Candidate("length", "none", 0, head, 1.0) for head in ("weak", "gain")),
+    *(Candidate("markers", "none", 0, head, 0.1) for head in ("weak", "gain")),
+    Candidate("length", "pca", 16, "gain", 0.01),
+    Candidate("markers", "pca", 8, "gain", 0.1),
     LENGTH_HEURISTIC,
 ]
 # Without the MiniLM embeddings of the 14k MMLU prompts (~25 CPU-minutes to compute once):
 TEXT_CANDIDATES = [
     *(
         Candidate(t, "none", 0, head, c)
-        for t in ("all", "length")
+        for t in ("all", "length", "markers")
         for head in ("weak", "gain")
         for c in (0.01, 1.0)
     ),

@@ -1,8 +1,8 @@
-"""Train the learned router (MMLU replay) and the cascade scorer (live task records) as logistic models.
+"""Train the learned router (MMLU replay) as a logistic model; the cascade confidence has its own command.
 
-    .venv/bin/python -m bench.train_router router [--no-embeddings]
+    .venv/bin/python -m bench.train_router router [--no-embeddings] [--per-group N]
         # → routing/models/router_lr.npz, bench/results/router_selection.json + router_logo_scores.npz
-    .venv/bin/python -m bench.train_router cascade   # → routing/models/cascade_lr.npz (needs live records)
+    .venv/bin/python -m bench.train_router cascade   # = python -m bench.train_cascade_confidence
 
 scikit-learn is used here only; serving reads the weights with numpy (routing/learned.py).
 """
@@ -46,20 +46,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("which", choices=["router", "cascade"])
     parser.add_argument("--no-embeddings", action="store_true", help="router: text-feature candidates only")
+    parser.add_argument(
+        "--per-group", type=int, default=None, help="router: MMLU questions sampled per group"
+    )
     args = parser.parse_args()
     if args.which == "router":
         from bench.cascade_eval import train_replay_router
 
-        model, selection = train_replay_router(with_embeddings=not args.no_embeddings)
+        model, selection = train_replay_router(not args.no_embeddings, args.per_group)
         model.save(MODELS_DIR / "router_lr.npz")
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "router_selection.json").write_text(json.dumps(selection, indent=2))
+        print("saved")
     else:
-        from bench.cascade_live import train_cascade_scorer
+        from bench.train_cascade_confidence import main as train_cascade_confidence
 
-        model = train_cascade_scorer()
-        model.save(MODELS_DIR / "cascade_lr.npz")
-    print("saved")
+        train_cascade_confidence()
 
 
 if __name__ == "__main__":

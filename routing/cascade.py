@@ -21,7 +21,7 @@ from core.models import DeploymentConfig, cost_usd
 from core.reply import Reply
 from core.usage import Usage
 from routing.cascade_stream import as_chunks, strip_logprobs
-from routing.confidence import Scorer, choice_logprobs
+from routing.confidence import Scorer, choice_logprobs, choice_margins
 from routing.config import CascadePolicy
 from routing.metrics import RoutingMetrics
 from routing.policy import policy_section
@@ -60,10 +60,20 @@ class CascadeStage:
         finally:
             ctx.model = cascade.alias
 
-    def outcome(self, ctx: RequestContext, cascade: CascadePolicy, outcome: str, reply: Reply) -> Reply:
+    def outcome(
+        self,
+        ctx: RequestContext,
+        cascade: CascadePolicy,
+        outcome: str,
+        reply: Reply,
+        quality: float | None = None,
+    ) -> Reply:
+        """`quality`: the scorer's estimate of P(small answer correct), when it judged one."""
         ctx.cascade = outcome
         reply.headers.update({"x-cascade": outcome, "x-served-by": ctx.deployment or ""})
         self._metrics.cascade.labels(cascade.alias, outcome).inc()
+        if quality is not None:
+            self._metrics.cascade_quality.labels(cascade.alias, outcome).observe(min(max(quality, 0.0), 1.0))
         return reply
 
     def bill(
@@ -110,6 +120,7 @@ class _Run:
         self.body, self.stream = ctx.body, ctx.stream
         self.wants_logprobs = _asked_logprobs(ctx.endpoint, ctx.body)
         self.question = _question(ctx.endpoint, ctx.body)
+        self.quality: float | None = None  # the scorer's P(small correct) for the judged answer
 
     async def execute(self) -> Reply:
         if not self.scorer.needs_answer:
@@ -135,7 +146,7 @@ class _Run:
             strip_logprobs(small.body, keep=self.wants_logprobs)
             if self.stream:
                 small = Reply(stream=as_chunks(self.ctx.endpoint, small.body), headers=small.headers)
-            return self.stage.outcome(self.ctx, self.cascade, "small", small)
+            return self.stage.outcome(self.ctx, self.cascade, "small", small, self.quality)
         return await self._escalate(self.ctx.usage if small is not None else Usage())
 
     async def _try_small(self, stream: bool) -> Reply | None:
@@ -148,7 +159,10 @@ class _Run:
         choices = body.get("choices") or []
         if not choices or any(self._truncated(c.get("finish_reason")) for c in choices):
             return False
-        scores = [await self.scorer.score(self.question, choice_logprobs(c)) for c in choices]
+        scores = [
+            await self.scorer.score(self.question, choice_logprobs(c), choice_margins(c)) for c in choices
+        ]
+        self.quality = self.scorer.quality(min(scores))
         return min(scores) >= self.cascade.confidence.threshold
 
     def _truncated(self, finish_reason: str | None) -> bool:
@@ -159,7 +173,7 @@ class _Run:
         self.ctx.usage = Usage()
         reply = await self._call(self.cascade.large, self.body, self.stream)
         await reply.on_end(lambda _: self._add_usage(small_usage))
-        return self.stage.outcome(self.ctx, self.cascade, "escalated", reply)
+        return self.stage.outcome(self.ctx, self.cascade, "escalated", reply, self.quality)
 
     def _add_usage(self, small_usage: Usage) -> None:
         """ctx.usage ends as the sum of both attempts."""
@@ -223,9 +237,13 @@ class _Run:
         if self._small_cap() < math.inf:
             body.pop("max_completion_tokens", None)
             body["max_tokens"] = self._small_cap()
-        body["logprobs"] = (
-            True if self.ctx.endpoint == "chat" else max(int(self.body.get("logprobs") or 0), 1)
-        )
+        top = self.scorer.top_logprobs
+        if self.ctx.endpoint == "chat":
+            body["logprobs"] = True
+            if top:
+                body["top_logprobs"] = max(int(self.body.get("top_logprobs") or 0), top)
+        else:
+            body["logprobs"] = max(int(self.body.get("logprobs") or 0), top, 1)
         if not stream:
             body.pop("stream_options", None)
         return body

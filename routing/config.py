@@ -19,11 +19,13 @@ class ConfidenceConfig(BaseModel):
 
     mean_logprob: mean token logprob of the small answer (threshold is a logprob, e.g. -0.4).
     min_window:   the lowest mean logprob over any `window` consecutive tokens (e.g. -1.5).
-    learned:      P(small answer is good) from the logistic model in `model_path` (threshold 0..1).
+    learned:      P(small answer is good) from the model in `model_path` (threshold 0..1); by default the
+                  shipped routing/models/cascade_confidence.npz (answer logprobs + top-2 margins, no
+                  embedding; bench/train_cascade_confidence.py).
     router:       a model on the question alone, decided BEFORE calling the small model; the shipped
-                  routing/models/router_lr.npz (chosen by cross-task validation, bench/README.md) is the
-                  length heuristic: sigmoid(−standardised log chars), threshold 0..1 (0.5 = median MMLU
-                  prompt length); a TextRouter/GainModel file from bench/train_router.py also fits.
+                  routing/models/router_lr.npz (chosen by cross-task validation, bench/README.md) is a
+                  logistic model on text markers (numbers, math, length, ...): P(weak model correct),
+                  threshold 0..1; a TextRouter/GainModel file from bench/train_router.py also fits.
     """
 
     model_config = ConfigDict(extra="forbid")

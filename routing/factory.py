@@ -15,14 +15,12 @@ from prometheus_client import CollectorRegistry
 from backends.base import Backend
 from core.models import ModelConfig
 from routing.cascade import CascadeStage, ScorerCache
-from routing.confidence import Embed, build_scorer
+from routing.confidence import Embed, build_scorer, needs_embedder
 from routing.config import RoutingSettings
 from routing.metrics import RoutingMetrics
 from routing.monitor import Monitor
 from routing.router import Router
 from routing.stage import RouteStage
-
-LEARNED = {"learned", "router"}
 
 
 @dataclass
@@ -47,7 +45,7 @@ async def create_routing_stages(
     metrics = RoutingMetrics(registry)
     fallbacks = {m.name: m.fallbacks for m in models}
     router = Router(pools, config, fallbacks, metrics)
-    if embedder is None and any(c.confidence.method in LEARNED for c in config.cascades):
+    if embedder is None and any(needs_embedder(c.confidence) for c in config.cascades):
         embedder = await asyncio.to_thread(_load_embedder)
     deployments = {d.name: d for m in models for d in m.deployments}
     scorers = ScorerCache(lambda confidence: build_scorer(confidence, embedder or _LazyEmbedder()))

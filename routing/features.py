@@ -1,4 +1,5 @@
-"""Question features meant to carry across tasks: length and structure, math / code / reasoning markers.
+"""Question features meant to carry across tasks: length and structure, math / code / reasoning markers,
+open-ended writing and explanation markers.
 
 A router trained on one task (MMLU) must rank the questions of another task by difficulty. Subject
 vocabulary does not carry (it is what an embedding-only router learns); these counts do: long,
@@ -18,6 +19,14 @@ _REASONING = re.compile(
     r"probability|step|if\b.*\bthen|suppose|assume|given that|total|each|per|remaining|left)\b",
     re.IGNORECASE,
 )
+_CREATIVE = re.compile(
+    r"\b(?:write|compose|draft|story|poem|essay|email|letter|blog|imagine|pretend|role-?play|describe|"
+    r"persuasive|slogan|speech)\b",
+    re.IGNORECASE,
+)
+_EXPLAIN = re.compile(
+    r"\b(?:explain|why|compare|discuss|analy[sz]e|evaluate|justify|critique)\b", re.IGNORECASE
+)
 _WORD = re.compile(r"\w+")
 _DIGIT = re.compile(r"\d")
 _UPPER = re.compile(r"[A-Z]")
@@ -35,6 +44,9 @@ TEXT_FEATURES = (
     "log_reasoning_words",
     "log_sentences",
     "upper_share",
+    "log_question_marks",
+    "log_creative_words",  # open-ended writing, where a weaker model stays close (MT-Bench writing, roleplay)
+    "log_explain_words",
 )
 
 
@@ -59,4 +71,7 @@ def _row(text: str) -> list[float]:
         np.log1p(len(_REASONING.findall(text))),
         np.log1p(sentences),
         len(_UPPER.findall(text)) / chars,
+        np.log1p(text.count("?")),
+        np.log1p(len(_CREATIVE.findall(text))),
+        np.log1p(len(_EXPLAIN.findall(text))),
     ]

@@ -14,6 +14,7 @@ import numpy as np
 from routing.features import text_features
 
 LOGPROB_FEATURES = ("mean", "min", "min_window4", "share_below_minus1", "log_length")
+ANSWER_FEATURES = ("mean", "min", "first", "first_margin", "mean_margin", "log_length", "log_question_chars")
 
 
 def logprob_features(logprobs: list[float]) -> np.ndarray:
@@ -23,6 +24,19 @@ def logprob_features(logprobs: list[float]) -> np.ndarray:
     window = min(4, len(values))
     windows = np.convolve(values, np.ones(window), mode="valid") / window
     stats = [values.mean(), values.min(), windows.min(), (values < -1.0).mean(), np.log1p(len(values))]
+    return np.array(stats, dtype=np.float32)
+
+
+def answer_features(question: str, logprobs: list[float], margins: list[float]) -> np.ndarray:
+    """The small answer's own signals, none tied to a task's vocabulary: mean/min token logprob, the first
+    (answer) token's logprob and its top-1 − top-2 margin, the mean margin, answer and question length."""
+    if not logprobs:
+        return np.array([-10.0, -10.0, -10.0, 0.0, 0.0, 0.0, np.log1p(len(question))], dtype=np.float32)
+    values = np.asarray(logprobs, dtype=np.float64)
+    first_margin = margins[0] if margins else 0.0
+    mean_margin = float(np.mean(margins)) if margins else 0.0
+    stats = [values.mean(), values.min(), values[0], first_margin, mean_margin, np.log1p(len(values)),
+             np.log1p(len(question))]  # fmt: skip
     return np.array(stats, dtype=np.float32)
 
 
@@ -55,6 +69,23 @@ class LogisticModel:
 
     def save(self, path: Path) -> None:
         np.savez_compressed(path, **self.arrays())
+
+
+@dataclass
+class AnswerModel:
+    """The cascade confidence: a LogisticModel on answer_features → P(the small answer is correct).
+
+    Needs no embedding, only the small answer's logprobs with top-2 alternatives (top_logprobs=2).
+    """
+
+    head: LogisticModel
+    uses_logprobs: bool = True
+
+    def confidence(self, question: str, logprobs: list[float], margins: list[float]) -> float:
+        return float(self.head.predict(answer_features(question, logprobs, margins)[None, :])[0])
+
+    def save(self, path: Path) -> None:
+        np.savez_compressed(path, features=np.str_("answer"), **self.head.arrays())
 
 
 @dataclass
@@ -120,8 +151,10 @@ class TextRouter:
                             components=self.components.astype(np.float32), **head)  # fmt: skip
 
 
-def load_model(path: Path) -> LogisticModel | GainModel | TextRouter:
+def load_model(path: Path) -> LogisticModel | GainModel | TextRouter | AnswerModel:
     with np.load(path) as data:
+        if "features" in data and str(data["features"]) == "answer":
+            return AnswerModel(LogisticModel.from_arrays(data))
         head: LogisticModel | GainModel
         if "small_weights" in data:
             head = GainModel(

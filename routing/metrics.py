@@ -1,8 +1,9 @@
 """Prometheus series of the routing package. Pass the gateway's registry in; each registry gets one set."""
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+QUALITY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
 
 class RoutingMetrics:
@@ -36,6 +37,12 @@ class RoutingMetrics:
         self.cascade = Counter(
             "llmgw_cascade_decisions", "Cascade outcomes.", ["model", "outcome"], registry=registry
         )
+        self.cascade_quality = Histogram(
+            "llmgw_cascade_quality_estimate",
+            "Estimated P(correct) of each small answer a cascade judged, by outcome (learned confidence: "
+            "the model's probability; logprob methods: the answer's geometric-mean token probability).",
+            ["model", "outcome"], buckets=QUALITY_BUCKETS, registry=registry,
+        )  # fmt: skip
 
     def set_breaker(self, deployment: str, state: str) -> None:
         self.breaker_state.labels(deployment).set(BREAKER_STATES[state])

@@ -30,6 +30,7 @@ class Upstream:
         self.mode = "ok"
         self.answer = answer
         self.logprobs = logprobs or [-0.1] * len(answer.split())
+        self.margins: list[float] | None = None  # top-1 − top-2 per token, sent when top_logprobs is asked
         self.metrics_text = ""
         self.requests: list[dict[str, Any]] = []
         self.failure: tuple[int, dict[str, Any], dict[str, str]] | None = None  # status, body, headers
@@ -88,14 +89,22 @@ class Upstream:
         tokens = self.answer.split()
         limit = body.get("max_tokens") or len(tokens)
         shown = tokens[:limit]
-        content = [{"token": t, "logprob": lp, "bytes": [], "top_logprobs": []}
-                   for t, lp in zip(shown, self.logprobs, strict=False)]  # fmt: skip
+        content = [{"token": t, "logprob": lp, "bytes": [], "top_logprobs": self._top(body, lp, i)}
+                   for i, (t, lp) in enumerate(zip(shown, self.logprobs, strict=False))]  # fmt: skip
         choice = {"index": 0, "message": {"role": "assistant", "content": " ".join(shown)},
                   "logprobs": {"content": content} if body.get("logprobs") else None,
                   "finish_reason": "length" if limit < len(tokens) else "stop"}  # fmt: skip
         usage = {"prompt_tokens": 10, "completion_tokens": len(shown), "total_tokens": 10 + len(shown)}
         return {"id": f"chatcmpl-{self.name}", "object": "chat.completion", "created": 1, "model": self.name,
                 "choices": [choice], "usage": usage}  # fmt: skip
+
+    def _top(self, body: dict[str, Any], logprob: float, index: int) -> list[dict[str, Any]]:
+        if not body.get("top_logprobs") or self.margins is None:
+            return []
+        return [
+            {"token": "best", "logprob": logprob},
+            {"token": "next", "logprob": logprob - self.margins[index]},
+        ]
 
     async def _stream(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})

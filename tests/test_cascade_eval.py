@@ -1,39 +1,85 @@
-"""The evaluation's arithmetic (curves, APGR, CPT), the answer checker and the labeled task set."""
+"""The evaluation's arithmetic (curves, APGR, CPT, escalation), the TriviaQA checker and question set."""
 
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from bench.cascade_live import is_correct, load_tasks
+from bench.cascade_curves import escalated, point
 from bench.routing_curves import oracle_scores, random_curve, routing_curve
-from routing.confidence import mean_logprob, min_window
-from routing.learned import GainModel, LogisticModel, load_model, logprob_features
+from bench.trivia_data import group, is_correct, load_questions, normalise
+from routing.confidence import choice_margins, mean_logprob, min_window
+from routing.learned import (
+    ANSWER_FEATURES,
+    AnswerModel,
+    GainModel,
+    LogisticModel,
+    answer_features,
+    load_model,
+    logprob_features,
+)
 
 
-def test_task_set_is_large_and_varied() -> None:
-    tasks = load_tasks()
-    kinds = Counter(t["type"] for t in tasks)
-    assert len(tasks) >= 300 and len(kinds) >= 5 and min(kinds.values()) >= 40
-    assert len({t["id"] for t in tasks}) == len(tasks)
+def test_question_set_is_large_public_and_grouped_by_quiz_site() -> None:
+    questions = load_questions()
+    sites = Counter(group(q) for q in questions)
+    assert len(questions) >= 300 and len({q["id"] for q in questions}) == len(questions)
+    assert len(sites) >= 10 and max(sites.values()) < 0.3 * len(questions)
+    assert all(q["aliases"] and q["question"] for q in questions)
 
 
 @pytest.mark.parametrize(
-    ("check", "answer", "text", "ok"),
+    ("aliases", "text", "ok"),
     [
-        ("number", "42", "42", True),
-        ("number", "42", "The answer is 42.", True),
-        ("number", "42", "24", False),
-        ("number", "1000", "1,000", True),
-        ("yesno", "no", "No, it is not.", True),
-        ("yesno", "no", "Yes.", False),
-        ("text", "Paris", "The capital is Paris.", True),
-        ("text", "Rome", "Romania", False),
-        ("text", "Paris", "London\nParis", False),  # only the first line counts
+        (["paris"], " Paris", True),
+        (["paris"], " The city of Paris, France.", True),
+        (["henry campbell bannerman", "campbell bannerman"], " Campbell-Bannerman", True),
+        (["rome"], " Romania", False),  # whole words only
+        (["paris"], " London\nParis", False),  # only the first line counts
+        (["paris"], "", False),
     ],
 )
-def test_answer_checker(check: str, answer: str, text: str, ok: bool) -> None:
-    assert is_correct({"check": check, "answer": answer, "aliases": []}, text) is ok
+def test_answer_checker(aliases: list[str], text: str, ok: bool) -> None:
+    assert is_correct({"aliases": aliases}, text) is ok
+
+
+def test_normalise_drops_case_punctuation_and_articles() -> None:
+    assert normalise("The  Beatles!") == "beatles"
+
+
+def test_escalation_sends_the_least_confident_share_and_scores_it() -> None:
+    confidence = np.array([0.9, 0.1, 0.5, 0.3])
+    assert escalated(confidence, 0.5).tolist() == [False, True, False, True]
+    weak, strong = np.array([1.0, 0.0, 1.0, 0.0]), np.array([0.0, 1.0, 0.0, 1.0])
+    picks = np.random.default_rng(0).integers(0, 4, size=(50, 4))
+    result = point(escalated(confidence, 0.5), weak, strong, picks)
+    assert result["accuracy"] == 1.0 and result["vs_large"] == 0.5
+    assert result["low"] <= result["accuracy"] <= result["high"]
+
+
+def test_margins_come_from_top_logprobs_in_chat_and_completions() -> None:
+    chat = {"logprobs": {"content": [{"logprob": -0.1, "top_logprobs": [{"logprob": -0.1}, {"logprob": -2.1}]},
+                                     {"logprob": -0.5, "top_logprobs": []}]}}  # fmt: skip
+    assert choice_margins(chat) == pytest.approx([2.0])
+    text = {"logprobs": {"token_logprobs": [-0.2], "top_logprobs": [{" B": -0.2, " A": -0.7}]}}
+    assert choice_margins(text) == pytest.approx([0.5])
+    assert choice_margins({"logprobs": None}) == []
+
+
+def test_answer_features_and_model_round_trip(tmp_path) -> None:  # noqa: ANN001
+    x = answer_features("Q: who?", [-0.5, -1.5], [2.0, 0.4])
+    assert x.shape == (len(ANSWER_FEATURES),)
+    assert x[ANSWER_FEATURES.index("first")] == pytest.approx(-0.5)
+    assert x[ANSWER_FEATURES.index("first_margin")] == pytest.approx(2.0)
+    assert x[ANSWER_FEATURES.index("mean_margin")] == pytest.approx(1.2)
+    assert answer_features("q", [], []).shape == x.shape
+    head = LogisticModel(np.arange(len(x), dtype=float), 0.1, np.zeros(len(x)), np.ones(len(x)), True)
+    AnswerModel(head).save(tmp_path / "c.npz")
+    loaded = load_model(tmp_path / "c.npz")
+    assert isinstance(loaded, AnswerModel)
+    assert loaded.confidence("Q: who?", [-0.5, -1.5], [2.0, 0.4]) == pytest.approx(
+        head.predict(x[None, :])[0]
+    )
 
 
 def test_random_router_has_apgr_one_half_and_linear_cpt() -> None:

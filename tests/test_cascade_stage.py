@@ -11,7 +11,7 @@ from core.models import ModelConfig
 from gateway.pipeline import chain
 from routing.config import CascadePolicy, RoutingSettings
 from routing.factory import RoutingServices, create_routing_stages
-from routing.learned import LogisticModel
+from routing.learned import ANSWER_FEATURES, AnswerModel, LogisticModel
 from tests.routing_fakes import Upstream
 
 SMALL_COST = (10 * 1.0 + 4 * 2.0) / 1e6  # 10 prompt tokens, 4 completion tokens at the fake's prices
@@ -221,3 +221,22 @@ async def test_learned_scorer_and_router(make: Any, tmp_path: Any) -> None:
     reply = await s.handler(hard)
     assert reply.headers == {"x-cascade": "routed", "x-served-by": "large-dep"}
     assert len(s.small.requests) == 1  # the router decided before calling the small model
+
+
+async def test_learned_answer_confidence_reads_the_top2_margin_without_an_embedder(
+    make: Any, tmp_path: Any
+) -> None:
+    path = tmp_path / "confidence.npz"
+    weights = np.zeros(len(ANSWER_FEATURES))
+    weights[ANSWER_FEATURES.index("first_margin")] = 4.0
+    AnswerModel(LogisticModel(weights, -4.0, np.zeros(len(weights)), np.ones(len(weights)), True)).save(path)
+    s = await make(confidence={"method": "learned", "threshold": 0.5, "model_path": str(path)})
+    s.small.margins = [2.0, 0.1, 0.1, 0.1]  # a clear first (answer) token: P = sigmoid(4) ≈ 0.98
+    kept = await s.handler(request())
+    assert kept.headers["x-cascade"] == "small"
+    assert s.small.requests[-1]["top_logprobs"] == 2 and s.small.requests[-1]["logprobs"] is True
+    s.small.margins = [0.2, 3.0, 3.0, 3.0]  # two answers nearly tied on the first token: P ≈ 0.04
+    assert (await s.handler(request())).headers["x-cascade"] == "escalated"
+    quality = s.services.router.metrics.cascade_quality
+    assert quality.labels("auto", "small")._sum.get() == pytest.approx(1 / (1 + np.exp(-4.0)), abs=1e-4)
+    assert quality.labels("auto", "escalated")._sum.get() == pytest.approx(1 / (1 + np.exp(3.2)), abs=1e-4)

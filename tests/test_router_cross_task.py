@@ -26,6 +26,14 @@ def test_text_features_measure_length_numbers_and_code() -> None:
     assert names["log_lines"][2] > 0 and text_features([]).shape == (0, len(TEXT_FEATURES))
 
 
+def test_text_features_mark_open_writing_explanations_and_questions() -> None:
+    rows = text_features(["Write a short poem about the sea.", "Why is the sky blue? Explain.", "2 + 2"])
+    names = {name: rows[:, i] for i, name in enumerate(TEXT_FEATURES)}
+    assert names["log_creative_words"].tolist()[0] > 0 == names["log_creative_words"][2]
+    assert names["log_explain_words"][1] > names["log_explain_words"][0] == 0
+    assert names["log_question_marks"][1] > 0 == names["log_question_marks"][2]
+
+
 def _synthetic(n: int = 800, seed: int = 0) -> TaskData:
     """Four groups; the strong model gains exactly where text feature 0 is high."""
     rng = np.random.default_rng(seed)

@@ -63,6 +63,8 @@ OVERVIEW = [
 
 SAVED = "llmgw_saved_usd_total"
 COST = "llmgw_cost_usd_total"
+KEPT_QUALITY = 'llmgw_cascade_quality_estimate_{}{{outcome="small"}}'  # _sum / _count of the kept answers
+CASCADE_SOURCE = '{source="cascade"}'
 BILLED_TOKENS = 'llmgw_tokens_total{kind!="cached"}'
 COST_AND_SAVINGS = [
     Panel("Tokens per second by model", "short", ((rate("llmgw_tokens_total", "model, kind"), "{{model}} {{kind}}"),)),
@@ -93,9 +95,16 @@ COST_AND_SAVINGS = [
     )), "A sampled share of semantic hits is also answered upstream and the answers compared"),
     Panel("Cascade decisions per second", "reqps",
           ((rate("llmgw_cascade_decisions_total", "outcome"), "{{outcome}}"),)),
-    Panel("Cascade escalation rate", "percentunit", ((ratio(
+    Panel("Cascade escalation rate and estimated quality", "percentunit", ((ratio(
         rate('llmgw_cascade_decisions_total{outcome="escalated"}'), rate("llmgw_cascade_decisions_total")
-    ), "escalated"),)),
+    ), "escalated"), (
+        f"{rate(KEPT_QUALITY.format('sum'))} / {rate(KEPT_QUALITY.format('count'))}",
+        "estimated accuracy of kept small answers",
+    )), "Share of cascade requests sent to the large model, and the mean estimated P(correct) of the small "
+        "answers kept (learned confidence: its probability, bench/README.md gives its measured calibration)"),
+    Panel("Cascade saving (USD per hour)", "currencyUSD",
+          ((f"3600 * {rate(SAVED + CASCADE_SOURCE, 'model')}", "{{model}}"),),
+          "Kept small answers priced at the large model's price, minus what they cost"),
 ]  # fmt: skip
 
 BACKENDS = [

@@ -1,0 +1,65 @@
+"""Train the shipped cascade confidence: P(SmolLM2's answer is correct) from the answer's own signals.
+
+    .venv/bin/python -m bench.train_cascade_confidence   # → routing/models/cascade_confidence.npz
+
+Reads the live record (bench/results/cascade_live_record.json, made by `bench.cascade_eval live`), takes
+routing.learned.answer_features of each small answer (mean/min token logprob, the first token's logprob
+and top-1 − top-2 margin, the mean margin, answer and prompt length) and fits an L2 logistic regression
+(C = 1, fixed: nothing is tuned). The shipped file is fit on every question; the figures in bench/README.md
+come from the same fit done leave-one-quiz-site-out (bench/cascade_curves.py), so no question is scored
+by a model that saw its site.
+"""
+
+import numpy as np
+
+from bench.cascade_live import load_record
+from bench.train_router import fit
+from bench.trivia_data import group, load_questions, prompt
+from routing.config import MODELS_DIR
+from routing.learned import ANSWER_FEATURES, AnswerModel, answer_features
+
+MODEL_PATH = MODELS_DIR / "cascade_confidence.npz"
+C = 1.0
+
+
+def design(questions: list[dict], answers: dict[str, dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Features and labels (small answer correct) for the questions, from the small model's answers."""
+    rows = [answers[q["id"]] for q in questions]
+    x = np.stack(
+        [
+            answer_features(prompt(q), r["logprobs"], r["margins"])
+            for q, r in zip(questions, rows, strict=True)
+        ]
+    )
+    return x.astype(np.float64), np.array([r["correct"] for r in rows], dtype=float)
+
+
+def fit_answer_model(x: np.ndarray, y: np.ndarray) -> AnswerModel:
+    return AnswerModel(fit(x, y, c=C, uses_logprobs=True))
+
+
+def leave_one_site_out(questions: list[dict], answers: dict[str, dict]) -> np.ndarray:
+    """P(small correct) for every question from a model trained on the other quiz sites only."""
+    x, y = design(questions, answers)
+    sites = np.array([group(q) for q in questions])
+    scores = np.zeros(len(y))
+    for site in np.unique(sites):
+        held = sites == site
+        model = fit_answer_model(x[~held], y[~held])
+        scores[held] = model.head.predict(x[held])
+    return scores
+
+
+def main() -> None:
+    saved = load_record()
+    questions = load_questions()
+    x, y = design(questions, saved["answers"][saved["small"]])
+    model = fit_answer_model(x, y)
+    model.save(MODEL_PATH)
+    weights = dict(zip(ANSWER_FEATURES, np.round(model.head.weights.astype(float), 3).tolist(), strict=True))
+    print(f"fit on {len(y)} answers ({int(y.sum())} correct); standardised weights {weights}")
+    print(f"saved {MODEL_PATH} ({MODEL_PATH.stat().st_size} bytes)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""The TriviaQA questions of the live cascade benchmark (bench/data/trivia_qa/, Apache-2.0, see its README).
+
+Both models are base-style completers (Gemma 3 270M is the pretrained model, not the instruction-tuned
+one), so each question is asked as a 3-shot completion "Q: ...\\nA:" cut at the first newline. An answer
+is correct when one of TriviaQA's normalised aliases appears as whole words in the normalised answer
+(lower case, punctuation to spaces, no articles: TriviaQA's own normalisation).
+"""
+
+import json
+import re
+import string
+from pathlib import Path
+from typing import Any
+
+QUESTIONS = Path(__file__).resolve().parent / "data" / "trivia_qa" / "questions.jsonl"
+# The shots are ours (not from the set), so no evaluated question is ever shown with its answer.
+SHOTS = (
+    ("What is the capital of France?", "Paris"),
+    ("Which planet is known as the Red Planet?", "Mars"),
+    ("Who wrote the play Romeo and Juliet?", "William Shakespeare"),
+)
+PREFIX = "".join(f"Q: {q}\nA: {a}\n\n" for q, a in SHOTS)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans({c: " " for c in string.punctuation + "‘’´`"})
+
+
+def load_questions(path: Path = QUESTIONS) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def prompt(question: dict[str, Any]) -> str:
+    return f"{PREFIX}Q: {question['question']}\nA:"
+
+
+def normalise(text: str) -> str:
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION)).split())
+
+
+def is_correct(question: dict[str, Any], text: str) -> bool:
+    answer = normalise(text.strip().split("\n")[0])
+    return bool(answer) and any(
+        re.search(rf"(^| ){re.escape(alias)}( |$)", answer) for alias in question["aliases"] if alias
+    )
+
+
+def group(question: dict[str, Any]) -> str:
+    """The quiz site the question was written for (TriviaQA's id prefix: qb, sfq, odql, qw, ...)."""
+    return question["id"].split("_")[0]
