@@ -17,9 +17,22 @@ import torch
 from backends.local_engine.attention import build_metadata
 from backends.local_engine.attention import paged_attention as engine_attention
 from backends.local_engine.gemma3.window import windowed
-from backends.local_engine.kernels.reference import reference_paged_attention
+from backends.local_engine.kernels.formats import (
+    int4_rows,
+    int8_rows,
+    pack_int4,
+    quantize_int4_packed,
+    unpack_int4,
+)
+from backends.local_engine.kernels.reference import (
+    reference_int4_matmul,
+    reference_int8_matmul,
+    reference_paged_attention,
+)
+from backends.local_engine.quant import dequantize_int4, quantize_int4, quantize_int8
 
 attention = kernel_module("backends.local_engine.kernels.paged_attention")
+matmul = kernel_module("backends.local_engine.kernels.quant_matmul")
 
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 BLOCK_SIZE = 4
@@ -152,3 +165,102 @@ def test_rejects_mismatched_layout() -> None:
     batch = Batch([1], [3], 4, 2, head_dim=32, dtype=torch.float32)
     with pytest.raises(ValueError, match="pool must be"):
         attention.paged_decode(batch.q, batch.pool[0], batch.tables, BLOCK_SIZE, batch.context_lens, 1.0)
+
+
+class Weights:
+    """A random [N, K] weight in int8 and (group_size > 0) int4 with scales in `scale_dtype`, plus a bias."""
+
+    def __init__(self, n: int, k: int, group_size: int, scale_dtype: torch.dtype, seed: int = 0) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        weight = torch.randn(n, k, generator=generator).add_(0.05)
+        self.q8, self.scale8 = (t.to(DEVICE) for t in quantize_int8(weight))
+        if group_size:
+            packed, scales_and_zeros = quantize_int4_packed(weight, group_size, scale_dtype)
+            self.packed, self.scales_and_zeros = packed.to(DEVICE), scales_and_zeros.to(DEVICE)
+        self.bias = torch.randn(n, generator=generator).to(DEVICE)
+        self.group_size, self.generator = group_size, generator
+
+    def x(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.randn(shape, generator=self.generator).add_(0.1).to(dtype).to(DEVICE)
+
+
+def config(m: int, n: int, k: int, group_size: int = 0, **overrides: int) -> "matmul.MatmulConfig":
+    chosen = matmul.choose_config(m, n, k, 132, group_size)
+    return matmul.MatmulConfig(**{**chosen.__dict__, **overrides})
+
+
+def assert_matmul_close(out: torch.Tensor, expected: torch.Tensor) -> None:
+    """Relative to the output's scale: a bf16 output is off by its rounding (the interpreter truncates)."""
+    assert out.dtype == expected.dtype and out.shape == expected.shape and not out.isnan().any()
+    tolerance = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[out.dtype]
+    torch.testing.assert_close(
+        out.float(), expected.float(), atol=tolerance * expected.float().abs().max(), rtol=0
+    )
+
+
+# rows: gemv (1, 3) and tensor-core (16, 33) paths; N and K not multiples of the tiles
+@pytest.mark.parametrize("m", [1, 3, 16, 33])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_matmul_matches_reference(m: int, dtype: torch.dtype) -> None:
+    w = Weights(72, 200, 0, torch.float32, seed=m)
+    x = w.x((m, 200), dtype)
+    out = matmul.int8_matmul(x, w.q8, w.scale8, w.bias, config=config(m, 72, 200, block_n=16))
+    assert_matmul_close(out, reference_int8_matmul(x, w.q8, w.scale8, w.bias))
+
+
+@pytest.mark.parametrize(("m", "group_size"), [(1, 32), (3, 64), (16, 32), (33, 64)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int4_matmul_matches_reference(m: int, group_size: int, dtype: torch.dtype) -> None:
+    w = Weights(40, 192, group_size, torch.float32 if dtype == torch.float32 else torch.bfloat16, seed=m)
+    x = w.x((m, 192), dtype)
+    chosen = config(m, 40, 192, group_size, block_n=16)
+    out = matmul.int4_matmul(x, w.packed, w.scales_and_zeros, group_size, config=chosen)
+    assert_matmul_close(out, reference_int4_matmul(x, w.packed, w.scales_and_zeros, group_size))
+
+
+@pytest.mark.parametrize("m", [1, 20])
+def test_split_k_and_bias(m: int) -> None:
+    w = Weights(24, 256, 32, torch.bfloat16, seed=9)
+    x = w.x((m, 256), torch.bfloat16)
+    split = config(m, 24, 256, 32, block_n=16, block_k=64, split_k=3)  # 4 K steps over 3 slices
+    int8 = matmul.int8_matmul(x, w.q8, w.scale8, w.bias, config=split)
+    assert_matmul_close(int8, reference_int8_matmul(x, w.q8, w.scale8, w.bias))
+    int4 = matmul.int4_matmul(x, w.packed, w.scales_and_zeros, 32, w.bias, config=split)
+    assert_matmul_close(int4, reference_int4_matmul(x, w.packed, w.scales_and_zeros, 32, w.bias))
+
+
+def test_default_configs_and_batched_input() -> None:
+    """choose_config's own picks (gemv, split-K for a small N) on a [2, 3, K] input."""
+    w = Weights(32, 1024, 128, torch.bfloat16, seed=10)
+    x = w.x((2, 3, 1024), torch.float32)
+    assert matmul.choose_config(6, 32, 1024, 132, 128).split_k > 1
+    assert matmul.choose_config(1, 128256, 4096, 132).split_k == 1  # an output layer fills the GPU
+    out = matmul.int4_matmul(x, w.packed, w.scales_and_zeros, 128)
+    assert_matmul_close(out, reference_int4_matmul(x, w.packed, w.scales_and_zeros, 128))
+    out = matmul.int8_matmul(x[:, :1], w.q8, w.scale8)
+    assert_matmul_close(out, reference_int8_matmul(x[:, :1], w.q8, w.scale8))
+
+
+def test_int4_packing_matches_engine_quantizer() -> None:
+    weight = torch.randn(8, 64, generator=torch.Generator().manual_seed(11))
+    q, scales_and_zeros = quantize_int4(weight, 32)
+    packed = pack_int4(q)
+    assert packed.dtype == torch.uint8 and packed.shape == (8, 32)
+    assert torch.equal(unpack_int4(packed), q)
+    assert torch.equal(packed[0, 0], (q[0, 0] | q[0, 1] << 4).to(torch.uint8))
+    ids = torch.tensor([[5, 0], [5, 7]])
+    dense = dequantize_int4(q, scales_and_zeros, 32)
+    torch.testing.assert_close(int4_rows(ids, packed, scales_and_zeros, 32, torch.float32), dense[ids])
+    q8, scale8 = quantize_int8(weight)
+    torch.testing.assert_close(int8_rows(ids, q8, scale8, torch.float32), (q8.float() * scale8[:, None])[ids])
+
+
+def test_rejects_bad_weights() -> None:
+    w = Weights(16, 64, 32, torch.float32)
+    x = w.x((1, 64), torch.float32)
+    with pytest.raises(ValueError, match="int8 weight"):
+        matmul.int8_matmul(x, w.q8.float(), w.scale8)
+    with pytest.raises(ValueError, match="group size"):
+        matmul.int4_matmul(x, w.packed, w.scales_and_zeros, 16)
+    with pytest.raises(ValueError, match="int4 weight"):
+        matmul.int4_matmul(x[:, :32], w.packed, w.scales_and_zeros, 32)
