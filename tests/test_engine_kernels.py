@@ -89,11 +89,13 @@ MIXES = {  # name: (q_lens, context_lens)
     "prefill": ([7, 4, 13], [7, 4, 13]),
     "mixed": ([1, 6, 0, 1, 9, 3], [17, 6, 5, 8, 12, 3]),  # q_len 0 = a padding sequence
 }
-HEADS = {"gqa": (4, 2), "gqa3": (6, 2), "mha3": (3, 3), "mqa": (4, 1)}
+HEADS = {"gqa": (4, 2), "gqa3": (6, 2), "mha3": (3, 3), "mqa": (4, 1)}  # (query heads, KV heads)
 
 
-@pytest.mark.parametrize("mix", MIXES)
-@pytest.mark.parametrize("heads", HEADS)
+@pytest.mark.parametrize(
+    ("mix", "heads"),
+    [("decode", "gqa3"), ("prefill", "gqa"), ("mixed", "gqa"), ("mixed", "mha3"), ("mixed", "mqa")],
+)
 def test_varlen_matches_reference(mix: str, heads: str) -> None:
     batch = Batch(*MIXES[mix], *HEADS[heads], head_dim=32, dtype=torch.float32)
     assert_close(batch.varlen(block_m=16, block_n=16), batch.reference())
@@ -101,21 +103,20 @@ def test_varlen_matches_reference(mix: str, heads: str) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_varlen_half_precision_large_tiles(dtype: torch.dtype) -> None:
-    batch = Batch([1, 40, 2, 70], [90, 40, 33, 75], 8, 2, head_dim=64, dtype=dtype, seed=1)
+    batch = Batch([1, 40, 2], [70, 40, 33], 8, 2, head_dim=64, dtype=dtype, seed=1)
     assert_close(batch.varlen(), batch.reference())
 
 
-@pytest.mark.parametrize("window", [1, 5, 16])
+@pytest.mark.parametrize("window", [1, 5])
 def test_sliding_window(window: int) -> None:
     batch = Batch([1, 9, 1, 20], [30, 21, 3, 20], 4, 2, head_dim=32, dtype=torch.float32, seed=2)
-    assert_close(batch.varlen(window, block_m=16, block_n=8), batch.reference(window))
+    assert_close(batch.varlen(window, block_m=16, block_n=16), batch.reference(window))
 
 
-@pytest.mark.parametrize("num_splits", [2, 3])
-@pytest.mark.parametrize("window", [0, 6])
+@pytest.mark.parametrize(("num_splits", "window"), [(2, 0), (3, 6)])
 def test_split_k(num_splits: int, window: int) -> None:
     batch = Batch([1, 5, 1, 0], [37, 29, 2, 9], 4, 2, head_dim=32, dtype=torch.bfloat16, seed=3)
-    assert_close(batch.varlen(window, block_m=16, block_n=8, num_splits=num_splits), batch.reference(window))
+    assert_close(batch.varlen(window, block_m=16, block_n=16, num_splits=num_splits), batch.reference(window))
 
 
 def test_head_dim_not_power_of_two() -> None:
@@ -123,14 +124,14 @@ def test_head_dim_not_power_of_two() -> None:
     assert_close(batch.varlen(block_m=16, block_n=16), batch.reference())
 
 
-@pytest.mark.parametrize(("num_splits", "window"), [(1, 0), (4, 0), (1, 7), (3, 7)])
+@pytest.mark.parametrize(("num_splits", "window"), [(1, 0), (3, 7)])
 def test_decode_at_block_boundaries(num_splits: int, window: int) -> None:
-    context_lens = [BLOCK_SIZE - 1, BLOCK_SIZE, BLOCK_SIZE + 1, 4 * BLOCK_SIZE, 4 * BLOCK_SIZE + 1, 1]
-    batch = Batch([1] * len(context_lens), context_lens, 8, 2, head_dim=32, dtype=torch.bfloat16, seed=5)
+    context_lens = [BLOCK_SIZE - 1, BLOCK_SIZE, BLOCK_SIZE + 1, 12 * BLOCK_SIZE, 12 * BLOCK_SIZE + 1, 1]
+    batch = Batch([1] * len(context_lens), context_lens, 8, 1, head_dim=32, dtype=torch.bfloat16, seed=5)
     out = torch.full_like(batch.q, float("nan"))
     attention.paged_decode(
         batch.q, batch.pool, batch.tables, BLOCK_SIZE, batch.context_lens, batch.scale, window,
-        num_splits=num_splits, out=out, block_n=8,
+        num_splits=num_splits, out=out, block_n=16,
     )  # fmt: skip
     assert_close(out, batch.reference(window))
 
@@ -158,7 +159,7 @@ def test_matches_engine_attention(window: int) -> None:
         meta = build_metadata(spans, BLOCK_SIZE, torch.device(DEVICE), layout, query_group=3)
         meta = windowed(meta, window) if window else meta
         expected = engine_attention(batch.q, new_kv, batch.pool, meta)
-        assert_close(batch.varlen(window, block_m=16, block_n=8), expected)
+        assert_close(batch.varlen(window, block_m=16, block_n=16), expected)
 
 
 def test_rejects_mismatched_layout() -> None:
@@ -199,8 +200,9 @@ def assert_matmul_close(out: torch.Tensor, expected: torch.Tensor) -> None:
 
 
 # rows: gemv (1, 3) and tensor-core (16, 33) paths; N and K not multiples of the tiles
-@pytest.mark.parametrize("m", [1, 3, 16, 33])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("m", "dtype"), [(1, torch.bfloat16), (3, torch.float32), (16, torch.bfloat16), (33, torch.float32)]
+)
 def test_int8_matmul_matches_reference(m: int, dtype: torch.dtype) -> None:
     w = Weights(72, 200, 0, torch.float32, seed=m)
     x = w.x((m, 200), dtype)
@@ -208,8 +210,11 @@ def test_int8_matmul_matches_reference(m: int, dtype: torch.dtype) -> None:
     assert_matmul_close(out, reference_int8_matmul(x, w.q8, w.scale8, w.bias))
 
 
-@pytest.mark.parametrize(("m", "group_size"), [(1, 32), (3, 64), (16, 32), (33, 64)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("m", "group_size", "dtype"),
+    [(1, 32, torch.bfloat16), (3, 64, torch.float32), (3, 32, torch.bfloat16), (16, 32, torch.float32),
+     (33, 64, torch.bfloat16)],
+)  # fmt: skip
 def test_int4_matmul_matches_reference(m: int, group_size: int, dtype: torch.dtype) -> None:
     w = Weights(40, 192, group_size, torch.float32 if dtype == torch.float32 else torch.bfloat16, seed=m)
     x = w.x((m, 192), dtype)

@@ -7,7 +7,8 @@ the interpreter in triton 3.6 with numpy 2.4: loop bounds loaded from memory are
 `range()` cannot take (`int()` of an array with ndim > 0 is an error since numpy 2.4), and bfloat16 (held
 as uint16 bit patterns) is only handled in casts from and to fp32: `tl.dot` on bf16 multiplies the bit
 patterns and an int8 -> bf16 cast reinterprets the integer. The shims widen bf16 to fp32 for tl.dot and
-route other casts from and to bf16 through fp32. They touch the interpreter only (the kernels keep bf16
+route other casts from and to bf16 through fp32. It also makes the interpreter refuse tl.dot shapes that
+the NVIDIA backend refuses (K >= 16, 32 for 8-bit), which the interpreter itself allows. They touch the interpreter only (the kernels keep bf16
 arithmetic out of elementwise code; fp32 -> bf16 stays the interpreter's own, truncating, cast).
 """
 
@@ -61,6 +62,18 @@ def _cast_through_fp32(self: object, src: object, dst_type: object) -> object:
     return _cast_impl(self, src, dst_type)
 
 
+_builder_init = interpreter.InterpreterBuilder.__init__
+
+
+def _nvidia_min_dot_size(lhs_type: object, rhs_type: object) -> tuple[int, int, int]:
+    return (1, 1, 32) if lhs_type.scalar.primitive_bitwidth == 8 else (1, 1, 16)
+
+
+def _builder_with_min_dot_size(self: object) -> None:
+    _builder_init(self)
+    self.codegen_fns["min_dot_size"] = _nvidia_min_dot_size
+
+
 def kernel_module(name: str) -> ModuleType:
     """Import a kernel module; reloaded if its kernels were compiled for a GPU before the env was set."""
     module = importlib.import_module(name)
@@ -74,3 +87,4 @@ if INTERPRET:
     interpreter._patch_lang_tensor = _patched_lang_tensor
     interpreter.InterpreterBuilder.create_dot = _create_dot_bf16
     interpreter.InterpreterBuilder.cast_impl = _cast_through_fp32
+    interpreter.InterpreterBuilder.__init__ = _builder_with_min_dot_size

@@ -9,9 +9,9 @@ Weight formats (the engine's quantizers in quant.py, plus one packing for int4):
   (quant.quantize_int4). G (group_size) is a power of two >= 32.
 
 Two kernels per format, chosen by the row count M of x (`choose_config`):
-- M <= 4 ("gemv"): CUDA cores, one [BLOCK_N, K-chunk] weight tile per step multiplied into every row
-  (broadcast multiply + row sums in fp32). int4 sums (q - 8)·x per group and applies the group's scale
-  and zero to that sum: (q - 8)·s + z summed over a group is s·Σq'x + z·Σx.
+- M <= 4 ("gemv"): CUDA cores, one [BLOCK_N, BLOCK_K] weight tile per step multiplied into every row
+  (broadcast multiply + sums in fp32). int4 sums (q - 8)·x per group and applies the group's scale and
+  zero to that sum: Σ ((q - 8)·s + z)·x over a group is s·Σ(q - 8)·x + z·Σx.
 - M > 4 ("gemm"): tensor cores (tl.dot), the weight tile dequantized in registers to x's dtype; int4
   walks one group at a time, its even and odd inputs as two dots against the low and high nibbles.
 Split-K (`split_k` > 1) cuts K into slices run by separate programs into an fp32 workspace summed by torch
@@ -57,13 +57,19 @@ def sm_count(device: torch.device) -> int:
 
 
 def choose_config(m: int, n: int, k: int, num_sms: int, group_size: int = 0) -> MatmulConfig:
-    """Tile table keyed by M (untuned guesses for an H200, meant to be replaced by measured ones).
+    """Tile table keyed by M: untuned guesses for an H200, to be replaced by measured ones.
 
-    Small M is bandwidth-bound: narrow N tiles and split-K until ~4 programs per SM stream weights.
+    Small M is bandwidth-bound and needs many programs in flight: the gemv path narrows its N tile down
+    to 8 rows, then splits K, until there are ~8 programs per SM; its K step keeps the per-step product
+    at 8K fp32 elements (int4: 16K inputs, as each byte holds two).
     """
-    if m <= GEMV_MAX_ROWS:  # int8 holds a [rows, BLOCK_N, BLOCK_K] product in registers: 8K elements
+    if m <= GEMV_MAX_ROWS:
         rows = triton.next_power_of_2(m)
-        config = MatmulConfig(rows, 32, max(256, group_size) if group_size else 256 // rows, num_warps=4)
+        block_n = 32
+        while triton.cdiv(n, block_n) < 8 * num_sms and block_n > 8:
+            block_n //= 2
+        block_k = max(group_size, min(1024, (16384 if group_size else 8192) // (rows * block_n)))
+        config = MatmulConfig(rows, block_n, block_k, num_warps=4)
     elif m <= 16:
         config = MatmulConfig(16, 64, max(128, group_size), num_warps=4, num_stages=4)
     elif m <= 64:
@@ -72,7 +78,7 @@ def choose_config(m: int, n: int, k: int, num_sms: int, group_size: int = 0) -> 
         config = MatmulConfig(128, 128, max(64, group_size), num_warps=8, num_stages=3)
     programs = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
     split_k = 1
-    while programs * split_k < 4 * num_sms and k // (2 * split_k) >= 4 * config.block_k and split_k < 16:
+    while programs * split_k < 8 * num_sms and k // (2 * split_k) >= 2 * config.block_k and split_k < 16:
         split_k *= 2
     return replace(config, split_k=split_k)
 
@@ -135,11 +141,54 @@ def _int8_kernel(
 
 
 @triton.jit
-def _int4_kernel(
+def _int4_gemv_kernel(
     x_ptr, w_ptr, sz_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_szg, stride_szn, stride_om,
-    GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, GEMV: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):  # fmt: skip
+    """Few rows: a [BLOCK_N, groups, GROUP / 2] byte tile per step; Σ (q - 8)·x per group, then the group's
+    scale times that sum plus its zero times Σx (fp32 throughout)."""
+    HALF: tl.constexpr = GROUP // 2
+    GROUPS: tl.constexpr = BLOCK_K // GROUP
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    k_start, k_end = _k_range(K, BLOCK_K, SPLIT_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    group = tl.arange(0, GROUPS)
+    half = tl.arange(0, HALF)
+    pairs = group[:, None] * HALF + half[None, :]  # [GROUPS, HALF] byte of the step
+    for k0 in range(k_start, k_end, BLOCK_K):
+        group_ok = k0 + group * GROUP < k_end  # K % GROUP == 0: a group is inside K or past it
+        x_tile = x_ptr + rows[:, None, None] * stride_xm + k0 + 2 * pairs[None, :, :]
+        x_mask = row_ok[:, None, None] & group_ok[None, :, None]
+        x_even = tl.load(x_tile, mask=x_mask, other=0.0).to(tl.float32)  # [BLOCK_M, GROUPS, HALF]
+        x_odd = tl.load(x_tile + 1, mask=x_mask, other=0.0).to(tl.float32)
+        w_tile = w_ptr + cols[:, None, None] * stride_wn + k0 // 2 + pairs[None, :, :]
+        w_mask = col_ok[:, None, None] & group_ok[None, :, None]
+        codes = tl.load(w_tile, mask=w_mask, other=0)  # [BLOCK_N, GROUPS, HALF] uint8
+        low = (codes & 0xF).to(tl.float32) - 8.0
+        high = (codes >> 4).to(tl.float32) - 8.0
+        products = x_even[:, None, :, :] * low[None, :, :, :] + x_odd[:, None, :, :] * high[None, :, :, :]
+        dots = tl.sum(products, axis=3)  # [BLOCK_M, BLOCK_N, GROUPS]
+        x_sums = tl.sum(x_even + x_odd, axis=2)  # [BLOCK_M, GROUPS]
+        sz = sz_ptr + (k0 // GROUP + group[None, :]) * stride_szg + cols[:, None] * stride_szn
+        sz_mask = col_ok[:, None] & group_ok[None, :]
+        scale = tl.load(sz, mask=sz_mask, other=0.0).to(tl.float32)  # [BLOCK_N, GROUPS]
+        zero = tl.load(sz + 1, mask=sz_mask, other=0.0).to(tl.float32)
+        acc += tl.sum(dots * scale[None, :, :] + x_sums[:, None, :] * zero[None, :, :], axis=2)
+    _store(out_ptr, acc, rows, cols, M, N, stride_om, bias_ptr, HAS_BIAS, SPLIT_K)
+
+
+@triton.jit
+def _int4_gemm_kernel(
+    x_ptr, w_ptr, sz_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_szg, stride_szn, stride_om,
+    GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Tensor cores, one group at a time: codes [GROUP / 2, BLOCK_N] dequantized in registers to x's dtype,
+    then two dots, the group's even inputs against the low nibbles and its odd inputs against the high."""
     HALF: tl.constexpr = GROUP // 2
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -150,41 +199,21 @@ def _int4_kernel(
     half = tl.arange(0, HALF)
     for k0 in range(k_start, k_end, BLOCK_K):
         for step in tl.static_range(BLOCK_K // GROUP):
-            k_group = k0 + step * GROUP  # K % GROUP == 0, so a group is inside K or past it
+            k_group = k0 + step * GROUP
             group_ok = k_group < k_end
             x_rows = x_ptr + rows[:, None] * stride_xm + k_group + 2 * half[None, :]
             x_mask = row_ok[:, None] & group_ok
             x_even = tl.load(x_rows, mask=x_mask, other=0.0)
             x_odd = tl.load(x_rows + 1, mask=x_mask, other=0.0)
             sz = sz_ptr + (k_group // GROUP) * stride_szg + cols * stride_szn
-            scale = tl.load(sz, mask=col_ok & group_ok, other=0.0).to(tl.float32)
-            zero = tl.load(sz + 1, mask=col_ok & group_ok, other=0.0).to(tl.float32)
-            byte_index = k_group // 2 + half
-            if GEMV:  # codes [N, HALF]; Σ (q - 8)·x per group, then · scale + zero · Σx
-                codes = tl.load(
-                    w_ptr + cols[:, None] * stride_wn + byte_index[None, :],
-                    mask=col_ok[:, None] & group_ok,
-                    other=0,
-                )
-                low = (codes & 0xF).to(tl.float32) - 8.0
-                high = (codes >> 4).to(tl.float32) - 8.0
-                x_even = x_even.to(tl.float32)
-                x_odd = x_odd.to(tl.float32)
-                dots = tl.sum(
-                    x_even[:, None, :] * low[None, :, :] + x_odd[:, None, :] * high[None, :, :], axis=2
-                )
-                x_sum = tl.sum(x_even + x_odd, axis=1)
-                acc += dots * scale[None, :] + x_sum[:, None] * zero[None, :]
-            else:  # codes [HALF, N], dequantized in registers to x's dtype, two dots (even / odd inputs)
-                codes = tl.load(
-                    w_ptr + cols[None, :] * stride_wn + byte_index[:, None],
-                    mask=col_ok[None, :] & group_ok,
-                    other=0,
-                )
-                low = ((codes & 0xF).to(tl.float32) - 8.0) * scale[None, :] + zero[None, :]
-                high = ((codes >> 4).to(tl.float32) - 8.0) * scale[None, :] + zero[None, :]
-                acc = tl.dot(x_even, low.to(x_even.dtype), acc, input_precision=DOT_PRECISION)
-                acc = tl.dot(x_odd, high.to(x_odd.dtype), acc, input_precision=DOT_PRECISION)
+            scale = tl.load(sz, mask=col_ok & group_ok, other=0.0).to(tl.float32)[None, :]
+            zero = tl.load(sz + 1, mask=col_ok & group_ok, other=0.0).to(tl.float32)[None, :]
+            w_tile = w_ptr + cols[None, :] * stride_wn + k_group // 2 + half[:, None]
+            codes = tl.load(w_tile, mask=col_ok[None, :] & group_ok, other=0)
+            low = ((codes & 0xF).to(tl.float32) - 8.0) * scale + zero
+            high = ((codes >> 4).to(tl.float32) - 8.0) * scale + zero
+            acc = tl.dot(x_even, low.to(x_even.dtype), acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(x_odd, high.to(x_odd.dtype), acc, input_precision=DOT_PRECISION)
     _store(out_ptr, acc, rows, cols, M, N, stride_om, bias_ptr, HAS_BIAS, SPLIT_K)
 
 
@@ -233,19 +262,22 @@ def _launch(
         target = torch.empty(config.split_k, m, n, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(m, config.block_m), triton.cdiv(n, config.block_n), config.split_k)
     common = dict(
-        HAS_BIAS=bias is not None, GEMV=config.gemv, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-        BLOCK_K=config.block_k, SPLIT_K=config.split_k, num_warps=config.num_warps,
-        num_stages=config.num_stages, DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+        SPLIT_K=config.split_k, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
+    precision = "ieee" if x.dtype == torch.float32 else "tf32"
     bias_arg = out if bias is None else bias
     if group_size:
-        _int4_kernel[grid](
+        kernel = _int4_gemv_kernel if config.gemv else _int4_gemm_kernel
+        extra = {} if config.gemv else {"DOT_PRECISION": precision}
+        kernel[grid](
             x2, weight, scales, bias_arg, target, m, n, k, x2.stride(0), weight.stride(0), scales.stride(0),
-            scales.stride(1), out.stride(0), GROUP=group_size, **common,
+            scales.stride(1), out.stride(0), GROUP=group_size, **common, **extra,
         )  # fmt: skip
     else:
         _int8_kernel[grid](
-            x2, weight, scales, bias_arg, target, m, n, k, x2.stride(0), weight.stride(0), out.stride(0), **common
+            x2, weight, scales, bias_arg, target, m, n, k, x2.stride(0), weight.stride(0), out.stride(0),
+            GEMV=config.gemv, DOT_PRECISION=precision, **common,
         )  # fmt: skip
     if config.split_k > 1:
         summed = target.sum(0)
