@@ -33,6 +33,8 @@ from backends.local_engine.quant import dequantize_int4, quantize_int4, quantize
 
 attention = kernel_module("backends.local_engine.kernels.paged_attention")
 matmul = kernel_module("backends.local_engine.kernels.quant_matmul")
+metadata = kernel_module("backends.local_engine.kernels.metadata")
+linear = kernel_module("backends.local_engine.kernels.linear")
 
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 BLOCK_SIZE = 4
@@ -50,6 +52,7 @@ class Batch:
         num_blocks = len(q_lens) * max_blocks + 5
         order = torch.randperm(num_blocks, generator=generator)
         self.tables = order[: len(q_lens) * max_blocks].view(len(q_lens), max_blocks).int().to(DEVICE)
+        self.spare_blocks = order[len(q_lens) * max_blocks :]  # owned by no sequence
         self.pool = self._randn((2, num_blocks * BLOCK_SIZE, kv_heads, head_dim), dtype, generator)
         self.q = self._randn((sum(q_lens), heads, head_dim), dtype, generator)
         starts = [0]
@@ -148,18 +151,46 @@ def test_decode_padding_sequence_writes_zeros() -> None:
 
 
 @pytest.mark.parametrize("window", [0, 5])
-def test_matches_engine_attention(window: int) -> None:
-    """The kernel against attention.py's per_seq and auto layouts (Gemma's window through gemma3.window)."""
+def test_kernel_attention_matches_engine_attention(window: int) -> None:
+    """kernel_attention (metadata builder, K/V write, one launch) against attention.py's per_seq and auto
+    layouts on fresh K/V (Gemma's window through gemma3.window)."""
     q_lens, context_lens = [1, 6, 1, 11], [14, 6, 3, 19]
     batch = Batch(q_lens, context_lens, 6, 2, head_dim=32, dtype=torch.float32, seed=7)
     spans = [(batch.tables[s].tolist(), context_lens[s] - q_lens[s], q_lens[s]) for s in range(len(q_lens))]
-    slot_mapping = build_metadata(spans, BLOCK_SIZE, torch.device(DEVICE), "per_seq").slot_mapping
-    new_kv = batch.pool[:, slot_mapping].transpose(0, 1).clone()  # re-written in place by the engine
+    new_kv = torch.randn(sum(q_lens), 2, 2, 32).to(DEVICE)
+    kernel_pool = batch.pool.clone()
+    meta = metadata.build_kernel_metadata(spans, BLOCK_SIZE, torch.device(DEVICE))
+    out = metadata.kernel_attention(batch.q, new_kv, kernel_pool, meta, batch.scale, window)
     for layout in ("per_seq", "auto"):
-        meta = build_metadata(spans, BLOCK_SIZE, torch.device(DEVICE), layout, query_group=3)
-        meta = windowed(meta, window) if window else meta
-        expected = engine_attention(batch.q, new_kv, batch.pool, meta)
-        assert_close(batch.varlen(window, block_m=16, block_n=16), expected)
+        engine_meta = build_metadata(spans, BLOCK_SIZE, torch.device(DEVICE), layout, query_group=3)
+        assert torch.equal(meta.slot_mapping, engine_meta.slot_mapping)
+        engine_pool = batch.pool.clone()
+        engine_meta = windowed(engine_meta, window) if window else engine_meta
+        expected = engine_attention(batch.q, new_kv, engine_pool, engine_meta)
+        assert torch.equal(kernel_pool, engine_pool)
+        assert_close(out, expected)
+
+
+def test_padded_decode_bucket() -> None:
+    """A CUDA-graph bucket of 5 decode rows holding 3 sequences: padding K/V goes to the spare slot only."""
+    batch = Batch([1, 1, 1], [9, 2, 16], 4, 2, head_dim=32, dtype=torch.bfloat16, seed=8)
+    spans = [(batch.tables[s].tolist(), int(batch.context_lens[s]) - 1, 1) for s in range(3)]
+    spare = int(batch.spare_blocks[0]) * BLOCK_SIZE
+    meta = metadata.build_kernel_metadata(
+        spans, BLOCK_SIZE, torch.device(DEVICE), pad_to=(5, 5), padding_slot=spare
+    )
+    assert meta.block_tables.shape[0] == 5 and meta.context_lens.tolist() == [9, 2, 16, 0, 0]
+    q = torch.cat([batch.q, batch.q[:2] + 1.0])
+    kv = batch.pool[:, meta.slot_mapping[:3]].transpose(0, 1)  # the cached K/V of the real tokens
+    kv = torch.cat([kv, torch.full_like(kv[:2], 7.0)])
+    pool = batch.pool.clone()
+    out = metadata.kernel_attention(q, kv, pool, meta, batch.scale)
+    written = (pool != batch.pool).any(dim=(0, 2, 3)).nonzero().flatten().tolist()
+    assert written == [spare]
+    assert_close(out[:3], batch.reference())
+    assert torch.equal(out[3:], torch.zeros_like(out[3:]))
+    with pytest.raises(ValueError, match="padding_slot"):
+        metadata.build_kernel_metadata(spans, BLOCK_SIZE, torch.device(DEVICE), pad_to=(5, 5))
 
 
 def test_rejects_mismatched_layout() -> None:
@@ -258,6 +289,27 @@ def test_int4_packing_matches_engine_quantizer() -> None:
     torch.testing.assert_close(int4_rows(ids, packed, scales_and_zeros, 32, torch.float32), dense[ids])
     q8, scale8 = quantize_int8(weight)
     torch.testing.assert_close(int8_rows(ids, q8, scale8, torch.float32), (q8.float() * scale8[:, None])[ids])
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_linear_modules_and_tied_embedding(fmt: str) -> None:
+    weight = torch.randn(48, 64, generator=torch.Generator().manual_seed(12)).to(DEVICE)
+    bias = torch.randn(48).to(DEVICE)
+    layer = (
+        linear.TritonInt8Linear(weight, bias) if fmt == "int8" else linear.TritonInt4Linear(weight, bias, 32)
+    )
+    x = torch.randn(2, 64).to(DEVICE).bfloat16()
+    if fmt == "int8":
+        expected = reference_int8_matmul(x, layer.q, layer.scale, bias)
+    else:
+        expected = reference_int4_matmul(x, layer.packed, layer.scales_and_zeros, 32, bias)
+    assert_matmul_close(layer(x), expected)
+    exact = x.float() @ weight.T + bias
+    budget = 0.02 if fmt == "int8" else 0.2  # relative error of the quantized weight itself
+    assert (layer(x).float() - exact).norm() < budget * exact.norm()
+    ids = torch.tensor([3, 47, 3]).to(DEVICE)
+    rows = linear.QuantizedEmbedding(layer, torch.float32)(ids)
+    assert rows.shape == (3, 64) and (rows - weight[ids]).norm() < budget * weight[ids].norm()
 
 
 def test_rejects_bad_weights() -> None:

@@ -17,6 +17,12 @@ Stable API (signatures kept once committed; new options only as keyword argument
     int8_rows(ids, q, scale, dtype) / int4_rows(ids, packed, scales_and_zeros, group_size, dtype)  # embeddings
     matmul_bytes_flops(m, n, k, weight_bits, group_size, scale_bytes, act_bytes) -> (bytes, flops)
 
+    build_kernel_metadata(spans, block_size, device, pad_to=None, max_blocks=None, padding_slot=None)
+        -> KernelMetadata(block_tables, context_lens, query_start_loc, slot_mapping, block_size, max_query_len)
+    kernel_attention(q, kv, pool, meta, scale, window=0, num_splits=1) -> Tensor  # attention.paged_attention's place
+    TritonInt8Linear(weight, bias, config=None); TritonInt4Linear(weight, bias, group_size,
+        scale_dtype=torch.bfloat16, config=None); QuantizedEmbedding(table_linear, dtype)
+
 Importing this package imports triton. Plain-torch references: `kernels.reference`.
 """
 
@@ -28,6 +34,8 @@ from backends.local_engine.kernels.formats import (
     quantize_int4_packed,
     unpack_int4,
 )
+from backends.local_engine.kernels.linear import QuantizedEmbedding, TritonInt4Linear, TritonInt8Linear
+from backends.local_engine.kernels.metadata import KernelMetadata, build_kernel_metadata, kernel_attention
 from backends.local_engine.kernels.paged_attention import (
     attention_flops_bytes,
     paged_attention,
@@ -43,7 +51,13 @@ from backends.local_engine.kernels.quant_matmul import (
 )
 
 __all__ = [
+    "KernelMetadata",
     "MatmulConfig",
+    "QuantizedEmbedding",
+    "TritonInt4Linear",
+    "TritonInt8Linear",
+    "build_kernel_metadata",
+    "kernel_attention",
     "attention_flops_bytes",
     "choose_config",
     "int4_matmul",
