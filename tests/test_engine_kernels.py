@@ -32,6 +32,7 @@ from backends.local_engine.kernels.reference import (
 from backends.local_engine.quant import dequantize_int4, quantize_int4, quantize_int8
 
 attention = kernel_module("backends.local_engine.kernels.paged_attention")
+kernel_module("backends.local_engine.kernels.quant_kernels")  # the programs quant_matmul launches
 matmul = kernel_module("backends.local_engine.kernels.quant_matmul")
 metadata = kernel_module("backends.local_engine.kernels.metadata")
 linear = kernel_module("backends.local_engine.kernels.linear")
