@@ -140,6 +140,12 @@ def test_decode_at_block_boundaries(num_splits: int, window: int) -> None:
     assert_close(out, batch.reference(window))
 
 
+def test_choose_num_splits() -> None:
+    assert attention.choose_num_splits(1, 8, 4096) == 16  # batch 1: 8 programs otherwise
+    assert attention.choose_num_splits(1, 8, 600) == 2  # slices of at least 256 keys
+    assert attention.choose_num_splits(64, 8, 4096) == 1  # 512 programs fill 132 SMs
+
+
 def test_decode_padding_sequence_writes_zeros() -> None:
     """A CUDA-graph batch padded with context_len 0 rows: those rows come out as 0, the others exact."""
     batch = Batch([1, 1, 1], [9, 1, 1], 4, 2, head_dim=32, dtype=torch.float32, seed=6)
