@@ -93,6 +93,14 @@ def main() -> None:
         _compile("varlen fp32 window", attention._paged_attention_kernel,
                  lambda: attention.paged_attention(mixed_q.float(), pool.float(), tables, block, lens, starts, 0.1, 512)),
     ]  # fmt: skip
+    gemma_pool = torch.empty(2, 64 * block, 1, 256, dtype=torch.bfloat16)  # Gemma 3 270M: 4 heads, 1 KV, 256
+    gemma_q = torch.empty(300, 4, 256, dtype=torch.bfloat16)
+    results += [
+        _compile("gemma3 decode window", attention._paged_attention_kernel,
+                 lambda: attention.paged_decode(gemma_q[:4], gemma_pool, tables, block, lens, 0.1, 512)),
+        _compile("gemma3 varlen window", attention._paged_attention_kernel,
+                 lambda: attention.paged_attention(gemma_q, gemma_pool, tables, block, lens, starts, 0.1, 512)),
+    ]  # fmt: skip
     acc = torch.empty(4, 300, heads, dim, dtype=torch.float32)  # the split-K combine, launched on its own
     ml = torch.empty(4, 300, heads, 2, dtype=torch.float32)
     out = torch.empty(300, heads, dim, dtype=torch.bfloat16)

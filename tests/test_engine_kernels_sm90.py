@@ -26,7 +26,7 @@ def test_kernels_compile_for_sm90_without_spills() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     results = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(results) == 14
+    assert len(results) == 16
     failed = [
         r for r in results if "error" in r or r["spill_stores"] or r["spill_loads"] or r["registers"] <= 0
     ]

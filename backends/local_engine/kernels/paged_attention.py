@@ -170,7 +170,8 @@ def paged_attention(
     slots per block; context_lens [S] int32 (cached + new tokens); query_start_loc [S + 1] int32 (rows of
     q per sequence, ascending); scale multiplies q·k; window 0 = full causal, else keys within `window`
     positions of the query. Returns (or fills `out`, [T, H, D]) in q's dtype. block_m / num_warps default
-    to 64 / 4 for 16-bit inputs and 32 / 8 for fp32, whose IEEE dots spill registers at 64 / 4 on sm_90.
+    to 64 / 4 for 16-bit inputs (8 warps above head_dim 128) and 32 / 8 for fp32: the sm_90 compile check
+    (tests/sm90_compile_check.py) spills registers at 64 / 4 with fp32's IEEE dots or head_dim 256.
     """
     return _launch(
         q, pool, block_tables, block_size, context_lens, query_start_loc, scale, window, num_splits, out,
@@ -196,9 +197,9 @@ def _launch(
     block_m: int | None, block_n: int, num_warps: int | None, num_stages: int,
 ) -> Tensor:  # fmt: skip
     num_tokens, num_heads, head_dim = q.shape
-    wide = q.dtype == torch.float32 and query_start_loc is not None
-    block_m = block_m or (32 if wide else 64)
-    num_warps = num_warps or (8 if wide else 4)
+    varlen_fp32 = q.dtype == torch.float32 and query_start_loc is not None
+    block_m = block_m or (32 if varlen_fp32 else 64)
+    num_warps = num_warps or (8 if varlen_fp32 or (query_start_loc is not None and head_dim > 128) else 4)
     num_kv_heads = pool.shape[2]
     if pool.dim() != 4 or pool.shape[0] != 2 or pool.shape[3] != head_dim or pool.stride(3) != 1:
         raise ValueError(
