@@ -122,12 +122,13 @@ def _matmul_configs(
 
 
 def _variants(config: matmul.MatmulConfig, group: int) -> list[matmul.MatmulConfig]:
-    """A handful of neighbours of a config: N tile, K step, split-K, warps."""
+    """A handful of neighbours of a config: N tile, K step, split-K, warps, pipeline depth."""
     block_k = [max(group, config.block_k // 2), config.block_k * 2]
     candidates = [replace(config, block_n=bn) for bn in (config.block_n // 2, config.block_n * 2) if bn >= 8]
     candidates += [replace(config, block_k=bk) for bk in block_k if bk >= max(16, group)]
     candidates += [replace(config, split_k=s) for s in (max(1, config.split_k // 2), config.split_k * 2)]
     candidates += [replace(config, num_warps=w) for w in (2, 8) if w != config.num_warps]
+    candidates += [replace(config, num_stages=stages) for stages in (1, 4) if stages != config.num_stages]
     return [c for c in candidates if c != config]
 
 

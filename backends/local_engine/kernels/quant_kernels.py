@@ -4,7 +4,8 @@ Program (i, j, s) computes rows i·BLOCK_M.., output columns j·BLOCK_N.. over K
 Integer codes become floats without int-to-float conversion instructions (a quarter or less of the FMA
 rate on recent GPUs): a code v in [0, 2^23) OR-ed into the bits of 2^23 is the float 2^23 + v, and one
 exact subtraction leaves v - bias. The gemv kernels (one row of x per program) keep per-thread partial
-sums across the K loop and reduce across threads once at the end.
+sums across the K loop and reduce across threads once at the end; their weight loads are software-
+pipelined NUM_STAGES deep (cp.async through shared memory; a plain loop issues none ahead).
 """
 
 import triton
@@ -45,7 +46,7 @@ def _store(
 def int8_gemv_kernel(
     x_ptr, q_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_qn, stride_om,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLIT_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):  # fmt: skip
     """One row of x per program (BLOCK_M = 1), CUDA cores: [BLOCK_N, BLOCK_K] fp32 partials x·q kept in
     registers over the K loop, summed across threads once at the end."""
@@ -53,7 +54,7 @@ def int8_gemv_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     k_start, k_end = _k_range(K, BLOCK_K, SPLIT_K)
     partial = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for k0 in range(k_start, k_end, BLOCK_K):
+    for k0 in tl.range(k_start, k_end, BLOCK_K, num_stages=NUM_STAGES):
         ks = k0 + tl.arange(0, BLOCK_K)
         k_ok = ks < k_end
         x = tl.load(x_ptr + row * stride_xm + ks, mask=k_ok, other=0.0).to(tl.float32)
@@ -93,7 +94,7 @@ def int8_gemm_kernel(
 def int4_gemv_kernel(
     x_ptr, w_ptr, sz_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_szg, stride_szn, stride_om,
     GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):  # fmt: skip
     """One row of x per program (BLOCK_M = 1), CUDA cores: a [BLOCK_N, groups, GROUP / 2] byte tile per
     step (a group's bytes sit in one thread's vector load, so its sum stays in the thread), Σ (q - 8)·x per
@@ -107,7 +108,7 @@ def int4_gemv_kernel(
     partial = tl.zeros([BLOCK_N, GROUPS], dtype=tl.float32)
     group = tl.arange(0, GROUPS)
     pairs = group[:, None] * HALF + tl.arange(0, HALF)[None, :]  # [GROUPS, HALF] byte of the step
-    for k0 in range(k_start, k_end, BLOCK_K):
+    for k0 in tl.range(k_start, k_end, BLOCK_K, num_stages=NUM_STAGES):
         group_ok = k0 + group * GROUP < k_end  # K % GROUP == 0: a group is inside K or past it
         x_pairs = x_ptr + row * stride_xm + k0 + 2 * pairs
         x_even = tl.load(x_pairs, mask=group_ok[:, None], other=0.0).to(tl.float32)  # [GROUPS, HALF]

@@ -140,19 +140,22 @@ def _launch(
         HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         SPLIT_K=config.split_k, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
-    precision = {} if config.gemv else {"DOT_PRECISION": "ieee" if x.dtype == torch.float32 else "tf32"}
+    if config.gemv:  # the K loop's own pipelining depth (loads feeding no dot are not pipelined otherwise)
+        extra = {"NUM_STAGES": config.num_stages}
+    else:
+        extra = {"DOT_PRECISION": "ieee" if x.dtype == torch.float32 else "tf32"}
     bias_arg = out if bias is None else bias
     if group_size:
         kernel = quant_kernels.int4_gemv_kernel if config.gemv else quant_kernels.int4_gemm_kernel
         kernel[grid](
             x2, weight, scales, bias_arg, target, m, n, k, x2.stride(0), weight.stride(0), scales.stride(0),
-            scales.stride(1), out.stride(0), GROUP=group_size, **common, **precision,
+            scales.stride(1), out.stride(0), GROUP=group_size, **common, **extra,
         )  # fmt: skip
     else:
         kernel = quant_kernels.int8_gemv_kernel if config.gemv else quant_kernels.int8_gemm_kernel
         kernel[grid](
             x2, weight, scales, bias_arg, target, m, n, k, x2.stride(0), weight.stride(0), out.stride(0),
-            **common, **precision,
+            **common, **extra,
         )  # fmt: skip
     if config.split_k > 1:
         summed = target.sum(0)
