@@ -1,13 +1,13 @@
 """Triton kernels of the local engine (backends/local_engine/kernels) against torch references.
 
-On CPU the kernels run in Triton's interpreter (tests/triton_interpreter_support.py sets it up); with
-KERNEL_TEST_DEVICE=cuda the same cases run compiled on the GPU. Inputs are random (never zeros), outputs
+On CPU the kernels run in Triton's interpreter (tests/triton_interpreter_support.kernel_module);
+with KERNEL_TEST_DEVICE=cuda the same cases run compiled on the GPU. Inputs are random (never zeros), outputs
 start as NaN so every row the kernel should write is checked, and the batches mix decodes, prefill chunks
 with and without cached context, padding sequences, GQA / MQA / non-power-of-two head counts, sliding
 windows, contexts ending on and around block boundaries, and split-K.
 """
 
-from tests.triton_interpreter_support import DEVICE, kernel_module  # first: sets up the interpreter
+from tests.triton_interpreter_support import DEVICE, kernel_module  # first: skips the module without triton
 
 # isort: split
 

@@ -1,23 +1,33 @@
-"""Run Triton kernels on CPU tensors through Triton's interpreter (TRITON_INTERPRET=1), for CI without a GPU.
+"""Run Triton kernels on CPU tensors through Triton's interpreter, for CI without a GPU.
 
-Import this module before the kernels. With KERNEL_TEST_DEVICE=cuda it only selects the GPU (kernels
-compiled as in production). Otherwise it sets the env, reloads kernel modules that were already imported
-without it (`kernel_module`), and works around two bugs of
-the interpreter in triton 3.6 with numpy 2.4: loop bounds loaded from memory are 1-element arrays that
-`range()` cannot take (`int()` of an array with ndim > 0 is an error since numpy 2.4), and bfloat16 (held
-as uint16 bit patterns) is only handled in casts from and to fp32: `tl.dot` on bf16 multiplies the bit
-patterns and an int8 -> bf16 cast reinterprets the integer. The shims widen bf16 to fp32 for tl.dot and
-route other casts from and to bf16 through fp32. It also makes the interpreter refuse tl.dot shapes that
-the NVIDIA backend refuses (K >= 16, 32 for 8-bit), which the interpreter itself allows. They touch the interpreter only (the kernels keep bf16
-arithmetic out of elementwise code; fp32 -> bf16 stays the interpreter's own, truncating, cast).
+Without a GPU (or with KERNEL_TEST_DEVICE=cpu) importing this module sets TRITON_INTERPRET=1 for the
+process before triton is imported (triton's own jit helpers such as tl.cdiv are decorated then), and
+`kernel_module(name)` imports a kernel module interpreted (reloading it if it was compiled earlier). With
+a GPU (or KERNEL_TEST_DEVICE=cuda) nothing is interpreted: DEVICE is "cuda" and kernels compile as in
+production, so a full test run on a GPU machine is not turned into interpreter runs.
+
+Shims for the interpreter of triton 3.6 with numpy 2.4 (they touch the interpreter only):
+- loop bounds loaded from memory are 1-element arrays that `range()` cannot take (`int()` of an array
+  with ndim > 0 is an error since numpy 2.4);
+- bfloat16, held as uint16 bit patterns, is only handled in casts from and to fp32: `tl.dot` on bf16
+  multiplies the bit patterns and an int8 -> bf16 cast reinterprets the integer. bf16 is widened to fp32
+  for tl.dot and other casts from and to bf16 go through fp32 (the kernels keep bf16 out of elementwise
+  arithmetic; fp32 -> bf16 stays the interpreter's own, truncating, cast);
+- the interpreter allows any tl.dot shape; it now refuses those the NVIDIA backend refuses (K >= 16,
+  32 for 8-bit operands), so a tile the GPU compiler would reject fails here too.
 """
 
 import importlib
 import os
+import sys
 from types import ModuleType
 
-DEVICE = "cuda" if os.environ.get("KERNEL_TEST_DEVICE") == "cuda" else "cpu"
+import torch
+
+_FORCED = os.environ.get("KERNEL_TEST_DEVICE")
+DEVICE = _FORCED or ("cuda" if torch.cuda.is_available() else "cpu")
 INTERPRET = DEVICE == "cpu"
+_TRITON_WAS_IMPORTED = "triton" in sys.modules
 if INTERPRET:
     os.environ["TRITON_INTERPRET"] = "1"
 
@@ -27,6 +37,11 @@ import pytest  # noqa: E402
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 interpreter = pytest.importorskip("triton.runtime.interpreter")
+if INTERPRET and _TRITON_WAS_IMPORTED and isinstance(tl.zeros, triton.runtime.jit.JITFunction):
+    # another test imported triton before the flag was set: re-define triton's own jit helpers
+    # (tl.zeros, tl.cdiv, the reduction combiners, ...) interpreted, and rebind them in triton.language
+    importlib.reload(importlib.import_module("triton.language.standard"))
+    tl = importlib.reload(tl)
 
 _patch_lang_tensor = interpreter._patch_lang_tensor
 
@@ -75,10 +90,11 @@ def _builder_with_min_dot_size(self: object) -> None:
 
 
 def kernel_module(name: str) -> ModuleType:
-    """Import a kernel module; reloaded if its kernels were compiled for a GPU before the env was set."""
+    """Import a kernel module, interpreted on CPU (reloaded if its kernels were first compiled for a GPU)."""
     module = importlib.import_module(name)
-    compiled = any(isinstance(value, triton.runtime.jit.JITFunction) for value in vars(module).values())
-    if INTERPRET and compiled:
+    if INTERPRET and any(
+        isinstance(value, triton.runtime.jit.JITFunction) for value in vars(module).values()
+    ):
         module = importlib.reload(module)
     return module
 

@@ -91,8 +91,8 @@ def _paged_attention_kernel(
     end = tl.minimum(first_pos + BLOCK_Q, context_len)
     start = tl.where(window > 0, tl.maximum(first_pos - window + 1, 0), 0)
     tile_lo = start // BLOCK_N
-    tile_hi = tl.cdiv(end, BLOCK_N)
-    per_split = tl.cdiv(tile_hi - tile_lo, NUM_SPLITS)
+    tile_hi = (end + BLOCK_N - 1) // BLOCK_N
+    per_split = (tile_hi - tile_lo + NUM_SPLITS - 1) // NUM_SPLITS
     split_lo = tile_lo + split * per_split
     split_hi = tl.minimum(split_lo + per_split, tile_hi)
 

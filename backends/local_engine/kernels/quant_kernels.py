@@ -21,7 +21,7 @@ def _code_to_f32(v, BIAS: tl.constexpr):
 @triton.jit
 def _k_range(K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
     """[start, end) of this program's K slice, in whole BLOCK_K steps."""
-    per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+    per_split = ((K + BLOCK_K - 1) // BLOCK_K + SPLIT_K - 1) // SPLIT_K * BLOCK_K
     start = tl.program_id(2) * per_split
     return start, tl.minimum(start + per_split, K)
 
