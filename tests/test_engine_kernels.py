@@ -284,6 +284,32 @@ def test_default_configs_and_batched_input() -> None:
     assert_matmul_close(out, reference_int8_matmul(x[:, :1], w.q8, w.scale8))
 
 
+@pytest.mark.parametrize("group_size", [0, 128])
+def test_gemv_autotuner_picks_the_fastest_config(group_size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA M = 1 path: triton.autotune over GEMV_TUNING (3 entries here, a fake clock), then exact."""
+    monkeypatch.setattr(matmul, "GEMV_TUNING", matmul.GEMV_TUNING[:3])
+    timings = iter([3.0, 1.0, 2.0])
+
+    def fake_bench(kernel_call: object, quantiles: object) -> list[float]:
+        kernel_call()
+        seconds = next(timings)
+        return [seconds] * 3
+
+    tuned = matmul.gemv_autotuner(group_size, do_bench=fake_bench)
+    monkeypatch.setitem(matmul._TUNED, group_size, tuned)
+    w = Weights(96, 1024, group_size, torch.bfloat16, seed=13)
+    x = w.x((1, 1024), torch.bfloat16)
+    if group_size:
+        weights, expected = (
+            (w.packed, w.scales_and_zeros),
+            reference_int4_matmul(x, w.packed, w.scales_and_zeros, 128, w.bias),
+        )
+    else:
+        weights, expected = (w.q8, w.scale8), reference_int8_matmul(x, w.q8, w.scale8, w.bias)
+    assert_matmul_close(matmul._tuned_gemv(x, *weights, w.bias, 96, group_size), expected)
+    assert tuned.best_config.kwargs["BLOCK_N"] == matmul.GEMV_TUNING[1][0]
+
+
 def test_int4_packing_matches_engine_quantizer() -> None:
     weight = torch.randn(8, 64, generator=torch.Generator().manual_seed(11))
     q, scales_and_zeros = quantize_int4(weight, 32)

@@ -20,6 +20,7 @@ afterwards (deterministic): for small M and N, where N / BLOCK_N programs leave 
 fp32 x runs the dots in IEEE fp32 (no TF32). Every config field can be overridden per call.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -61,17 +62,15 @@ def sm_count(device: torch.device) -> int:
 def choose_config(m: int, n: int, k: int, num_sms: int, group_size: int = 0) -> MatmulConfig:
     """Tile table keyed by M: untuned guesses for an H200, to be replaced by measured ones.
 
-    Small M is bandwidth-bound and needs many programs in flight: the gemv path narrows its N tile down
-    to 8 rows, then splits K, until there are ~8 programs per SM, as long as the split's fp32 workspace
-    traffic stays under half the weight bytes; int8's K step keeps the per-thread partial sums at 8K fp32
-    elements a program (64 registers at 4 warps), int4's holds 16K inputs (8K bytes).
+    M = 1 on CUDA is autotuned instead (`GEMV_TUNING`) unless a config is passed; this entry is the
+    fallback (interpreter, explicit calls): [32, 256] int8 / [32, 512] int4 tiles, no split. The first H200
+    run (bench/engine_gpu.py, 06:40 UTC) measured the earlier picks (N tiles narrowed to 8-16 and split-K
+    for N < 8 programs per SM) at 0.2-1.0 TB/s on the 8B projections against 2.98 TB/s (int8) and 1.73
+    TB/s (int4) for [32, 256] / [32, 512] tiles on the output layer. The gemm rows: split-K until ~8
+    programs per SM while the split's fp32 workspace traffic stays under half the weight bytes.
     """
-    if m <= GEMV_MAX_ROWS:
-        block_n = 32
-        while triton.cdiv(n, block_n) < 8 * num_sms and block_n > 8:
-            block_n //= 2
-        block_k = max(group_size, min(1024, (16384 if group_size else 8192) // block_n))
-        config = MatmulConfig(1, block_n, block_k, num_warps=4)
+    if m <= GEMV_MAX_ROWS:  # measured on the H200: BN 32 streams 2.98 TB/s (int8) on the output layer
+        return MatmulConfig(1, 32, max(group_size, 512) if group_size else 256, num_warps=4, num_stages=1)
     elif m <= 16:
         config = MatmulConfig(16, 64, max(128, group_size), num_warps=4, num_stages=4)
     elif m <= 64:
@@ -128,6 +127,8 @@ def _launch(
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     m = x2.shape[0]
+    if config is None and m <= GEMV_MAX_ROWS and x.is_cuda:
+        return _tuned_gemv(x2, weight, scales, bias, n, group_size).view(*lead, n)
     config = config or choose_config(m, n, k, sm_count(x.device), group_size)
     if group_size and config.block_k % group_size:
         raise ValueError(f"block_k {config.block_k} must be a multiple of the int4 group size {group_size}")
@@ -161,3 +162,43 @@ def _launch(
         summed = target.sum(0)
         out.copy_(summed if bias is None else summed + bias.float())
     return out.view(*lead, n)
+
+
+# M = 1 on CUDA: (block_n, block_k, pipeline stages) tried per (N, K) on the first call (triton.autotune;
+# run it once before capturing a CUDA graph). Tiles of the gpu helper's gemv_triton.py, which streamed
+# 1.5-2.3 TB/s on the 8B projections, plus the [32, 256] tile measured at 2.98 TB/s on the output layer.
+GEMV_TUNING = [(4, 1024, 1), (8, 512, 1), (8, 1024, 1), (16, 256, 1), (16, 512, 1), (32, 256, 1), (8, 1024, 3),
+               (16, 512, 3), (32, 256, 3)]  # fmt: skip
+_TUNED: dict[int, object] = {}
+
+
+def gemv_autotuner(group_size: int, do_bench: Callable | None = None) -> object:
+    """The M = 1 kernel for int8 (group_size 0) or int4 wrapped in triton.autotune over GEMV_TUNING."""
+    configs = {
+        (block_n, max(block_k, group_size), stages): triton.Config(
+            {"BLOCK_N": block_n, "BLOCK_K": max(block_k, group_size), "NUM_STAGES": stages},
+            num_warps=4,
+            num_stages=stages,
+        )  # fmt: skip
+        for block_n, block_k, stages in GEMV_TUNING
+    }
+    kernel = quant_kernels.int4_gemv_kernel if group_size else quant_kernels.int8_gemv_kernel
+    return triton.autotune(configs=list(configs.values()), key=["N", "K"], do_bench=do_bench)(kernel)
+
+
+def _tuned_gemv(
+    x: Tensor, weight: Tensor, scales: Tensor, bias: Tensor | None, n: int, group_size: int
+) -> Tensor:
+    if group_size not in _TUNED:
+        _TUNED[group_size] = gemv_autotuner(group_size)
+    m, k = x.shape
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    tuned = _TUNED[group_size][lambda meta: (m, triton.cdiv(n, meta["BLOCK_N"]), 1)]
+    bias_arg = out if bias is None else bias
+    if group_size:
+        tuned(x, weight, scales, bias_arg, out, m, n, k, x.stride(0), weight.stride(0), scales.stride(0),
+              scales.stride(1), out.stride(0), GROUP=group_size, HAS_BIAS=bias is not None, BLOCK_M=1, SPLIT_K=1)  # fmt: skip
+    else:
+        tuned(x, weight, scales, bias_arg, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
+              HAS_BIAS=bias is not None, BLOCK_M=1, SPLIT_K=1)  # fmt: skip
+    return out
