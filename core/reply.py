@@ -95,12 +95,6 @@ class _Tally:
         except RuntimeError:
             self._loop = None
 
-    def see(self, chunk: Chunk) -> None:
-        if chunk.get("usage"):
-            self.usage = Usage.from_openai(chunk["usage"])
-        elif chunk.get("choices"):
-            self.produced += 1
-
     def _ending(self, status: int, error: BaseException | None) -> Ending:
         if not self.usage.completion_tokens:
             self.usage.completion_tokens = self.produced
@@ -123,7 +117,10 @@ async def _drive(chunks: AsyncIterator[Chunk], tally: _Tally, taps: list[Tap]) -
     try:
         async with aclosing(chunks):
             async for chunk in chunks:
-                tally.see(chunk)
+                if chunk.get("usage"):  # inline, not a method: this loop runs per chunk, per reply layer
+                    tally.usage = Usage.from_openai(chunk["usage"])
+                elif chunk.get("choices"):
+                    tally.produced += 1
                 for tap in taps:
                     tap(chunk)
                 yield chunk
