@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry
@@ -68,7 +69,7 @@ class ObserveStage:
 
     async def _observe_stream(self, ctx: RequestContext, started: float, reply: Reply) -> None:
         timing, texts = _StreamTiming(), ([] if self._log.wants_bodies else None)
-        reply.taps.append(lambda chunk: self._on_chunk(ctx, timing, chunk, texts))
+        reply.taps.append(partial(self._on_chunk, ctx, timing, texts))
 
         def finish(ending: Ending) -> None:
             status = CANCELLED if ending.cancelled else ending.status
@@ -80,7 +81,7 @@ class ObserveStage:
         await reply.on_end(finish)
 
     def _on_chunk(
-        self, ctx: RequestContext, timing: _StreamTiming, chunk: dict[str, Any], texts: list[str] | None
+        self, ctx: RequestContext, timing: _StreamTiming, texts: list[str] | None, chunk: dict[str, Any]
     ) -> None:
         now = self._clock()
         if timing.first_chunk is None:
