@@ -10,7 +10,8 @@ fbgemm quantizes the activations of a whole call with one (scale, zero point); `
 every row affinely onto exactly [-1, 1] (x = s * x' + c) and adds `c * W·1` back, so each row is quantized
 on its own range: quality stays per-row and a row's result does not depend on the rows batched with it
 (integer accumulation is exact), which keeps speculative verification identical to one-token decode.
-CUDA: int4 uses `_weight_int4pack_mm` (bf16), int8 dequantizes.
+CUDA (bf16 activations): int8 runs a Triton kernel that reads the int8 weight (quant_triton.py; many
+rows dequantize once per call into cuBLAS), int4 torch's packed `_weight_int4pack_mm` (tinygemm).
 """
 
 import warnings
@@ -89,16 +90,16 @@ def _pin_row(width: int) -> Tensor:
 
 
 class Int8Linear(nn.Module):
-    """CPU: fbgemm int8 GEMM on the prepacked weight (any number of rows); CUDA: dequantize + GEMM."""
+    """CPU: fbgemm int8 GEMM on the prepacked weight (any number of rows); CUDA: the int8 Triton kernel."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
         q, scale = quantize_int8(weight.float())
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
         self.register_buffer("scale", scale)
-        self.register_buffer("row_sums", (q.float() * scale[:, None]).sum(dim=1))
         self.packed: torch.ScriptObject | None = None
         if q.is_cpu:
+            self.register_buffer("row_sums", (q.float() * scale[:, None]).sum(dim=1))
             self.packed = fbgemm_pack_int8(q, scale)
             self.register_buffer("q", None)
             self.packed_nbytes = q.numel()
@@ -110,7 +111,9 @@ class Int8Linear(nn.Module):
         if self.packed is not None:
             out = rowwise_int8_linear(x.float(), self.packed, self.row_sums).to(x.dtype)
         else:
-            out = F.linear(x, self.q.to(x.dtype)) * self.scale.to(x.dtype)
+            from backends.local_engine.quant_triton import int8_matmul
+
+            out = int8_matmul(x, self.q, self.scale)
         return out if self.bias is None else out + self.bias.to(x.dtype)
 
 

@@ -1,0 +1,74 @@
+"""Weight-only int8 matmul in Triton for CUDA: reads the int8 bytes, widens them in registers.
+
+out[M, N] = (x[M, K] @ q[N, K].T) * scale[N]. Decode steps have few rows (M <= 64): the kernel tiles N
+and K, widens each int8 tile to the activation dtype and accumulates in fp32 with tl.dot, so the weight
+is read once, as int8 (half the bytes of bf16). For many rows (prefill) the matmul is compute-bound:
+the weight is widened once per call and cuBLAS runs. Block sizes are autotuned per (N, K, rows bucket).
+The engine's own fallback; quant.py prefers the kernels of `kernels/` when present.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover
+    triton = None
+
+MAX_KERNEL_ROWS = 64
+
+if triton is not None:
+    _CONFIGS = [
+        triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s)
+        for n, k, w, s in ((16, 256, 4, 4), (32, 256, 4, 4), (64, 128, 4, 4), (32, 512, 8, 3))
+    ]
+
+    @triton.autotune(configs=_CONFIGS, key=["N", "K", "BLOCK_M"])
+    @triton.jit
+    def _int8_matmul_kernel(
+        x_ptr, w_ptr, s_ptr, o_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ):  # fmt: skip
+        pid_n = tl.program_id(0)
+        pid_m = tl.program_id(1)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        inner = tl.arange(0, BLOCK_K)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            ks = k + inner
+            a = tl.load(
+                x_ptr + rows[:, None] * stride_xm + ks[None, :],
+                mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0,
+            )  # fmt: skip
+            b = tl.load(
+                w_ptr + cols[:, None] * stride_wn + ks[None, :],
+                mask=(cols[:, None] < N) & (ks[None, :] < K), other=0,
+            )  # fmt: skip
+            acc += tl.dot(a, tl.trans(b.to(a.dtype)))
+        scale = tl.load(s_ptr + cols, mask=cols < N, other=0.0)
+        out = acc * scale[None, :].to(tl.float32)
+        tl.store(
+            o_ptr + rows[:, None] * stride_om + cols[None, :], out.to(o_ptr.dtype.element_ty),
+            mask=(rows[:, None] < M) & (cols[None, :] < N),
+        )  # fmt: skip
+
+
+def int8_matmul(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
+    """x [M, K] (bf16/fp16/fp32), q [N, K] int8, scale [N] → [M, N] in x's dtype."""
+    rows, inner = x.shape
+    if rows > MAX_KERNEL_ROWS or triton is None:
+        return F.linear(x, q.to(x.dtype)) * scale.to(x.dtype)
+    x = x.contiguous()
+    out = torch.empty(rows, q.shape[0], dtype=x.dtype, device=x.device)
+    block_m = 16 if rows <= 16 else MAX_KERNEL_ROWS
+
+    def grid(meta: dict) -> tuple[int, int]:
+        return (triton.cdiv(q.shape[0], meta["BLOCK_N"]), triton.cdiv(rows, block_m))
+
+    _int8_matmul_kernel[grid](
+        x, q, scale, out, rows, q.shape[0], inner, x.stride(0), q.stride(0), out.stride(0), BLOCK_M=block_m
+    )
+    return out

@@ -1,0 +1,101 @@
+"""Kernel checks for bench/engine_gpu.py on the device: exactness against torch references, then speed.
+
+Paged attention (ours and the kernels/ package's, when importable) on fresh random pools, block tables
+and mixed spans, fp32 and bf16; int8 matmul against its dequantized weight; GEMV bandwidth of the int8
+and int4 paths and of bf16 cuBLAS at Llama-3 8B shapes (the batch-1 decode's matmuls).
+"""
+
+import torch
+import triton.testing
+
+from backends.local_engine import attention_cuda
+from backends.local_engine.attention_cuda import CudaAttentionMetadata, reference_attention
+from backends.local_engine.quant import Int4Linear, quantize_int8
+from backends.local_engine.quant_triton import int8_matmul
+
+_8B_LINEARS = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
+               "lm_head": (128256, 4096)}  # fmt: skip
+
+
+def _case(dtype: torch.dtype, heads: int, kv_heads: int, dim: int, spans: list[tuple[int, int]], page: int = 16):
+    device = torch.device("cuda")
+    blocks = sum(-(-(c + n) // page) for c, n in spans) + 4
+    pool = torch.randn(2, blocks * page, kv_heads, dim, dtype=dtype, device=device)
+    order = torch.randperm(blocks, device=device)
+    width = max(-(-(c + n) // page) for c, n in spans)
+    tables = torch.zeros(len(spans), width, dtype=torch.int32, device=device)
+    used = 0
+    for row, (c, n) in enumerate(spans):
+        count = -(-(c + n) // page)
+        tables[row, :count] = order[used : used + count]
+        used += count
+    q = torch.randn(sum(n for _, n in spans), heads, dim, dtype=dtype, device=device)
+    lens = torch.tensor([c + n for c, n in spans], dtype=torch.int32, device=device)
+    starts = torch.tensor([0, *torch.tensor([n for _, n in spans]).cumsum(0).tolist()], dtype=torch.int32,
+                          device=device)  # fmt: skip
+    meta = CudaAttentionMetadata(torch.empty(0), tables, lens, starts, max(n for _, n in spans), page)
+    return q, pool, meta
+
+
+def check_attention() -> dict:
+    out: dict = {}
+    cases = {
+        "decode gqa4 d128": (32, 8, 128, [(c, 1) for c in (5, 200, 1023, 63, 16)]),
+        "mixed gqa4 d64": (32, 8, 64, [(0, 70), (40, 1), (300, 33), (17, 1), (0, 5)]),
+        "mixed gqa7 d64": (14, 2, 64, [(0, 40), (100, 1), (9, 17)]),
+    }
+    for name in ("own", "kernels"):
+        try:
+            kernel = attention_cuda.use_kernel(name)
+        except ValueError:
+            out[f"attention {name}"] = "not available"
+            continue
+        for label, (heads, kv_heads, dim, spans) in cases.items():
+            for dtype in (torch.float32, torch.bfloat16):
+                torch.manual_seed(len(out))
+                q, pool, meta = _case(dtype, heads, kv_heads, dim, spans)
+                got = kernel(q, pool, meta).float()
+                ref = reference_attention(q, pool[0], pool[1], meta.block_tables, meta.context_lens,
+                                          meta.query_start, meta.max_q, meta.page_size).float()  # fmt: skip
+                error = float((got - ref).norm() / ref.norm())
+                out[f"attention {name} {label} {str(dtype)[6:]} rel err"] = error
+        q, pool, meta = _case(torch.bfloat16, 32, 8, 128, [(511, 1)] * 128)
+        ms = triton.testing.do_bench(lambda kernel=kernel, q=q, pool=pool, meta=meta: kernel(q, pool, meta),
+                                     return_mode="median")  # fmt: skip
+        kv_bytes = 128 * 512 * 8 * 128 * 2 * 2
+        out[f"attention {name} decode b128 ctx512 d128 (ms, GB/s)"] = [ms, kv_bytes / ms / 1e6]
+    attention_cuda._ACTIVE.clear()  # back to the default choice
+    return out
+
+
+def check_matmuls() -> dict:
+    out: dict = {}
+    device = torch.device("cuda")
+    for rows in (1, 5, 40, 300):
+        weight = torch.randn(1000, 4096, device=device) * 0.02
+        q, scale = quantize_int8(weight)
+        x = torch.randn(rows, 4096, device=device, dtype=torch.bfloat16)
+        ref = x.float() @ (q.float() * scale[:, None]).T
+        got = int8_matmul(x, q, scale).float()
+        out[f"int8 matmul rows={rows} rel err"] = float((got - ref).norm() / ref.norm())
+    for label, (n, k) in _8B_LINEARS.items():
+        weight = torch.randn(n, k, device=device) * 0.02
+        x = torch.randn(1, k, device=device, dtype=torch.bfloat16)
+        q, scale = quantize_int8(weight)
+        dense = weight.bfloat16()
+        int4 = Int4Linear(weight, None, 32)
+        del weight
+        timings = {
+            "bf16": (triton.testing.do_bench(lambda: dense @ x.T, return_mode="median"), n * k * 2),
+            "int8": (triton.testing.do_bench(lambda: int8_matmul(x, q, scale), return_mode="median"), n * k),
+            "int4": (triton.testing.do_bench(lambda: int4(x), return_mode="median"), n * k // 2 + n * k // 8),
+        }
+        for fmt, (ms, nbytes) in timings.items():
+            out[f"gemv {label} {n}x{k} {fmt} (us, GB/s)"] = [1e3 * ms, nbytes / ms / 1e6]
+        del dense, q, scale, int4
+        torch.cuda.empty_cache()
+    return out
+
+
+def check_kernels() -> dict:
+    return {**check_attention(), **check_matmuls()}
