@@ -21,6 +21,7 @@ import gc
 import json
 import os
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -35,11 +36,12 @@ from bench.engine_gpu_models import (
 CLIENTS = (1, 32, 128)
 NEW_TOKENS = 128
 RESULTS: dict = {"device": None, "sections": {}}
+_START = time.perf_counter()
 
 
 def record(section: str, key: str, value) -> None:
     RESULTS["sections"].setdefault(section, {})[key] = value
-    print(f"[{section}] {key}: {json.dumps(value)}", flush=True)
+    print(f"[{time.perf_counter() - _START:.0f}s] [{section}] {key}: {json.dumps(value)}", flush=True)
 
 
 def copy_bandwidth() -> float:
@@ -145,7 +147,7 @@ def shape_section(shape: str, only: set[str], bandwidth: float) -> None:
     reference: list[list[int]] = []
     if "correct" in only:
         prompts = random_prompts(4, 48, 64, vocab, 11)
-        reference = [p + out for p, out in zip(prompts, hf_static(hf, prompts, 4, 32), strict=True)]
+        reference = [p + out for p, out in zip(prompts, hf_static(hf, prompts, 1, 32), strict=True)]
         ref_logits = [hf_logits(hf, ids)[len(ids) - 33 : -1] for ids in reference]
         ours = build_ours(hf, shape, "fp32", 4, 512)
         prefill = max(float((teacher_forced_logits(ours, ids, len(ids) - 32) - ref).abs().max())
@@ -156,25 +158,45 @@ def shape_section(shape: str, only: set[str], bandwidth: float) -> None:
         record(shape, "fp32 logit scale (max |logit|)", float(max(r.abs().max() for r in ref_logits)))
         ours.free()
     for fmt in ("bf16", "int8", "int4"):
-        seqs = max(CLIENTS) if fmt == "bf16" and only & {"clients", "prefix"} else 4
-        ours = build_ours(hf, shape, fmt, seqs, 16384 if "8b" in shape else 6144)
-        if "decode" in only:
-            tok_s = batch1_decode(ours, vocab)
-            nbytes = decode_bytes(ours.runner)
-            record(shape, f"ours {fmt} batch-1 decode", {
-                "tok_s": tok_s, "decode_bytes": nbytes, "roofline_tok_s": bandwidth / nbytes,
-                "pct_roofline": 100 * tok_s * nbytes / bandwidth,
-            })  # fmt: skip
-        if reference:
-            record(shape, f"ours {fmt} greedy agreement vs fp32", agreement(ours, reference, ref_logits))
-        if fmt == "bf16" and "clients" in only:
-            for clients in CLIENTS:
-                prompts = random_prompts(2 * clients, 96, 160, vocab, clients)
-                record(shape, f"ours bf16 {clients} clients", run_closed_loop(ours, prompts, clients, NEW_TOKENS))
-        if fmt == "bf16" and "prefix" in only:
-            record(shape, "ours bf16 prefix TTFT", prefix_ttft(ours, vocab))
-        ours.free()
+        try:
+            ours_format(hf, shape, fmt, only, bandwidth, reference, ref_logits if reference else [])
+        except Exception as error:  # keep the other formats' numbers
+            import traceback
+
+            traceback.print_exc()
+            record(shape, f"ours {fmt} error", repr(error))
         gc.collect()
+        torch.cuda.empty_cache()
+    hf_section(hf, shape, only, bandwidth, reference, ref_logits if reference else [])
+    del hf
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def ours_format(hf, shape: str, fmt: str, only: set[str], bandwidth: float, reference, ref_logits) -> None:
+    vocab = hf.config.vocab_size
+    seqs = max(CLIENTS) if fmt == "bf16" and only & {"clients", "prefix"} else 4
+    ours = build_ours(hf, shape, fmt, seqs, 16384 if "8b" in shape else 6144)
+    if reference:
+        record(shape, f"ours {fmt} greedy agreement vs fp32", agreement(ours, reference, ref_logits))
+    if "decode" in only:
+        tok_s = batch1_decode(ours, vocab)
+        nbytes = decode_bytes(ours.runner)
+        record(shape, f"ours {fmt} batch-1 decode", {
+            "tok_s": tok_s, "decode_bytes": nbytes, "roofline_tok_s": bandwidth / nbytes,
+            "pct_roofline": 100 * tok_s * nbytes / bandwidth,
+        })  # fmt: skip
+    if fmt == "bf16" and "clients" in only:
+        for clients in CLIENTS:
+            prompts = random_prompts(2 * clients, 96, 160, vocab, clients)
+            record(shape, f"ours bf16 {clients} clients", run_closed_loop(ours, prompts, clients, NEW_TOKENS))
+    if fmt == "bf16" and "prefix" in only:
+        record(shape, "ours bf16 prefix TTFT", prefix_ttft(ours, vocab))
+    ours.free()
+
+
+def hf_section(hf, shape: str, only: set[str], bandwidth: float, reference, ref_logits) -> None:
+    vocab = hf.config.vocab_size
     hf = hf.to(torch.bfloat16)
     torch.cuda.empty_cache()
     if reference:
@@ -192,9 +214,6 @@ def shape_section(shape: str, only: set[str], bandwidth: float) -> None:
             prompts = random_prompts(2 * clients, 96, 160, vocab, clients)
             seconds = timed(lambda prompts=prompts, clients=clients: hf_static(hf, prompts, clients, NEW_TOKENS))
             record(shape, f"HF static {clients} clients", {"output_tok_s": len(prompts) * NEW_TOKENS / seconds})
-    del hf
-    gc.collect()
-    torch.cuda.empty_cache()
 
 
 def agreement(ours: Ours, reference: list[list[int]], ref_logits: list[torch.Tensor]) -> dict:
@@ -251,7 +270,13 @@ def main() -> None:
     bandwidth = copy_bandwidth()
     record("bw", "copy_GBps", bandwidth / 1e9)
     if "kernels" in only:
-        section_kernels()
+        try:
+            section_kernels()
+        except Exception as error:
+            import traceback
+
+            traceback.print_exc()
+            record("kernels", "error", repr(error))
     for shape in args.shapes.split(","):
         try:
             shape_section(shape, only, bandwidth)

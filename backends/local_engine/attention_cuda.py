@@ -7,6 +7,7 @@ the Triton one of `kernels/` when that package provides it, else the engine's ow
 The CPU path (attention.py) is unchanged.
 """
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,9 +37,9 @@ def _own_kernel(q: Tensor, pool: Tensor, meta: CudaAttentionMetadata) -> Tensor:
 
 
 def _kernels_package() -> AttentionKernel | None:
-    """kernels/paged_attention.py (paged_decode for decode steps, paged_attention for mixed ones)."""
+    """kernels/ (paged_decode for decode steps, paged_attention for mixed ones)."""
     try:
-        from backends.local_engine.kernels import paged_attention as module
+        import backends.local_engine.kernels as module
     except ImportError:
         return None
     if not all(hasattr(module, name) for name in ("paged_attention", "paged_decode")):
@@ -63,9 +64,11 @@ _ACTIVE: list[AttentionKernel] = []
 
 
 def kernel() -> AttentionKernel:
-    """The `kernels/` package's kernel when it is importable, else the engine's own fallback."""
+    """The `kernels/` package's kernel when it is importable, else the engine's own fallback;
+    LLMGW_ATTENTION_KERNEL=own|kernels forces one."""
     if not _ACTIVE:
-        _ACTIVE.append(_kernels_package() or _own_kernel)
+        forced = os.environ.get("LLMGW_ATTENTION_KERNEL")
+        _ACTIVE.append(use_kernel(forced) if forced else (_kernels_package() or _own_kernel))
     return _ACTIVE[0]
 
 
