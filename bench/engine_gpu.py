@@ -29,7 +29,15 @@ import torch
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.sequence import ScheduledSeq, Sequence
 from bench.engine_gpu_models import (
-    Ours, build_hf, build_ours, decode_bytes, hf_decode_bytes, hf_logits, hf_static, random_prompts, sync,
+    Ours,
+    build_hf,
+    build_ours,
+    decode_bytes,
+    hf_decode_bytes,
+    hf_logits,
+    hf_static,
+    random_prompts,
+    sync,
     timed,
 )  # fmt: skip
 
@@ -92,7 +100,8 @@ def batch1_decode(ours: Ours, vocab: int, new_tokens: int = NEW_TOKENS) -> float
             engine.step()
             steps += 1
 
-    return steps / timed(loop)
+    seconds = timed(loop)
+    return steps / seconds
 
 
 def ttft(ours: Ours, prompt: list[int]) -> float:
@@ -116,9 +125,20 @@ def teacher_forced_logits(ours: Ours, ids: list[int], first: int) -> torch.Tenso
     return out[:-1].float()
 
 
-def decode_logits(ours: Ours, ids: list[int], first: int) -> torch.Tensor:
-    """Logits predicting ids[first:], computed by a prefill of ids[:first] then one decode step per token."""
+def decode_logits(ours: Ours, ids: list[int], first: int, graphs: bool = True) -> torch.Tensor:
+    """Logits predicting ids[first:], computed by a prefill of ids[:first] then one decode step per token
+    (replaying the CUDA graph, or eagerly with `graphs` False)."""
     runner = ours.runner
+    saved = runner.cuda_steps.graphs
+    if not graphs:
+        runner.cuda_steps.graphs = {}
+    try:
+        return _decode_logits(runner, ids, first)
+    finally:
+        runner.cuda_steps.graphs = saved
+
+
+def _decode_logits(runner, ids: list[int], first: int) -> torch.Tensor:
     seq = Sequence(list(ids[:first]))
     seq.block_table = list(range(-(-len(ids) // runner.block_size)))
     rows = [runner.execute([ScheduledSeq(seq, first, 1)])[0].logits[-1]]
@@ -134,10 +154,15 @@ def decode_logits(ours: Ours, ids: list[int], first: int) -> torch.Tensor:
 
 
 def section_kernels() -> None:
-    from bench.engine_gpu_kernels import check_kernels
+    from backends.local_engine import attention_cuda
+    from bench.engine_gpu_kernels import check_kernels, pick_attention
 
-    for key, value in check_kernels().items():
+    results = check_kernels()
+    for key, value in results.items():
         record("kernels", key, value)
+    choice = os.environ.get("LLMGW_ATTENTION_KERNEL") or pick_attention(results)
+    attention_cuda.use_kernel(choice)
+    record("kernels", "attention kernel used", choice)
 
 
 def shape_section(shape: str, only: set[str], bandwidth: float) -> None:
@@ -154,7 +179,9 @@ def shape_section(shape: str, only: set[str], bandwidth: float) -> None:
                       for ids, ref in zip(reference, ref_logits, strict=True))  # fmt: skip
         decode = max(float((decode_logits(ours, ids, len(ids) - 32) - ref).abs().max())
                      for ids, ref in zip(reference[:2], ref_logits[:2], strict=True))  # fmt: skip
-        record(shape, "fp32 max |logit diff| vs HF (prefill, decode)", [prefill, decode])
+        eager = max(float((decode_logits(ours, ids, len(ids) - 32, graphs=False) - ref).abs().max())
+                    for ids, ref in zip(reference[:1], ref_logits[:1], strict=True))  # fmt: skip
+        record(shape, "fp32 max |logit diff| vs HF (prefill, decode graph, decode eager)", [prefill, decode, eager])
         record(shape, "fp32 logit scale (max |logit|)", float(max(r.abs().max() for r in ref_logits)))
         ours.free()
     for fmt in ("bf16", "int8", "int4"):
@@ -204,6 +231,7 @@ def hf_section(hf, shape: str, only: set[str], bandwidth: float, reference, ref_
         record(shape, "HF bf16 greedy agreement vs fp32", agreement_of(rows, reference, ref_logits))
     if "decode" in only:
         prompt = random_prompts(1, 128, 128, vocab, 7)
+        hf_static(hf, prompt, 1, 8)  # warm-up
         one = timed(lambda: hf_static(hf, prompt, 1, 1))
         many = timed(lambda: hf_static(hf, prompt, 1, 65))
         tok_s = 64 / (many - one)

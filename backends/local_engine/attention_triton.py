@@ -20,10 +20,9 @@ try:
 except ImportError:  # pragma: no cover - triton ships with torch's CUDA builds
     triton = None
 
-_NEG = -1.0e30  # finite "minus infinity": a fully masked tile never produces NaN
-
 
 if triton is not None:
+    _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity": a fully masked tile never produces NaN
 
     @triton.jit
     def _paged_attention_kernel(

@@ -14,6 +14,7 @@ CUDA (bf16 activations): int8 runs a Triton kernel that reads the int8 weight (q
 rows dequantize once per call into cuBLAS), int4 torch's packed `_weight_int4pack_mm` (tinygemm).
 """
 
+import os
 import warnings
 
 import torch
@@ -161,17 +162,35 @@ def dequantize_int4(q: Tensor, scales_and_zeros: Tensor, group_size: int) -> Ten
 
 
 class Int4Linear(nn.Module):
-    """The packed int4 kernel at every row count (CPU: `_weight_int4pack_mm_for_cpu`, bf16 activations)."""
+    """The packed int4 kernel at every row count (CPU: `_weight_int4pack_mm_for_cpu`, bf16 activations).
+
+    CUDA: the Triton kernel of quant_triton.py on nibble-packed bytes with bf16 (scale, min) per group;
+    LLMGW_INT4_KERNEL=tinygemm selects torch's `_weight_int4pack_mm` instead.
+    """
 
     def __init__(self, weight: Tensor, bias: Tensor | None, group_size: int) -> None:
         super().__init__()
         q, scales_and_zeros = quantize_int4(weight.float(), group_size)
         self.group_size = group_size
+        self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
+        self.triton = weight.is_cuda and os.environ.get("LLMGW_INT4_KERNEL", "triton") == "triton"
+        if self.triton:
+            from backends.local_engine.quant_triton import pack_int4
+
+            scale, zero = scales_and_zeros.unbind(-1)  # [K / group, N] each; zero is min + 8 * scale
+            self.register_buffer("packed", pack_int4(q))
+            self.register_buffer("scales", scale.t().contiguous().bfloat16())
+            self.register_buffer("mins", (zero - 8.0 * scale).t().contiguous().bfloat16())
+            return
         self.register_buffer("packed", _pack_int4(q))
         self.register_buffer("scales_and_zeros_bf16", scales_and_zeros.bfloat16())
-        self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.triton:
+            from backends.local_engine.quant_triton import int4_matmul
+
+            out = int4_matmul(x, self.packed, self.scales, self.mins, self.group_size)
+            return out if self.bias is None else out + self.bias.to(x.dtype)
         kernel = (
             torch.ops.aten._weight_int4pack_mm_for_cpu
             if self.packed.is_cpu

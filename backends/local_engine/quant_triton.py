@@ -7,6 +7,8 @@ the weight is widened once per call and cuBLAS runs. Block sizes are autotuned p
 The engine's own fallback; quant.py prefers the kernels of `kernels/` when present.
 """
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -18,6 +20,14 @@ except ImportError:  # pragma: no cover
     triton = None
 
 MAX_KERNEL_ROWS = 64
+_INTERPRET_CONFIG = {"BLOCK_N": 16, "BLOCK_K": 64}  # Triton's interpreter (CPU tests) cannot autotune
+
+
+def _launch(kernel, grid, *args, **constants) -> None:  # noqa: ANN001 (Triton kernel objects)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        kernel.fn[grid(_INTERPRET_CONFIG)](*args, **constants, **_INTERPRET_CONFIG)
+    else:
+        kernel[grid](*args, **constants)
 
 if triton is not None:
     _CONFIGS = [
@@ -56,6 +66,71 @@ if triton is not None:
         )  # fmt: skip
 
 
+    @triton.autotune(configs=_CONFIGS, key=["N", "K", "BLOCK_M"])
+    @triton.jit
+    def _int4_matmul_kernel(
+        x_ptr, w_ptr, s_ptr, z_ptr, o_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_om,
+        GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ):  # fmt: skip
+        """w [N, K / 2] uint8: byte j holds k = 2j (low nibble) and 2j + 1 (high); w = q * s + z per group."""
+        pid_n = tl.program_id(0)
+        pid_m = tl.program_id(1)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        pairs = tl.arange(0, BLOCK_K // 2)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            half = k // 2 + pairs
+            in_k = (2 * half)[None, :] < K
+            col_ok = cols[:, None] < N
+            packed = tl.load(w_ptr + cols[:, None] * stride_wn + half[None, :], mask=col_ok & in_k, other=0)
+            group = (2 * half) // GROUP
+            scale = tl.load(s_ptr + cols[:, None] * stride_sn + group[None, :], mask=col_ok & in_k, other=0.0)
+            zero = tl.load(z_ptr + cols[:, None] * stride_sn + group[None, :], mask=col_ok & in_k, other=0.0)
+            scale = scale.to(tl.float32)
+            zero = zero.to(tl.float32)
+            low = ((packed & 15).to(tl.float32) * scale + zero).to(x_ptr.dtype.element_ty)
+            high = ((packed >> 4).to(tl.float32) * scale + zero).to(x_ptr.dtype.element_ty)
+            row_ok = rows[:, None] < M
+            x_even = tl.load(x_ptr + rows[:, None] * stride_xm + (2 * half)[None, :], mask=row_ok & in_k, other=0.0)
+            x_odd = tl.load(x_ptr + rows[:, None] * stride_xm + (2 * half + 1)[None, :], mask=row_ok & in_k, other=0.0)
+            acc += tl.dot(x_even, tl.trans(low))
+            acc += tl.dot(x_odd, tl.trans(high))
+        tl.store(
+            o_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(o_ptr.dtype.element_ty),
+            mask=(rows[:, None] < M) & (cols[None, :] < N),
+        )  # fmt: skip
+
+
+def pack_int4(q: Tensor) -> Tensor:
+    """q [N, K] in 0..15 → [N, K / 2] uint8, low nibble = even k."""
+    return (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8)
+
+
+def dequantize_packed_int4(packed: Tensor, scales: Tensor, zeros: Tensor, group: int, dtype: torch.dtype) -> Tensor:
+    nibbles = torch.stack([packed & 15, packed >> 4], dim=-1).flatten(1).to(dtype)
+    return nibbles * scales.to(dtype).repeat_interleave(group, 1) + zeros.to(dtype).repeat_interleave(group, 1)
+
+
+def int4_matmul(x: Tensor, packed: Tensor, scales: Tensor, zeros: Tensor, group: int) -> Tensor:
+    """x [M, K], packed [N, K / 2] uint8, scales / zeros [N, K / group] → [M, N] in x's dtype."""
+    rows, inner = x.shape
+    if rows > MAX_KERNEL_ROWS or triton is None:
+        return F.linear(x, dequantize_packed_int4(packed, scales, zeros, group, x.dtype))
+    x = x.contiguous()
+    out = torch.empty(rows, packed.shape[0], dtype=x.dtype, device=x.device)
+    block_m = 16 if rows <= 16 else MAX_KERNEL_ROWS
+
+    def grid(meta: dict) -> tuple[int, int]:
+        return (triton.cdiv(packed.shape[0], meta["BLOCK_N"]), triton.cdiv(rows, block_m))
+
+    _launch(
+        _int4_matmul_kernel, grid, x, packed, scales, zeros, out, rows, packed.shape[0], inner, x.stride(0),
+        packed.stride(0), scales.stride(0), out.stride(0), GROUP=group, BLOCK_M=block_m,
+    )  # fmt: skip
+    return out
+
+
 def int8_matmul(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
     """x [M, K] (bf16/fp16/fp32), q [N, K] int8, scale [N] → [M, N] in x's dtype."""
     rows, inner = x.shape
@@ -68,7 +143,8 @@ def int8_matmul(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(q.shape[0], meta["BLOCK_N"]), triton.cdiv(rows, block_m))
 
-    _int8_matmul_kernel[grid](
-        x, q, scale, out, rows, q.shape[0], inner, x.stride(0), q.stride(0), out.stride(0), BLOCK_M=block_m
-    )
+    _launch(
+        _int8_matmul_kernel, grid, x, q, scale, out, rows, q.shape[0], inner, x.stride(0), q.stride(0),
+        out.stride(0), BLOCK_M=block_m,
+    )  # fmt: skip
     return out
