@@ -33,6 +33,9 @@ SHAPES: dict[str, dict] = {
     "tiny": dict(architectures=["LlamaForCausalLM"], vocab_size=512, hidden_size=128, intermediate_size=256,
                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                  rope_theta=10000.0, tie_word_embeddings=True, max_position_embeddings=2048),
+    "tiny-qwen": dict(architectures=["Qwen2ForCausalLM"], vocab_size=512, hidden_size=224,
+                      intermediate_size=256, num_hidden_layers=2, num_attention_heads=7, num_key_value_heads=1,
+                      rope_theta=10000.0, tie_word_embeddings=False, max_position_embeddings=2048),
 }  # fmt: skip
 
 

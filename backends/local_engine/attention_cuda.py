@@ -87,6 +87,11 @@ def cuda_paged_attention(q: Tensor, kv: Tensor, pool: Tensor, meta: CudaAttentio
     return kernel()(q, pool, meta)
 
 
+def attend(q: Tensor, pool: Tensor, meta: CudaAttentionMetadata) -> Tensor:
+    """Attention of q [T, H, D] over the pool, whose new K/V are already written (fused_triton)."""
+    return kernel()(q, pool, meta)
+
+
 def reference_attention(
     q: Tensor, k_pool: Tensor, v_pool: Tensor, block_tables: Tensor, context_lens: Tensor,
     query_start: Tensor, max_q: int, page_size: int,
