@@ -202,6 +202,10 @@ def _launch(
         )
     if num_heads % num_kv_heads or q.stride(2) != 1 or pool.dtype != q.dtype:
         raise ValueError("q must be [T, H, D] (unit last stride, pool's dtype) with H a multiple of KV heads")
+    if block_n < 16 or block_n & (block_n - 1) or block_m & (block_m - 1):
+        raise ValueError(
+            f"block_n must be a power of two >= 16 and block_m a power of two, got {block_n}, {block_m}"
+        )
     per_kv = num_heads // num_kv_heads
     group = triton.next_power_of_2(per_kv)
     decode = query_start_loc is None

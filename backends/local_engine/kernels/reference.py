@@ -4,6 +4,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from backends.local_engine.kernels.formats import unpack_int4
+from backends.local_engine.quant import dequantize_int4
+
 
 def reference_paged_attention(
     q: Tensor, pool: Tensor, block_tables: Tensor, block_size: int, context_lens: Tensor,
@@ -28,3 +31,18 @@ def reference_paged_attention(
         attended = F.scaled_dot_product_attention(queries, keys, values, attn_mask=visible, scale=scale)
         out[start:end] = attended.transpose(0, 1).to(q.dtype)
     return out
+
+
+def reference_int8_matmul(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ (q * scale).T (+ bias) in fp32, returned in x's dtype."""
+    out = x.float() @ (q.float() * scale.float()[:, None]).T
+    return (out if bias is None else out + bias.float()).to(x.dtype)
+
+
+def reference_int4_matmul(
+    x: Tensor, packed: Tensor, scales_and_zeros: Tensor, group_size: int, bias: Tensor | None = None
+) -> Tensor:
+    """x @ W.T (+ bias) in fp32 with W dequantized by quant.dequantize_int4, returned in x's dtype."""
+    weight = dequantize_int4(unpack_int4(packed), scales_and_zeros.float(), group_size)
+    out = x.float() @ weight.T
+    return (out if bias is None else out + bias.float()).to(x.dtype)
