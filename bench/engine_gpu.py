@@ -155,7 +155,7 @@ def _decode_logits(runner, ids: list[int], first: int) -> torch.Tensor:
 
 def section_kernels() -> None:
     from backends.local_engine import attention_cuda
-    from bench.engine_gpu_kernels import check_kernels, pick_attention
+    from bench.engine_gpu_kernels import check_kernels, pick_attention, pick_quant
 
     results = check_kernels()
     for key, value in results.items():
@@ -163,6 +163,9 @@ def section_kernels() -> None:
     choice = os.environ.get("LLMGW_ATTENTION_KERNEL") or pick_attention(results)
     attention_cuda.use_kernel(choice)
     record("kernels", "attention kernel used", choice)
+    quant = os.environ.get("LLMGW_QUANT_KERNELS") or pick_quant(results)
+    os.environ["LLMGW_QUANT_KERNELS"] = quant
+    record("kernels", "int8/int4 kernels used", quant)
 
 
 def shape_section(shape: str, only: set[str], bandwidth: float) -> None:

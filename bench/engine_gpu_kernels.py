@@ -15,6 +15,11 @@ from backends.local_engine.attention_cuda import CudaAttentionMetadata, referenc
 from backends.local_engine.quant import Int4Linear, dequantize_int4, quantize_int4, quantize_int8
 from backends.local_engine.quant_triton import int8_matmul
 
+try:
+    import backends.local_engine.kernels as KERNELS
+except ImportError:  # pragma: no cover
+    KERNELS = None
+
 _8B_LINEARS = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
                "lm_head": (128256, 4096)}  # fmt: skip
 
@@ -94,6 +99,11 @@ def check_matmuls() -> dict:
             got4 = Int4Linear(weight, None, 32)(x).float()
             out[f"int4 {kernel} rows={rows} rel err"] = float((got4 - ref4).norm() / ref4.norm())
         os.environ.pop("LLMGW_INT4_KERNEL")
+        if KERNELS is not None:
+            got = KERNELS.TritonInt8Linear(weight, None)(x).float()
+            out[f"int8 kernels/ rows={rows} rel err"] = float((got - ref).norm() / ref.norm())
+            got4 = KERNELS.TritonInt4Linear(weight, None, 32)(x).float()
+            out[f"int4 kernels/ rows={rows} rel err"] = float((got4 - ref4).norm() / ref4.norm())
     for label, (n, k) in _8B_LINEARS.items():
         weight = torch.randn(n, k, device=device) * 0.02
         x = torch.randn(1, k, device=device, dtype=torch.bfloat16)
@@ -103,6 +113,8 @@ def check_matmuls() -> dict:
         os.environ["LLMGW_INT4_KERNEL"] = "tinygemm"
         tinygemm = Int4Linear(weight, None, 32)
         os.environ.pop("LLMGW_INT4_KERNEL")
+        theirs8 = KERNELS.TritonInt8Linear(weight, None) if KERNELS is not None else None
+        theirs4 = KERNELS.TritonInt4Linear(weight, None, 32) if KERNELS is not None else None
         del weight
         timings = {
             "bf16": (triton.testing.do_bench(lambda: dense @ x.T, return_mode="median"), n * k * 2),
@@ -111,11 +123,27 @@ def check_matmuls() -> dict:
             "int4 tinygemm": (triton.testing.do_bench(lambda: tinygemm(x), return_mode="median"),
                               n * k // 2 + n * k // 8),  # fmt: skip
         }
+        if theirs8 is not None:
+            timings["int8 kernels/"] = (triton.testing.do_bench(lambda: theirs8(x), return_mode="median"), n * k)
+            timings["int4 kernels/"] = (triton.testing.do_bench(lambda: theirs4(x), return_mode="median"),
+                                        n * k // 2 + n * k // 8)  # fmt: skip
         for fmt, (ms, nbytes) in timings.items():
             out[f"gemv {label} {n}x{k} {fmt} (us, GB/s)"] = [1e3 * ms, nbytes / ms / 1e6]
-        del dense, q, scale, int4, tinygemm
+        del dense, q, scale, int4, tinygemm, theirs8, theirs4
         torch.cuda.empty_cache()
     return out
+
+
+def pick_quant(results: dict) -> str:
+    """kernels/ when its int8 and int4 are exact and, summed over the 8B GEMV shapes, no slower than ours."""
+    exact = all(v < 2e-2 for k, v in results.items() if "kernels/" in k and k.endswith("rel err"))
+
+    def total(fmt: str) -> float:
+        return sum(v[0] for k, v in results.items() if k.startswith("gemv") and k.endswith(f" {fmt} (us, GB/s)"))
+
+    theirs = total("int8 kernels/") + total("int4 kernels/")
+    ours = total("int8") + total("int4")
+    return "kernels" if exact and theirs and theirs <= ours else "own"
 
 
 def check_kernels() -> dict:

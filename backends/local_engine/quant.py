@@ -215,8 +215,27 @@ def cuda_inner_k_tiles(in_features: int) -> int:
     raise ValueError(f"int4 on CUDA needs in_features divisible by 32, got {in_features}")
 
 
+def cuda_quant_kernels() -> str:
+    """Which int8/int4 kernels CUDA layers use: "kernels" (the kernels/ package, the default when it
+    imports) or "own" (quant_triton.py); LLMGW_QUANT_KERNELS picks one."""
+    choice = os.environ.get("LLMGW_QUANT_KERNELS")
+    if choice:
+        return choice
+    try:
+        import backends.local_engine.kernels  # noqa: F401
+    except ImportError:
+        return "own"
+    return "kernels"
+
+
 def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int) -> nn.Module:
     """Build the layer for `dtype` from a float32 weight already on its target device."""
+    if dtype in ("int8", "int4") and weight.is_cuda and cuda_quant_kernels() == "kernels":
+        from backends.local_engine.kernels import TritonInt4Linear, TritonInt8Linear
+
+        if dtype == "int8":
+            return TritonInt8Linear(weight, bias)
+        return TritonInt4Linear(weight, bias, group_size)
     if dtype == "int8":
         return Int8Linear(weight, bias)
     if dtype == "int4":
