@@ -141,11 +141,11 @@ def decode_logits(ours: Ours, ids: list[int], first: int, graphs: bool = True) -
 def _decode_logits(runner, ids: list[int], first: int) -> torch.Tensor:
     seq = Sequence(list(ids[:first]))
     seq.block_table = list(range(-(-len(ids) // runner.block_size)))
-    rows = [runner.execute([ScheduledSeq(seq, first, 1)])[0].logits[-1]]
+    rows = [runner.execute([ScheduledSeq(seq, first, 1)])[0].logits[-1].clone()]
     seq.num_computed_tokens = first
     for token in ids[first:-1]:
         seq.append_token(token)
-        rows.append(runner.execute([ScheduledSeq(seq, 1, 1)])[0].logits[-1])
+        rows.append(runner.execute([ScheduledSeq(seq, 1, 1)])[0].logits[-1].clone())  # graph output: copy
         seq.num_computed_tokens += 1
     return torch.stack(rows).float()
 
@@ -155,7 +155,7 @@ def _decode_logits(runner, ids: list[int], first: int) -> torch.Tensor:
 
 def section_kernels() -> None:
     from backends.local_engine import attention_cuda
-    from bench.engine_gpu_kernels import check_kernels, pick_attention, pick_quant
+    from bench.engine_gpu_kernels import check_kernels, pick_attention, pick_bf16_gemv, pick_quant
 
     results = check_kernels()
     for key, value in results.items():
@@ -163,9 +163,12 @@ def section_kernels() -> None:
     choice = os.environ.get("LLMGW_ATTENTION_KERNEL") or pick_attention(results)
     attention_cuda.use_kernel(choice)
     record("kernels", "attention kernel used", choice)
-    quant = os.environ.get("LLMGW_QUANT_KERNELS") or pick_quant(results)
-    os.environ["LLMGW_QUANT_KERNELS"] = quant
-    record("kernels", "int8/int4 kernels used", quant)
+    os.environ["LLMGW_BF16_GEMV"] = os.environ.get("LLMGW_BF16_GEMV") or pick_bf16_gemv(results)
+    record("kernels", "bf16 Triton GEMV at batch 1", os.environ["LLMGW_BF16_GEMV"])
+    for fmt in ("int8", "int4"):
+        variable = f"LLMGW_{fmt.upper()}_KERNEL"
+        os.environ[variable] = os.environ.get(variable) or pick_quant(results, fmt)
+        record("kernels", f"{fmt} kernel used", os.environ[variable])
 
 
 def shape_section(shape: str, only: set[str], bandwidth: float) -> None:

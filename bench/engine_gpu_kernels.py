@@ -12,6 +12,7 @@ import triton.testing
 
 from backends.local_engine import attention_cuda
 from backends.local_engine.attention_cuda import CudaAttentionMetadata, reference_attention
+from backends.local_engine.gemv_triton import gemv
 from backends.local_engine.quant import Int4Linear, dequantize_int4, quantize_int4, quantize_int8
 from backends.local_engine.quant_triton import int8_matmul
 
@@ -104,11 +105,16 @@ def check_matmuls() -> dict:
             out[f"int8 kernels/ rows={rows} rel err"] = float((got - ref).norm() / ref.norm())
             got4 = KERNELS.TritonInt4Linear(weight, None, 32)(x).float()
             out[f"int4 kernels/ rows={rows} rel err"] = float((got4 - ref4).norm() / ref4.norm())
+    weight = torch.randn(3000, 4096, device=device, dtype=torch.bfloat16)
+    x = torch.randn(1, 4096, device=device, dtype=torch.bfloat16)
+    ref = x.float() @ weight.float().T
+    out["bf16 gemv rel err"] = float((gemv(x, weight).float() - ref).norm() / ref.norm())
     for label, (n, k) in _8B_LINEARS.items():
         weight = torch.randn(n, k, device=device) * 0.02
         x = torch.randn(1, k, device=device, dtype=torch.bfloat16)
         q, scale = quantize_int8(weight)
         dense = weight.bfloat16()
+        os.environ["LLMGW_INT4_KERNEL"] = "triton"
         int4 = Int4Linear(weight, None, 32)
         os.environ["LLMGW_INT4_KERNEL"] = "tinygemm"
         tinygemm = Int4Linear(weight, None, 32)
@@ -118,6 +124,7 @@ def check_matmuls() -> dict:
         del weight
         timings = {
             "bf16": (triton.testing.do_bench(lambda: dense @ x.T, return_mode="median"), n * k * 2),
+            "bf16 gemv": (triton.testing.do_bench(lambda: gemv(x, dense), return_mode="median"), n * k * 2),
             "int8": (triton.testing.do_bench(lambda: int8_matmul(x, q, scale), return_mode="median"), n * k),
             "int4": (triton.testing.do_bench(lambda: int4(x), return_mode="median"), n * k // 2 + n * k // 8),
             "int4 tinygemm": (triton.testing.do_bench(lambda: tinygemm(x), return_mode="median"),
@@ -134,16 +141,30 @@ def check_matmuls() -> dict:
     return out
 
 
-def pick_quant(results: dict) -> str:
-    """kernels/ when its int8 and int4 are exact and, summed over the 8B GEMV shapes, no slower than ours."""
-    exact = all(v < 2e-2 for k, v in results.items() if "kernels/" in k and k.endswith("rel err"))
+def pick_quant(results: dict, fmt: str) -> str:
+    """The exact kernel with the least GEMV time summed over the 8B shapes: "own" / "kernels" (int8),
+    "triton" / "tinygemm" / "kernels" (int4)."""
+    names = {"int8": {"own": "int8", "kernels": "int8 kernels/"},
+             "int4": {"triton": "int4", "tinygemm": "int4 tinygemm", "kernels": "int4 kernels/"}}[fmt]  # fmt: skip
+    error_keys = {"own": "int8 matmul", "triton": "int4 triton", "tinygemm": "int4 tinygemm",
+                  "kernels": f"{fmt} kernels/"}  # fmt: skip
+    best, best_time = next(iter(names)), float("inf")
+    for name, label in names.items():
+        errors = [v for k, v in results.items() if k.startswith(error_keys[name] + " rows=")]
+        times = [v[0] for k, v in results.items() if k.startswith("gemv") and k.endswith(f" {label} (us, GB/s)")]
+        if errors and times and max(errors) < 2e-2 and sum(times) < best_time:
+            best, best_time = name, sum(times)
+    return best
 
-    def total(fmt: str) -> float:
-        return sum(v[0] for k, v in results.items() if k.startswith("gemv") and k.endswith(f" {fmt} (us, GB/s)"))
 
-    theirs = total("int8 kernels/") + total("int4 kernels/")
-    ours = total("int8") + total("int4")
-    return "kernels" if exact and theirs and theirs <= ours else "own"
+def pick_bf16_gemv(results: dict) -> str:
+    """"1" when the Triton GEMV beats cuBLAS summed over the 8B shapes (and is exact), else "0"."""
+
+    def total(label: str) -> float:
+        return sum(v[0] for k, v in results.items() if k.startswith("gemv") and k.endswith(f" {label} (us, GB/s)"))
+
+    exact = results.get("bf16 gemv rel err", 1.0) < 2e-2
+    return "1" if exact and total("bf16 gemv") < total("bf16") else "0"
 
 
 def check_kernels() -> dict:

@@ -6,8 +6,6 @@ weights, the int8/int4 matmul and fused elementwise kernels against torch, decod
 batched on-device sampler against the per-request sampler's semantics.
 """
 
-from tests.triton_interpreter_support import DEVICE  # first: sets up the interpreter on CPU
-
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -19,6 +17,7 @@ from backends.local_engine.quant_triton import int4_matmul, int8_matmul, pack_in
 from backends.local_engine.rope import RotaryTable, rotate_  # noqa: E402
 from backends.local_engine.sequence import ScheduledSeq, Sequence  # noqa: E402
 from bench.engine_gpu_models import build_hf, build_ours, hf_logits  # noqa: E402
+from tests.triton_interpreter_support import DEVICE  # first: sets up the interpreter on CPU
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -37,12 +36,29 @@ def model_pair(request):
     return hf, runner
 
 
+class EagerGraph:
+    """Stands in for a captured prefill graph on CPU: replay runs the same padded forward eagerly."""
+
+    def __init__(self, steps: CudaStepRunner, tokens: int, seqs: int) -> None:
+        self.steps, self.tokens, self.seqs = steps, tokens, seqs
+        self.logits = torch.empty(0)
+
+    def replay(self) -> None:
+        out = self.steps._prefill_forward(self.tokens, self.seqs)
+        self.logits.resize_(out.shape).copy_(out)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["own", "kernels"])
-def test_step_runner_matches_transformers_for_mixed_and_decode_steps(model_pair, kernel) -> None:
+@pytest.mark.parametrize("padded_prefill", [False, True])
+def test_step_runner_matches_transformers_for_mixed_and_decode_steps(model_pair, kernel, padded_prefill) -> None:
     hf, runner = model_pair
     attention_cuda.use_kernel(kernel)
     steps = runner.cuda_steps
+    steps.prefill_graphs = {}
+    if padded_prefill:  # the mixed step below (22 tokens, 3 sequences) runs padded to (32 tokens, 4 seqs)
+        fake = EagerGraph(steps, 32, 4)
+        steps.prefill_graphs[(32, 4)] = (fake, fake.logits)
     a = Sequence(list(range(20, 57)), block_table=[3, 0, 5])  # 37 tokens, blocks out of order
     b = Sequence(list(range(100, 107)), block_table=[1])
     logits = steps.run([ScheduledSeq(a, 37, 1), ScheduledSeq(b, 7, 7)])

@@ -21,6 +21,11 @@ from backends.local_engine.model import LlamaModel
 from backends.local_engine.sequence import ScheduledSeq
 
 _BUCKET_STEPS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
+# Small prefill / mixed steps replayed from graphs too: (tokens, sequences incl. one padding sequence).
+# Eager steps are bound by launching ~10 kernels per layer from Python; a prefix-cached prompt's tail
+# (a few dozen tokens) is such a step.
+PREFILL_TOKENS = (16, 32, 64, 128, 256)
+PREFILL_SEQS = (2, 4, 8)
 
 
 def graph_buckets(max_num_seqs: int) -> list[int]:
@@ -39,6 +44,13 @@ def bucket_for(num_seqs: int, buckets: list[int]) -> int | None:
     return buckets[index] if index < len(buckets) else None
 
 
+def prefill_bucket(tokens: int, seqs: int, rows: int) -> tuple[int, int] | None:
+    """The smallest (tokens, sequences) prefill graph for a step (one sequence slot stays for padding)."""
+    t = bucket_for(tokens, list(PREFILL_TOKENS))
+    s = bucket_for(seqs + 1, list(PREFILL_SEQS))
+    return None if t is None or s is None or rows > s else (t, s)
+
+
 @dataclass
 class HostStep:
     """A step's integer inputs, built on the host (lists of Python ints)."""
@@ -55,6 +67,24 @@ class HostStep:
     @property
     def is_decode(self) -> bool:
         return self.max_q == 1 and len(self.logit_rows) == len(self.input_ids)
+
+
+def padded_step(step: HostStep, tokens: int, seqs: int, pad_slot: int, block_size: int) -> HostStep:
+    """`step` grown to `tokens` tokens in `seqs` sequences: one padding sequence owns the extra tokens
+    (its K/V go to `pad_slot`, its context is read from the scratch block), the rest are empty."""
+    pad = tokens - len(step.input_ids)
+    scratch = pad_slot // block_size
+    empty = seqs - len(step.context_lens) - 1
+    return HostStep(
+        step.input_ids + [0] * pad,
+        step.positions + [0] * pad,
+        step.slots + [pad_slot] * pad,
+        step.context_lens + [pad] + [0] * empty,
+        step.query_start + [tokens] * (1 + empty),
+        step.logit_rows,
+        step.tables + [[scratch] * -(-pad // block_size)] + [[]] * empty,
+        tokens,
+    )
 
 
 def host_step(batch: list[ScheduledSeq], block_size: int) -> HostStep:
@@ -163,6 +193,9 @@ class CudaStepRunner:
         tokens = max(max_num_batched_tokens, largest)
         self.eager_buffers = StepBuffers(StepBuffers.words(tokens, max_num_seqs, self.width), self.device)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, Tensor]] = {}
+        words = StepBuffers.words(PREFILL_TOKENS[-1], PREFILL_SEQS[-1], self.width)
+        self.prefill_buffers = StepBuffers(words, self.device)
+        self.prefill_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
 
     def capture(self) -> None:
         """Capture one decode graph per bucket, largest first, all sharing one memory pool."""
@@ -177,7 +210,24 @@ class CudaStepRunner:
                 logits = self._decode_forward(bucket)
             pool = graph.pool()
             self.graphs[bucket] = (graph, logits)
+        for tokens in reversed(PREFILL_TOKENS):
+            for seqs in reversed(PREFILL_SEQS):
+                shape = (tokens, seqs, self.width)
+                self.prefill_buffers.fill(padded_step(empty, tokens, seqs, self.pad_slot, self.block_size),
+                                          *shape, self.pad_slot)  # fmt: skip
+                self._prefill_forward(tokens, seqs)
+                torch.cuda.synchronize(self.device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    logits = self._prefill_forward(tokens, seqs)
+                self.prefill_graphs[(tokens, seqs)] = (graph, logits)
         torch.cuda.synchronize(self.device)
+
+    def _prefill_forward(self, tokens: int, seqs: int) -> Tensor:
+        views = self.prefill_buffers.views(tokens, seqs, self.width)
+        meta = metadata(views, self.block_size, tokens, seqs, tokens)
+        hidden = self.model(views["input_ids"], views["positions"], meta, self.kv_cache)
+        return self.model.logits(hidden.index_select(0, views["logit_rows"][:seqs]))
 
     def _decode_forward(self, bucket: int) -> Tensor:
         views = self.decode_views
@@ -190,13 +240,21 @@ class CudaStepRunner:
         step = host_step(batch, self.block_size)
         bucket = bucket_for(len(batch), self.buckets) if step.is_decode else None
         if bucket is None:
-            return self._run_eager(step)
+            shape = prefill_bucket(len(step.input_ids), len(step.context_lens), len(step.logit_rows))
+            if shape is None or shape not in self.prefill_graphs:
+                return self._run_eager(step)
+            tokens, seqs = shape
+            padded = padded_step(step, tokens, seqs, self.pad_slot, self.block_size)
+            self.prefill_buffers.fill(padded, tokens, seqs, self.width, self.pad_slot)
+            graph, logits = self.prefill_graphs[shape]
+            graph.replay()
+            return logits[: len(step.logit_rows)].clone() if step.logit_rows else None
         self.decode_buffers.fill(step, *self.decode_shape, self.pad_slot)
         if bucket not in self.graphs:
             return self._decode_forward(bucket)[: len(batch)]
         graph, logits = self.graphs[bucket]
         graph.replay()
-        return logits[: len(batch)]
+        return logits[: len(batch)].clone()  # the graph's output buffer is overwritten by the next replay
 
     def _run_eager(self, step: HostStep) -> Tensor | None:
         shape = (len(step.input_ids), len(step.context_lens), max(map(len, step.tables)))

@@ -26,12 +26,21 @@ _INT4_K_TILE = 16
 
 
 class DenseLinear(nn.Module):
+    """F.linear; on CUDA in bf16 one-row inputs (batch-1 decode) use the Triton GEMV (gemv_triton.py),
+    which reads narrow weights faster than cuBLAS (LLMGW_BF16_GEMV=0 turns it off)."""
+
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.bias = None if bias is None else nn.Parameter(bias.to(weight.dtype), requires_grad=False)
+        self.gemv = weight.is_cuda and weight.dtype == torch.bfloat16 and os.environ.get("LLMGW_BF16_GEMV", "1") == "1"
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.gemv and x.shape[0] == 1:
+            from backends.local_engine.gemv_triton import gemv
+
+            out = gemv(x, self.weight)
+            return out if self.bias is None else out + self.bias
         return F.linear(x, self.weight, self.bias)
 
 
@@ -164,8 +173,8 @@ def dequantize_int4(q: Tensor, scales_and_zeros: Tensor, group_size: int) -> Ten
 class Int4Linear(nn.Module):
     """The packed int4 kernel at every row count (CPU: `_weight_int4pack_mm_for_cpu`, bf16 activations).
 
-    CUDA: the Triton kernel of quant_triton.py on nibble-packed bytes with bf16 (scale, min) per group;
-    LLMGW_INT4_KERNEL=tinygemm selects torch's `_weight_int4pack_mm` instead.
+    CUDA: torch's `_weight_int4pack_mm` (tinygemm), or with LLMGW_INT4_KERNEL=triton the Triton kernel of
+    quant_triton.py on nibble-packed bytes with bf16 (scale, min) per group.
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None, group_size: int) -> None:
@@ -173,7 +182,7 @@ class Int4Linear(nn.Module):
         q, scales_and_zeros = quantize_int4(weight.float(), group_size)
         self.group_size = group_size
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
-        self.triton = weight.is_cuda and os.environ.get("LLMGW_INT4_KERNEL", "triton") == "triton"
+        self.triton = weight.is_cuda and cuda_quant_kernel("int4") == "triton"
         if self.triton:
             from backends.local_engine.quant_triton import pack_int4
 
@@ -215,22 +224,17 @@ def cuda_inner_k_tiles(in_features: int) -> int:
     raise ValueError(f"int4 on CUDA needs in_features divisible by 32, got {in_features}")
 
 
-def cuda_quant_kernels() -> str:
-    """Which int8/int4 kernels CUDA layers use: "kernels" (the kernels/ package, the default when it
-    imports) or "own" (quant_triton.py); LLMGW_QUANT_KERNELS picks one."""
-    choice = os.environ.get("LLMGW_QUANT_KERNELS")
-    if choice:
-        return choice
-    try:
-        import backends.local_engine.kernels  # noqa: F401
-    except ImportError:
-        return "own"
-    return "kernels"
+def cuda_quant_kernel(dtype: str) -> str:
+    """Which kernel CUDA int8 / int4 layers use. LLMGW_INT8_KERNEL: "own" (quant_triton.py, default) or
+    "kernels" (the kernels/ package). LLMGW_INT4_KERNEL: "tinygemm" (torch's packed kernel, default),
+    "triton" (quant_triton.py) or "kernels". Defaults: the fastest exact ones on the H200 (bench/README.md)."""
+    default = {"int8": "own", "int4": "tinygemm"}[dtype]
+    return os.environ.get(f"LLMGW_{dtype.upper()}_KERNEL") or default
 
 
 def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int) -> nn.Module:
     """Build the layer for `dtype` from a float32 weight already on its target device."""
-    if dtype in ("int8", "int4") and weight.is_cuda and cuda_quant_kernels() == "kernels":
+    if dtype in ("int8", "int4") and weight.is_cuda and cuda_quant_kernel(dtype) == "kernels":
         from backends.local_engine.kernels import TritonInt4Linear, TritonInt8Linear
 
         if dtype == "int8":

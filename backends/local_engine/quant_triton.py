@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from backends.local_engine.gemv_triton import gemv, gemv_int4
+
 try:
     import triton
     import triton.language as tl
@@ -117,6 +119,8 @@ def int4_matmul(x: Tensor, packed: Tensor, scales: Tensor, zeros: Tensor, group:
     rows, inner = x.shape
     if rows > MAX_KERNEL_ROWS or triton is None:
         return F.linear(x, dequantize_packed_int4(packed, scales, zeros, group, x.dtype))
+    if rows == 1:
+        return gemv_int4(x, packed, scales, zeros, group)
     x = x.contiguous()
     out = torch.empty(rows, packed.shape[0], dtype=x.dtype, device=x.device)
     block_m = 16 if rows <= 16 else MAX_KERNEL_ROWS
@@ -136,6 +140,8 @@ def int8_matmul(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
     rows, inner = x.shape
     if rows > MAX_KERNEL_ROWS or triton is None:
         return F.linear(x, q.to(x.dtype)) * scale.to(x.dtype)
+    if rows == 1:
+        return gemv(x, q, scale)
     x = x.contiguous()
     out = torch.empty(rows, q.shape[0], dtype=x.dtype, device=x.device)
     block_m = 16 if rows <= 16 else MAX_KERNEL_ROWS
