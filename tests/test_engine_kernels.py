@@ -32,6 +32,7 @@ from backends.local_engine.kernels.reference import (
 from backends.local_engine.quant import dequantize_int4, quantize_int4, quantize_int8
 
 attention = kernel_module("backends.local_engine.kernels.paged_attention")
+kernel_module("backends.local_engine.kernels.quant_kernels")  # the programs quant_matmul launches
 matmul = kernel_module("backends.local_engine.kernels.quant_matmul")
 metadata = kernel_module("backends.local_engine.kernels.metadata")
 linear = kernel_module("backends.local_engine.kernels.linear")
@@ -137,6 +138,12 @@ def test_decode_at_block_boundaries(num_splits: int, window: int) -> None:
         num_splits=num_splits, out=out, block_n=16,
     )  # fmt: skip
     assert_close(out, batch.reference(window))
+
+
+def test_choose_num_splits() -> None:
+    assert attention.choose_num_splits(1, 8, 4096) == 16  # batch 1: 8 programs otherwise
+    assert attention.choose_num_splits(1, 8, 600) == 2  # slices of at least 256 keys
+    assert attention.choose_num_splits(64, 8, 4096) == 1  # 512 programs fill 132 SMs
 
 
 def test_decode_padding_sequence_writes_zeros() -> None:

@@ -3,9 +3,10 @@
 Stable API (signatures kept once committed; new options only as keyword arguments with defaults):
 
     paged_attention(q, pool, block_tables, block_size, context_lens, query_start_loc, scale, window=0,
-                    *, num_splits=1, out=None, block_m=64, block_n=64, num_warps=4, num_stages=2) -> Tensor
+                    *, num_splits=1, out=None, block_m=None, block_n=64, num_warps=None, num_stages=2)
     paged_decode(q, pool, block_tables, block_size, context_lens, scale, window=0,
                  *, num_splits=1, out=None, block_n=64, num_warps=4, num_stages=2) -> Tensor
+    choose_num_splits(num_seqs, num_kv_heads, max_context_len, num_sms=132) -> int   # split-K for decode
     write_kv(pool, kv, slot_mapping) -> None        # the engine's index_copy_ (no kernel of its own)
     attention_flops_bytes(q_lens, context_lens, num_heads, num_kv_heads, head_dim, element_size, window=0)
 
@@ -38,6 +39,7 @@ from backends.local_engine.kernels.linear import QuantizedEmbedding, TritonInt4L
 from backends.local_engine.kernels.metadata import KernelMetadata, build_kernel_metadata, kernel_attention
 from backends.local_engine.kernels.paged_attention import (
     attention_flops_bytes,
+    choose_num_splits,
     paged_attention,
     paged_decode,
     write_kv,
@@ -57,6 +59,7 @@ __all__ = [
     "TritonInt4Linear",
     "TritonInt8Linear",
     "build_kernel_metadata",
+    "choose_num_splits",
     "kernel_attention",
     "attention_flops_bytes",
     "choose_config",

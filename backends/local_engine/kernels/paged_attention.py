@@ -162,14 +162,15 @@ def _combine_splits_kernel(
 def paged_attention(
     q: Tensor, pool: Tensor, block_tables: Tensor, block_size: int, context_lens: Tensor,
     query_start_loc: Tensor, scale: float, window: int = 0, *, num_splits: int = 1, out: Tensor | None = None,
-    block_m: int = 64, block_n: int = 64, num_warps: int = 4, num_stages: int = 2,
+    block_m: int | None = None, block_n: int = 64, num_warps: int | None = None, num_stages: int = 2,
 ) -> Tensor:  # fmt: skip
     """Varlen paged attention of a mixed step (any q_len >= 0 per sequence), one launch (two with splits).
 
     q [T, H, D]; pool [2, slots, KVH, D]; block_tables [S, max_blocks] int32 (padded); block_size: pool
     slots per block; context_lens [S] int32 (cached + new tokens); query_start_loc [S + 1] int32 (rows of
     q per sequence, ascending); scale multiplies q·k; window 0 = full causal, else keys within `window`
-    positions of the query. Returns (or fills `out`, [T, H, D]) in q's dtype.
+    positions of the query. Returns (or fills `out`, [T, H, D]) in q's dtype. block_m / num_warps default
+    to 64 / 4 for 16-bit inputs and 32 / 8 for fp32, whose IEEE dots spill registers at 64 / 4 on sm_90.
     """
     return _launch(
         q, pool, block_tables, block_size, context_lens, query_start_loc, scale, window, num_splits, out,
@@ -192,9 +193,12 @@ def paged_decode(
 def _launch(
     q: Tensor, pool: Tensor, block_tables: Tensor, block_size: int, context_lens: Tensor,
     query_start_loc: Tensor | None, scale: float, window: int, num_splits: int, out: Tensor | None,
-    block_m: int, block_n: int, num_warps: int, num_stages: int,
+    block_m: int | None, block_n: int, num_warps: int | None, num_stages: int,
 ) -> Tensor:  # fmt: skip
     num_tokens, num_heads, head_dim = q.shape
+    wide = q.dtype == torch.float32 and query_start_loc is not None
+    block_m = block_m or (32 if wide else 64)
+    num_warps = num_warps or (8 if wide else 4)
     num_kv_heads = pool.shape[2]
     if pool.dim() != 4 or pool.shape[0] != 2 or pool.shape[3] != head_dim or pool.stride(3) != 1:
         raise ValueError(
@@ -238,6 +242,18 @@ def _launch(
             S_PAD=triton.next_power_of_2(num_splits),
         )  # fmt: skip
     return out
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context_len: int, num_sms: int = 132) -> int:
+    """Split-K count for a decode step: enough programs for ~2 per SM, each slice >= 256 keys, <= 16.
+
+    num_splits is a compile-time constant: CUDA-graph buckets should fix it per (batch, context) bucket.
+    """
+    programs = max(1, num_seqs * num_kv_heads)
+    splits = 1
+    while splits < 16 and programs * splits < 2 * num_sms and max_context_len >= 2 * splits * 256:
+        splits *= 2
+    return splits
 
 
 def write_kv(pool: Tensor, kv: Tensor, slot_mapping: Tensor) -> None:
