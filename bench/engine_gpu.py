@@ -57,7 +57,7 @@ def copy_bandwidth() -> float:
     dst = torch.empty_like(src)
     for _ in range(3):
         dst.copy_(src)
-    seconds = timed(lambda: [dst.copy_(src) for _ in range(20)]) / 20
+    seconds = timed(lambda dst=dst, src=src: [dst.copy_(src) for _ in range(20)]) / 20
     del src, dst
     return 2 * 2 * 1024**3 / seconds
 
@@ -187,7 +187,11 @@ def shape_section(shape: str, only: set[str], bandwidth: float) -> None:
                      for ids, ref in zip(reference[:2], ref_logits[:2], strict=True))  # fmt: skip
         eager = max(float((decode_logits(ours, ids, len(ids) - 32, graphs=False) - ref).abs().max())
                     for ids, ref in zip(reference[:1], ref_logits[:1], strict=True))  # fmt: skip
-        record(shape, "fp32 max |logit diff| vs HF (prefill, decode graph, decode eager)", [prefill, decode, eager])
+        record(
+            shape,
+            "fp32 max |logit diff| vs HF (prefill, decode graph, decode eager)",
+            [prefill, decode, eager],
+        )
         record(shape, "fp32 logit scale (max |logit|)", float(max(r.abs().max() for r in ref_logits)))
         ours.free()
     for fmt in ("bf16", "int8", "int4"):
@@ -238,16 +242,24 @@ def hf_section(hf, shape: str, only: set[str], bandwidth: float, reference, ref_
     if "decode" in only:
         prompt = random_prompts(1, 128, 128, vocab, 7)
         hf_static(hf, prompt, 1, 8)  # warm-up
-        one = timed(lambda: hf_static(hf, prompt, 1, 1))
-        many = timed(lambda: hf_static(hf, prompt, 1, 65))
+        one = timed(lambda hf=hf: hf_static(hf, prompt, 1, 1))
+        many = timed(lambda hf=hf: hf_static(hf, prompt, 1, 65))
         tok_s = 64 / (many - one)
         nbytes = hf_decode_bytes(hf)
-        record(shape, "HF bf16 batch-1 decode", {"tok_s": tok_s, "pct_roofline": 100 * tok_s * nbytes / bandwidth})
+        record(
+            shape,
+            "HF bf16 batch-1 decode",
+            {"tok_s": tok_s, "pct_roofline": 100 * tok_s * nbytes / bandwidth},
+        )
     if "clients" in only:
         for clients in CLIENTS:
             prompts = random_prompts(2 * clients, 96, 160, vocab, clients)
-            seconds = timed(lambda prompts=prompts, clients=clients: hf_static(hf, prompts, clients, NEW_TOKENS))
-            record(shape, f"HF static {clients} clients", {"output_tok_s": len(prompts) * NEW_TOKENS / seconds})
+            seconds = timed(
+                lambda prompts=prompts, clients=clients: hf_static(hf, prompts, clients, NEW_TOKENS)
+            )
+            record(
+                shape, f"HF static {clients} clients", {"output_tok_s": len(prompts) * NEW_TOKENS / seconds}
+            )
 
 
 def agreement(ours: Ours, reference: list[list[int]], ref_logits: list[torch.Tensor]) -> dict:
@@ -255,9 +267,14 @@ def agreement(ours: Ours, reference: list[list[int]], ref_logits: list[torch.Ten
     return agreement_of(rows, reference, ref_logits)
 
 
-def agreement_of(rows: list[torch.Tensor], reference: list[list[int]], ref_logits: list[torch.Tensor]) -> dict:
+def agreement_of(
+    rows: list[torch.Tensor], reference: list[list[int]], ref_logits: list[torch.Tensor]
+) -> dict:
     """Top-1 agreement with the fp32 reference's greedy tokens and the largest logit difference."""
-    hits = sum(int((r.argmax(-1).cpu() == torch.tensor(ids[-32:])).sum()) for r, ids in zip(rows, reference, strict=True))
+    hits = sum(
+        int((r.argmax(-1).cpu() == torch.tensor(ids[-32:])).sum())
+        for r, ids in zip(rows, reference, strict=True)
+    )
     diff = max(float((r.float() - ref).abs().max()) for r, ref in zip(rows, ref_logits, strict=True))
     return {"top1_agreement": hits / (32 * len(reference)), "max_logit_diff": diff}
 

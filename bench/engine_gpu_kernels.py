@@ -25,7 +25,9 @@ _8B_LINEARS = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
                "lm_head": (128256, 4096)}  # fmt: skip
 
 
-def _case(dtype: torch.dtype, heads: int, kv_heads: int, dim: int, spans: list[tuple[int, int]], page: int = 16):
+def _case(
+    dtype: torch.dtype, heads: int, kv_heads: int, dim: int, spans: list[tuple[int, int]], page: int = 16
+):
     device = torch.device("cuda")
     blocks = sum(-(-(c + n) // page) for c, n in spans) + 4
     pool = torch.randn(2, blocks * page, kv_heads, dim, dtype=dtype, device=device)
@@ -68,8 +70,9 @@ def check_attention() -> dict:
                 error = float((got - ref).norm() / ref.norm())
                 out[f"attention {name} {label} {str(dtype)[6:]} rel err"] = error
         q, pool, meta = _case(torch.bfloat16, 32, 8, 128, [(511, 1)] * 128)
-        ms = triton.testing.do_bench(lambda kernel=kernel, q=q, pool=pool, meta=meta: kernel(q, pool, meta),
-                                     return_mode="median")  # fmt: skip
+        ms = triton.testing.do_bench(
+            lambda kernel=kernel, q=q, pool=pool, meta=meta: kernel(q, pool, meta), return_mode="median"
+        )
         kv_bytes = 128 * 512 * 8 * 128 * 2 * 2
         out[f"attention {name} decode b128 ctx512 d128 (ms, GB/s)"] = [ms, kv_bytes / ms / 1e6]
     attention_cuda._ACTIVE.clear()  # back to the default choice
@@ -122,18 +125,21 @@ def check_matmuls() -> dict:
         theirs8 = KERNELS.TritonInt8Linear(weight, None) if KERNELS is not None else None
         theirs4 = KERNELS.TritonInt4Linear(weight, None, 32) if KERNELS is not None else None
         del weight
+
+        def bench(fn) -> float:  # noqa: ANN001
+            return triton.testing.do_bench(fn, return_mode="median")
+
+        int4_bytes = n * k // 2 + n * k // 8
         timings = {
-            "bf16": (triton.testing.do_bench(lambda: dense @ x.T, return_mode="median"), n * k * 2),
-            "bf16 gemv": (triton.testing.do_bench(lambda: gemv(x, dense), return_mode="median"), n * k * 2),
-            "int8": (triton.testing.do_bench(lambda: int8_matmul(x, q, scale), return_mode="median"), n * k),
-            "int4": (triton.testing.do_bench(lambda: int4(x), return_mode="median"), n * k // 2 + n * k // 8),
-            "int4 tinygemm": (triton.testing.do_bench(lambda: tinygemm(x), return_mode="median"),
-                              n * k // 2 + n * k // 8),  # fmt: skip
+            "bf16": (bench(lambda dense=dense, x=x: dense @ x.T), n * k * 2),
+            "bf16 gemv": (bench(lambda dense=dense, x=x: gemv(x, dense)), n * k * 2),
+            "int8": (bench(lambda q=q, scale=scale, x=x: int8_matmul(x, q, scale)), n * k),
+            "int4": (bench(lambda layer=int4, x=x: layer(x)), int4_bytes),
+            "int4 tinygemm": (bench(lambda layer=tinygemm, x=x: layer(x)), int4_bytes),
         }
         if theirs8 is not None:
-            timings["int8 kernels/"] = (triton.testing.do_bench(lambda: theirs8(x), return_mode="median"), n * k)
-            timings["int4 kernels/"] = (triton.testing.do_bench(lambda: theirs4(x), return_mode="median"),
-                                        n * k // 2 + n * k // 8)  # fmt: skip
+            timings["int8 kernels/"] = (bench(lambda layer=theirs8, x=x: layer(x)), n * k)
+            timings["int4 kernels/"] = (bench(lambda layer=theirs4, x=x: layer(x)), int4_bytes)
         for fmt, (ms, nbytes) in timings.items():
             out[f"gemv {label} {n}x{k} {fmt} (us, GB/s)"] = [1e3 * ms, nbytes / ms / 1e6]
         del dense, q, scale, int4, tinygemm, theirs8, theirs4
@@ -151,17 +157,21 @@ def pick_quant(results: dict, fmt: str) -> str:
     best, best_time = next(iter(names)), float("inf")
     for name, label in names.items():
         errors = [v for k, v in results.items() if k.startswith(error_keys[name] + " rows=")]
-        times = [v[0] for k, v in results.items() if k.startswith("gemv") and k.endswith(f" {label} (us, GB/s)")]
+        times = [
+            v[0] for k, v in results.items() if k.startswith("gemv") and k.endswith(f" {label} (us, GB/s)")
+        ]
         if errors and times and max(errors) < 2e-2 and sum(times) < best_time:
             best, best_time = name, sum(times)
     return best
 
 
 def pick_bf16_gemv(results: dict) -> str:
-    """"1" when the Triton GEMV beats cuBLAS summed over the 8B shapes (and is exact), else "0"."""
+    """ "1" when the Triton GEMV beats cuBLAS summed over the 8B shapes (and is exact), else "0"."""
 
     def total(label: str) -> float:
-        return sum(v[0] for k, v in results.items() if k.startswith("gemv") and k.endswith(f" {label} (us, GB/s)"))
+        return sum(
+            v[0] for k, v in results.items() if k.startswith("gemv") and k.endswith(f" {label} (us, GB/s)")
+        )
 
     exact = results.get("bf16 gemv rel err", 1.0) < 2e-2
     return "1" if exact and total("bf16 gemv") < total("bf16") else "0"

@@ -51,7 +51,9 @@ class EagerGraph:
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["own", "kernels"])
 @pytest.mark.parametrize("padded_prefill", [False, True])
-def test_step_runner_matches_transformers_for_mixed_and_decode_steps(model_pair, kernel, padded_prefill) -> None:
+def test_step_runner_matches_transformers_for_mixed_and_decode_steps(
+    model_pair, kernel, padded_prefill
+) -> None:
     hf, runner = model_pair
     attention_cuda.use_kernel(kernel)
     steps = runner.cuda_steps
@@ -108,7 +110,9 @@ def test_int8_and_int4_kernels_match_their_dequantized_weights(rows: int) -> Non
 
 def test_fused_kernels_match_torch() -> None:
     generator = torch.Generator().manual_seed(0)
-    x, residual, weight = (torch.randn(shape, generator=generator).to(DEVICE) for shape in ((3, 96), (3, 96), (96,)))
+    x, residual, weight = (
+        torch.randn(shape, generator=generator).to(DEVICE) for shape in ((3, 96), (3, 96), (96,))
+    )
     normed, summed = add_rms_norm(x, residual, weight, 1e-5)
     assert rel(summed, x + residual) < 1e-6
     assert rel(normed, torch.nn.functional.rms_norm(x + residual, (96,), weight, 1e-5)) < 1e-5

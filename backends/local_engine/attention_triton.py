@@ -51,7 +51,9 @@ if triton is not None:
             row_sum = tl.zeros([ROWS], dtype=tl.float32)
             kv_end = tl.minimum(context, context - q_len + (m_block + 1) * BLOCK_M)
             start = 0
-            while start < kv_end:  # a while loop: Triton's interpreter (CPU tests) needs a host bound for range
+            while (
+                start < kv_end
+            ):  # a while loop: Triton's interpreter (CPU tests) needs a host bound for range
                 keys = start + tl.arange(0, BLOCK_N)
                 in_range = keys < kv_end
                 page = tl.load(tables_ptr + seq * stride_b + keys // PAGE, mask=in_range, other=0)

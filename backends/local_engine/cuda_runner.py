@@ -96,7 +96,9 @@ def host_step(batch: list[ScheduledSeq], block_size: int) -> HostStep:
         table = seq.block_table
         first = len(step.input_ids)
         if end == len(seq.token_ids):
-            step.logit_rows.extend(range(first + item.num_new_tokens - item.num_logits, first + item.num_new_tokens))
+            step.logit_rows.extend(
+                range(first + item.num_new_tokens - item.num_logits, first + item.num_new_tokens)
+            )
         step.input_ids.extend(seq.token_ids[start:end])
         step.positions.extend(range(start, end))
         step.slots.extend(table[p // block_size] * block_size + p % block_size for p in range(start, end))
@@ -167,7 +169,9 @@ class StepBuffers:
             self.pending = True
 
 
-def metadata(views: dict[str, Tensor], page_size: int, max_q: int, seqs: int, tokens: int) -> CudaAttentionMetadata:
+def metadata(
+    views: dict[str, Tensor], page_size: int, max_q: int, seqs: int, tokens: int
+) -> CudaAttentionMetadata:
     return CudaAttentionMetadata(
         views["slots"][:tokens], views["tables"][:seqs], views["context_lens"][:seqs],
         views["query_start"][: seqs + 1], max_q, page_size,

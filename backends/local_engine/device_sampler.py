@@ -100,7 +100,9 @@ def truncate_dense(logits: Tensor, params: list[SamplingParams]) -> Tensor:
         probs = torch.softmax(values.masked_fill(drop, float("-inf")), dim=-1)
         cumulative = probs.cumsum(dim=-1)
         drop |= (cumulative - probs) >= rows[:, 2:3]  # the most likely token always stays
-        logits = torch.full_like(logits, float("-inf")).scatter_(-1, order, values.masked_fill(drop, float("-inf")))
+        logits = torch.full_like(logits, float("-inf")).scatter_(
+            -1, order, values.masked_fill(drop, float("-inf"))
+        )
     if any(p.min_p > 0.0 for p in params):
         probs = torch.softmax(logits, dim=-1)
         logits = logits.masked_fill(probs < rows[:, 3:4] * probs.amax(dim=-1, keepdim=True), float("-inf"))

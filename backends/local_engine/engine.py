@@ -64,7 +64,11 @@ class _Request:
 
 class LLMEngine:
     def __init__(
-        self, settings: EngineSettings, runner: Runner, probs_fn: ProbsFn, detokenizer: DetokenizerFactory,
+        self,
+        settings: EngineSettings,
+        runner: Runner,
+        probs_fn: ProbsFn,
+        detokenizer: DetokenizerFactory,
         sample_fn: SampleFn | None = None,
     ) -> None:
         """`sample_fn`, when given, samples steps without speculative drafts or grammars in one batched
@@ -149,7 +153,8 @@ class LLMEngine:
         """One token per sequence from one batched sampling call."""
         if not sampling:
             return []
-        logits = torch.cat([logits for _, logits in sampling])
+        rows = [logits for _, logits in sampling]
+        logits = rows[0] if len(rows) == 1 else torch.cat(rows)
         tokens = self._sample_fn(logits, [item.seq for item, _ in sampling])
         outputs = []
         for (item, row), token in zip(sampling, tokens, strict=True):

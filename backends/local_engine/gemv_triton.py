@@ -68,15 +68,21 @@ if triton is not None:
         for k in range(0, K, BLOCK_K):
             half = k // 2 + pairs
             in_k = 2 * half < K
-            packed = tl.load(w_ptr + rows[:, None] * stride_wn + half[None, :], mask=row_ok & in_k[None, :], other=0)
+            packed = tl.load(
+                w_ptr + rows[:, None] * stride_wn + half[None, :], mask=row_ok & in_k[None, :], other=0
+            )
             x_even = tl.load(x_ptr + 2 * half, mask=in_k, other=0.0).to(tl.float32)
             x_odd = tl.load(x_ptr + 2 * half + 1, mask=in_k, other=0.0).to(tl.float32)
-            products = (packed & 15).to(tl.float32) * x_even[None, :] + (packed >> 4).to(tl.float32) * x_odd[None, :]
+            products = (packed & 15).to(tl.float32) * x_even[None, :] + (packed >> 4).to(tl.float32) * x_odd[
+                None, :
+            ]
             sums = tl.sum(tl.reshape(products, [BLOCK_N, BLOCK_K // GROUP, GROUP // 2]), 2)
             x_sums = tl.sum(tl.reshape(x_even + x_odd, [BLOCK_K // GROUP, GROUP // 2]), 1)
             g = k // GROUP + groups
             g_ok = row_ok & (g[None, :] < K // GROUP)
-            scale = tl.load(s_ptr + rows[:, None] * stride_sn + g[None, :], mask=g_ok, other=0.0).to(tl.float32)
+            scale = tl.load(s_ptr + rows[:, None] * stride_sn + g[None, :], mask=g_ok, other=0.0).to(
+                tl.float32
+            )
             low = tl.load(z_ptr + rows[:, None] * stride_sn + g[None, :], mask=g_ok, other=0.0).to(tl.float32)
             acc += tl.sum(sums * scale + low * x_sums[None, :], 1)
         tl.store(o_ptr + rows, acc.to(o_ptr.dtype.element_ty), mask=rows < N)

@@ -47,7 +47,6 @@ class DecoderLayer(nn.Module):
         out = paged_attention(qkv[:, : self.heads], kv, kv_pool, meta)
         return self.o_proj(out.reshape(x.shape[0], self.heads * self.head_dim))
 
-
     def fused_forward(
         self, normed: Tensor, residual: Tensor, positions: Tensor, rotations: Tensor, meta, kv_pool: Tensor,
         next_norm: Tensor,
@@ -108,7 +107,9 @@ class LlamaModel(nn.Module):
         norms = [layer.input_norm for layer in layers[1:]] + [self.norm]
         rotations = self.rotary.rotations
         for layer, kv_pool, next_norm in zip(layers, kv_cache.layers, norms, strict=True):
-            normed, residual = layer.fused_forward(normed, residual, positions, rotations, meta, kv_pool, next_norm)
+            normed, residual = layer.fused_forward(
+                normed, residual, positions, rotations, meta, kv_pool, next_norm
+            )
         return normed
 
     @torch.inference_mode()

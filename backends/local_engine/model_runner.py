@@ -44,7 +44,10 @@ class StepOutput:
 
 class ModelRunner:
     def __init__(
-        self, settings: EngineSettings, attention_layout: Layout = "auto", checkpoint: Checkpoint | None = None
+        self,
+        settings: EngineSettings,
+        attention_layout: Layout = "auto",
+        checkpoint: Checkpoint | None = None,
     ) -> None:
         torch.set_num_threads(settings.num_threads)
         self.device = torch.device(settings.device)

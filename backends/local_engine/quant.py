@@ -33,7 +33,11 @@ class DenseLinear(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.bias = None if bias is None else nn.Parameter(bias.to(weight.dtype), requires_grad=False)
-        self.gemv = weight.is_cuda and weight.dtype == torch.bfloat16 and os.environ.get("LLMGW_BF16_GEMV", "1") == "1"
+        self.gemv = (
+            weight.is_cuda
+            and weight.dtype == torch.bfloat16
+            and os.environ.get("LLMGW_BF16_GEMV", "1") == "1"
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         if self.gemv and x.shape[0] == 1:

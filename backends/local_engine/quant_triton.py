@@ -31,6 +31,7 @@ def _launch(kernel, grid, *args, **constants) -> None:  # noqa: ANN001 (Triton k
     else:
         kernel[grid](*args, **constants)
 
+
 if triton is not None:
     _CONFIGS = [
         triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s)
@@ -67,7 +68,6 @@ if triton is not None:
             mask=(rows[:, None] < M) & (cols[None, :] < N),
         )  # fmt: skip
 
-
     @triton.autotune(configs=_CONFIGS, key=["N", "K", "BLOCK_M"])
     @triton.jit
     def _int4_matmul_kernel(
@@ -94,8 +94,12 @@ if triton is not None:
             low = ((packed & 15).to(tl.float32) * scale + zero).to(x_ptr.dtype.element_ty)
             high = ((packed >> 4).to(tl.float32) * scale + zero).to(x_ptr.dtype.element_ty)
             row_ok = rows[:, None] < M
-            x_even = tl.load(x_ptr + rows[:, None] * stride_xm + (2 * half)[None, :], mask=row_ok & in_k, other=0.0)
-            x_odd = tl.load(x_ptr + rows[:, None] * stride_xm + (2 * half + 1)[None, :], mask=row_ok & in_k, other=0.0)
+            x_even = tl.load(
+                x_ptr + rows[:, None] * stride_xm + (2 * half)[None, :], mask=row_ok & in_k, other=0.0
+            )
+            x_odd = tl.load(
+                x_ptr + rows[:, None] * stride_xm + (2 * half + 1)[None, :], mask=row_ok & in_k, other=0.0
+            )
             acc += tl.dot(x_even, tl.trans(low))
             acc += tl.dot(x_odd, tl.trans(high))
         tl.store(
@@ -109,9 +113,13 @@ def pack_int4(q: Tensor) -> Tensor:
     return (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8)
 
 
-def dequantize_packed_int4(packed: Tensor, scales: Tensor, zeros: Tensor, group: int, dtype: torch.dtype) -> Tensor:
+def dequantize_packed_int4(
+    packed: Tensor, scales: Tensor, zeros: Tensor, group: int, dtype: torch.dtype
+) -> Tensor:
     nibbles = torch.stack([packed & 15, packed >> 4], dim=-1).flatten(1).to(dtype)
-    return nibbles * scales.to(dtype).repeat_interleave(group, 1) + zeros.to(dtype).repeat_interleave(group, 1)
+    return nibbles * scales.to(dtype).repeat_interleave(group, 1) + zeros.to(dtype).repeat_interleave(
+        group, 1
+    )
 
 
 def int4_matmul(x: Tensor, packed: Tensor, scales: Tensor, zeros: Tensor, group: int) -> Tensor:
