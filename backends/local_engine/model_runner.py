@@ -62,6 +62,10 @@ class ModelRunner:
         self.tokenizer = _tokenizer(checkpoint)
         self.eos_token_ids = self.tokenizer.eos_token_ids if self.tokenizer is not None else ()
         cuda = self.device.type == "cuda"
+        if cuda and getattr(self.config, "sliding_window", None) is not None:
+            raise ValueError(
+                "Gemma 3 (sliding-window attention) runs on the CPU only for now; use device cpu"
+            )
         fmt = WeightFormat(settings.dtype, settings.int4_group_size, cuda=cuda)
         self.model = build_model(checkpoint, fmt, self.device, settings.max_model_len)
         self.weight_bytes = weight_bytes(self.model)
