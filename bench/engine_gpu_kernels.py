@@ -11,8 +11,9 @@ import torch
 import triton.testing
 
 from backends.local_engine import attention_cuda
-from backends.local_engine.attention_cuda import CudaAttentionMetadata, reference_attention
+from backends.local_engine.attention_cuda import CudaAttentionMetadata
 from backends.local_engine.gemv_triton import gemv
+from backends.local_engine.kernels.reference import reference_paged_attention
 from backends.local_engine.quant import Int4Linear, dequantize_int4, quantize_int4, quantize_int8
 from backends.local_engine.quant_triton import int8_matmul
 
@@ -65,8 +66,15 @@ def check_attention() -> dict:
                 torch.manual_seed(len(out))
                 q, pool, meta = _case(dtype, heads, kv_heads, dim, spans)
                 got = kernel(q, pool, meta).float()
-                ref = reference_attention(q, pool[0], pool[1], meta.block_tables, meta.context_lens,
-                                          meta.query_start, meta.max_q, meta.page_size).float()  # fmt: skip
+                ref = reference_paged_attention(
+                    q,
+                    pool,
+                    meta.block_tables,
+                    meta.page_size,
+                    meta.context_lens,
+                    meta.query_start,
+                    q.shape[-1] ** -0.5,
+                ).float()
                 error = float((got - ref).norm() / ref.norm())
                 out[f"attention {name} {label} {str(dtype)[6:]} rel err"] = error
         q, pool, meta = _case(torch.bfloat16, 32, 8, 128, [(511, 1)] * 128)

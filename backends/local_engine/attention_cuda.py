@@ -11,7 +11,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from backends.local_engine.attention_triton import paged_attention_triton
@@ -90,25 +89,3 @@ def cuda_paged_attention(q: Tensor, kv: Tensor, pool: Tensor, meta: CudaAttentio
 def attend(q: Tensor, pool: Tensor, meta: CudaAttentionMetadata) -> Tensor:
     """Attention of q [T, H, D] over the pool, whose new K/V are already written (fused_triton)."""
     return kernel()(q, pool, meta)
-
-
-def reference_attention(
-    q: Tensor, k_pool: Tensor, v_pool: Tensor, block_tables: Tensor, context_lens: Tensor,
-    query_start: Tensor, max_q: int, page_size: int,
-) -> Tensor:  # fmt: skip
-    """The same function with plain torch ops, one sequence at a time (tests compare the kernels to it)."""
-    out = torch.empty_like(q)
-    group = q.shape[1] // k_pool.shape[1]
-    for seq in range(block_tables.shape[0]):
-        first, last = int(query_start[seq]), int(query_start[seq + 1])
-        context = int(context_lens[seq])
-        positions = torch.arange(context, device=q.device)
-        slots = block_tables[seq][positions // page_size] * page_size + positions % page_size
-        keys = k_pool[slots].float().repeat_interleave(group, dim=1).transpose(0, 1)
-        values = v_pool[slots].float().repeat_interleave(group, dim=1).transpose(0, 1)
-        queries = q[first:last].float().transpose(0, 1)
-        scores = queries @ keys.transpose(1, 2) * q.shape[-1] ** -0.5
-        query_pos = torch.arange(context - (last - first), context, device=q.device)
-        scores = scores.masked_fill(positions[None, None, :] > query_pos[None, :, None], float("-inf"))
-        out[first:last] = (scores.softmax(-1) @ values).transpose(0, 1).to(q.dtype)
-    return out

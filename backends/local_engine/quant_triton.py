@@ -122,43 +122,38 @@ def dequantize_packed_int4(
     )
 
 
-def int4_matmul(x: Tensor, packed: Tensor, scales: Tensor, zeros: Tensor, group: int) -> Tensor:
-    """x [M, K], packed [N, K / 2] uint8, scales / zeros [N, K / group] → [M, N] in x's dtype."""
+def _tiled(kernel, x: Tensor, n: int, weights: tuple, strides: tuple, **constants) -> Tensor:  # noqa: ANN001
+    """Launch a tiled kernel (x, *weights, out, M, N, K, stride_xm, *weight strides, stride_om)."""
     rows, inner = x.shape
-    if rows > MAX_KERNEL_ROWS or triton is None:
-        return F.linear(x, dequantize_packed_int4(packed, scales, zeros, group, x.dtype))
-    if rows == 1:
-        return gemv_int4(x, packed, scales, zeros, group)
-    x = x.contiguous()
-    out = torch.empty(rows, packed.shape[0], dtype=x.dtype, device=x.device)
+    out = torch.empty(rows, n, dtype=x.dtype, device=x.device)
     block_m = 16 if rows <= 16 else MAX_KERNEL_ROWS
 
     def grid(meta: dict) -> tuple[int, int]:
-        return (triton.cdiv(packed.shape[0], meta["BLOCK_N"]), triton.cdiv(rows, block_m))
+        return (triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(rows, block_m))
 
     _launch(
-        _int4_matmul_kernel, grid, x, packed, scales, zeros, out, rows, packed.shape[0], inner, x.stride(0),
-        packed.stride(0), scales.stride(0), out.stride(0), GROUP=group, BLOCK_M=block_m,
+        kernel, grid, x, *weights, out, rows, n, inner, x.stride(0), *strides, out.stride(0), BLOCK_M=block_m,
+        **constants,
     )  # fmt: skip
     return out
+
+
+def int4_matmul(x: Tensor, packed: Tensor, scales: Tensor, zeros: Tensor, group: int) -> Tensor:
+    """x [M, K], packed [N, K / 2] uint8, scales / zeros [N, K / group] → [M, N] in x's dtype."""
+    if x.shape[0] > MAX_KERNEL_ROWS or triton is None:
+        return F.linear(x, dequantize_packed_int4(packed, scales, zeros, group, x.dtype))
+    if x.shape[0] == 1:
+        return gemv_int4(x, packed, scales, zeros, group)
+    return _tiled(
+        _int4_matmul_kernel, x.contiguous(), packed.shape[0], (packed, scales, zeros),
+        (packed.stride(0), scales.stride(0)), GROUP=group,
+    )  # fmt: skip
 
 
 def int8_matmul(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
     """x [M, K] (bf16/fp16/fp32), q [N, K] int8, scale [N] → [M, N] in x's dtype."""
-    rows, inner = x.shape
-    if rows > MAX_KERNEL_ROWS or triton is None:
+    if x.shape[0] > MAX_KERNEL_ROWS or triton is None:
         return F.linear(x, q.to(x.dtype)) * scale.to(x.dtype)
-    if rows == 1:
+    if x.shape[0] == 1:
         return gemv(x, q, scale)
-    x = x.contiguous()
-    out = torch.empty(rows, q.shape[0], dtype=x.dtype, device=x.device)
-    block_m = 16 if rows <= 16 else MAX_KERNEL_ROWS
-
-    def grid(meta: dict) -> tuple[int, int]:
-        return (triton.cdiv(q.shape[0], meta["BLOCK_N"]), triton.cdiv(rows, block_m))
-
-    _launch(
-        _int8_matmul_kernel, grid, x, q, scale, out, rows, q.shape[0], inner, x.stride(0), q.stride(0),
-        out.stride(0), BLOCK_M=block_m,
-    )  # fmt: skip
-    return out
+    return _tiled(_int8_matmul_kernel, x.contiguous(), q.shape[0], (q, scale), (q.stride(0),))
