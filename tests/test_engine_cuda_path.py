@@ -6,6 +6,9 @@ weights, the int8/int4 matmul and fused elementwise kernels against torch, decod
 batched on-device sampler against the per-request sampler's semantics.
 """
 
+import importlib
+import sys
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -17,7 +20,14 @@ from backends.local_engine.quant_triton import int4_matmul, int8_matmul, pack_in
 from backends.local_engine.rope import RotaryTable, rotate_  # noqa: E402
 from backends.local_engine.sequence import ScheduledSeq, Sequence  # noqa: E402
 from bench.engine_gpu_models import build_hf, build_ours, hf_logits  # noqa: E402
-from tests.triton_interpreter_support import DEVICE  # first: sets up the interpreter on CPU
+from tests.triton_interpreter_support import DEVICE, INTERPRET  # first: sets up the interpreter on CPU
+
+if INTERPRET:  # kernels decorated before the interpreter was switched on (earlier test files) recompile
+    for _name in ("attention_triton", "gemv_triton", "quant_triton", "fused_triton", "kernels.paged_attention",
+                  "kernels.quant_matmul"):  # fmt: skip
+        _module = sys.modules.get(f"backends.local_engine.{_name}")
+        if _module is not None:
+            importlib.reload(_module)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

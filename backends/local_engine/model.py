@@ -10,8 +10,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from backends.local_engine.attention import AttentionMetadata, paged_attention
-from backends.local_engine.attention_cuda import attend
-from backends.local_engine.fused_triton import add_rms_norm, rope_write_kv, silu_mul
 from backends.local_engine.kv_cache import KVCache
 from backends.local_engine.model_config import ModelConfig
 from backends.local_engine.rope import RotaryTable, rotate_
@@ -52,6 +50,9 @@ class DecoderLayer(nn.Module):
         next_norm: Tensor,
     ) -> tuple[Tensor, Tensor]:  # fmt: skip
         """CUDA: (this layer's output normed by `next_norm`, the residual stream) from the normed input."""
+        from backends.local_engine.attention_cuda import attend  # triton loads only on CUDA
+        from backends.local_engine.fused_triton import add_rms_norm, rope_write_kv, silu_mul
+
         tokens = normed.shape[0]
         qkv = self.qkv(normed)
         rope_write_kv(qkv, positions, rotations, meta.slot_mapping, kv_pool, self.heads, self.kv_heads)
@@ -101,6 +102,8 @@ class LlamaModel(nn.Module):
         return F.rms_norm(residual, self.norm.shape, self.norm, self.config.rms_norm_eps)
 
     def _fused_forward(self, input_ids: Tensor, positions: Tensor, meta, kv_cache: KVCache) -> Tensor:
+        from backends.local_engine.fused_triton import add_rms_norm
+
         eps = self.config.rms_norm_eps
         layers = list(self.layers)
         normed, residual = add_rms_norm(self.embed(input_ids), None, layers[0].input_norm, eps)
