@@ -137,7 +137,12 @@ def paged_attention(q: Tensor, kv: Tensor, pool: Tensor, meta: AttentionMetadata
     """q [T, H, D] and kv [T, 2, KVH, D] of the new tokens → attention output [T, H, D].
 
     `pool` is one layer's [2, num_slots, KVH, D] keys and values; the new K/V are written to it first.
+    CUDA steps carry attention_cuda.CudaAttentionMetadata and go to its kernel.
     """
+    if not isinstance(meta, AttentionMetadata):
+        from backends.local_engine.attention_cuda import cuda_paged_attention
+
+        return cuda_paged_attention(q, kv, pool, meta)
     pool.index_copy_(1, meta.slot_mapping, kv.transpose(0, 1))
     if meta.spans:
         return torch.cat([_span_attention(q, pool, span) for span in meta.spans])

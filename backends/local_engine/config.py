@@ -25,4 +25,5 @@ class EngineSettings(BaseModel):
     ngram_max: int = 4
     spec_min_acceptance: float = 0.3  # per sequence, proposals pause while acceptance stays below this
     served_model_name: str = "smollm2"
-    device: str = "cpu"
+    device: str = "cpu"  # "cuda": paged-attention kernels, CUDA graphs for decode steps, on-device sampling
+    cuda_graphs: bool = True  # capture one decode graph per batch-size bucket at start (CUDA only)

@@ -41,6 +41,8 @@ class Detokenizer(Protocol):
 
 # logits [N, vocab], params, prompt ids and output ids per row -> the final sampling distributions [N, vocab]
 ProbsFn = Callable[[torch.Tensor, list[SamplingParams], list[list[int]], list[list[int]]], torch.Tensor]
+# logits [N, vocab] and the sequence of each row -> one next token per row (device_sampler.DeviceSampler)
+SampleFn = Callable[[torch.Tensor, list[Sequence]], list[int]]
 DetokenizerFactory = Callable[[list[int], SamplingParams], Detokenizer]
 
 
@@ -62,8 +64,15 @@ class _Request:
 
 class LLMEngine:
     def __init__(
-        self, settings: EngineSettings, runner: Runner, probs_fn: ProbsFn, detokenizer: DetokenizerFactory
+        self,
+        settings: EngineSettings,
+        runner: Runner,
+        probs_fn: ProbsFn,
+        detokenizer: DetokenizerFactory,
+        sample_fn: SampleFn | None = None,
     ) -> None:
+        """`sample_fn`, when given, samples steps without speculative drafts or grammars in one batched
+        call (the CUDA engine: one host sync per step); other steps go through `probs_fn`."""
         self.settings = settings
         self.runner = runner
         self.block_manager = BlockManager(
@@ -76,6 +85,7 @@ class LLMEngine:
             else None
         )
         self._probs_fn = probs_fn
+        self._sample_fn = sample_fn
         self._make_detokenizer = detokenizer
         self._eos = set(runner.eos_token_ids)
         self._requests: dict[int, _Request] = {}
@@ -131,11 +141,26 @@ class LLMEngine:
         for item, logits in zip(scheduled, results, strict=True):
             if logits is None:  # a prefill chunk that does not reach the end yet
                 self._advance_chunk(item.seq, item.num_new_tokens)
+        if self._sample_fn is not None and self.proposer is None and _plain(sampling):
+            return self._sample_batch(sampling)
         all_probs = self._probabilities(sampling)
         return [
             self._advance(item, logits, probs)
             for (item, logits), probs in zip(sampling, all_probs, strict=True)
         ]
+
+    def _sample_batch(self, sampling: list[tuple[ScheduledSeq, torch.Tensor]]) -> list[RequestOutput]:
+        """One token per sequence from one batched sampling call."""
+        if not sampling:
+            return []
+        rows = [logits for _, logits in sampling]
+        logits = rows[0] if len(rows) == 1 else torch.cat(rows)
+        tokens = self._sample_fn(logits, [item.seq for item, _ in sampling])
+        outputs = []
+        for (item, row), token in zip(sampling, tokens, strict=True):
+            self._advance_chunk(item.seq, item.num_new_tokens)
+            outputs.append(self._emit(self._requests[item.seq.seq_id], [token], row))
+        return outputs
 
     def _advance_chunk(self, seq: Sequence, num_computed: int) -> None:
         seq.num_computed_tokens += num_computed
@@ -155,7 +180,7 @@ class LLMEngine:
         if not sizes:
             return []
         probs = self._probs_fn(torch.cat([logits for _, logits in sampling]), params, prompts, outputs)
-        return list(probs.split(sizes))
+        return list(probs.cpu().split(sizes))  # verification reads them row by row, with CPU generators
 
     def _propose_drafts(self) -> None:
         for seq in self.scheduler.running:
@@ -217,6 +242,14 @@ class LLMEngine:
     def _finish(self, request: _Request, reason: str) -> None:
         self.scheduler.finish(request.seq, reason)
         del self._requests[request.seq.seq_id]
+
+
+def _plain(sampling: list[tuple[ScheduledSeq, torch.Tensor]]) -> bool:
+    """No drafts to verify and no grammar: one plain next token per row."""
+    return all(
+        item.num_logits == 1 and not item.seq.num_draft_tokens and item.seq.params.constraint is None
+        for item, _ in sampling
+    )
 
 
 def _logits_of(result: Any) -> torch.Tensor | None:

@@ -1,6 +1,8 @@
 """Llama-family decoder (RMSNorm, RoPE, GQA, SwiGLU) over a flat batch of tokens with a paged KV cache.
 
 q/k/v and gate/up projections are fused into one matmul each at load time (see weights.py).
+On CUDA (steps carrying attention_cuda metadata) the layers run `fused_forward`: residual add + RMSNorm,
+RoPE + K/V write and SwiGLU are one Triton kernel each (fused_triton.py); the CPU path is unchanged.
 """
 
 import torch
@@ -43,6 +45,23 @@ class DecoderLayer(nn.Module):
         out = paged_attention(qkv[:, : self.heads], kv, kv_pool, meta)
         return self.o_proj(out.reshape(x.shape[0], self.heads * self.head_dim))
 
+    def fused_forward(
+        self, normed: Tensor, residual: Tensor, positions: Tensor, rotations: Tensor, meta, kv_pool: Tensor,
+        next_norm: Tensor,
+    ) -> tuple[Tensor, Tensor]:  # fmt: skip
+        """CUDA: (this layer's output normed by `next_norm`, the residual stream) from the normed input."""
+        from backends.local_engine.attention_cuda import attend  # triton loads only on CUDA
+        from backends.local_engine.fused_triton import add_rms_norm, rope_write_kv, silu_mul
+
+        tokens = normed.shape[0]
+        qkv = self.qkv(normed)
+        rope_write_kv(qkv, positions, rotations, meta.slot_mapping, kv_pool, self.heads, self.kv_heads)
+        q = qkv.view(tokens, self.heads + 2 * self.kv_heads, self.head_dim)[:, : self.heads]
+        attention = self.o_proj(attend(q, kv_pool, meta).reshape(tokens, self.heads * self.head_dim))
+        normed, residual = add_rms_norm(attention, residual, self.post_norm, self.eps)
+        mlp = self.down(silu_mul(self.gate_up(normed)))
+        return add_rms_norm(mlp, residual, next_norm, self.eps)
+
 
 class Embedding(nn.Module):
     """Token embedding stored dense, or int8 per row (quantized formats) and dequantized on lookup."""
@@ -74,11 +93,27 @@ class LlamaModel(nn.Module):
         self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata, kv_cache: KVCache
     ) -> Tensor:
         """Final hidden states [T, hidden] of the flat batch; K/V of every token is written to the pool."""
+        if not isinstance(meta, AttentionMetadata):
+            return self._fused_forward(input_ids, positions, meta, kv_cache)
         residual = self.embed(input_ids)
         rotations = self.rotary.lookup(positions)
         for layer, kv_pool in zip(self.layers, kv_cache.layers, strict=True):
             residual = layer(residual, rotations, meta, kv_pool)
         return F.rms_norm(residual, self.norm.shape, self.norm, self.config.rms_norm_eps)
+
+    def _fused_forward(self, input_ids: Tensor, positions: Tensor, meta, kv_cache: KVCache) -> Tensor:
+        from backends.local_engine.fused_triton import add_rms_norm
+
+        eps = self.config.rms_norm_eps
+        layers = list(self.layers)
+        normed, residual = add_rms_norm(self.embed(input_ids), None, layers[0].input_norm, eps)
+        norms = [layer.input_norm for layer in layers[1:]] + [self.norm]
+        rotations = self.rotary.rotations
+        for layer, kv_pool, next_norm in zip(layers, kv_cache.layers, norms, strict=True):
+            normed, residual = layer.fused_forward(
+                normed, residual, positions, rotations, meta, kv_pool, next_norm
+            )
+        return normed
 
     @torch.inference_mode()
     def logits(self, hidden: Tensor) -> Tensor:

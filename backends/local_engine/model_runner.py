@@ -16,6 +16,11 @@ sequence, in order, with logits [num_logits, vocab] (float32) for the last `num_
 chunk reaches the end of seq.token_ids, else None (a prefill chunk in the middle of a prompt).
 `execute` never mutates the sequences: the scheduler advances seq.num_computed_tokens afterwards and samples
 with `Sampler` (sampler.py) from the logits.
+
+On CUDA (settings.device "cuda") steps go through cuda_runner.CudaStepRunner: paged-attention kernels,
+one host-to-device copy per step, CUDA graphs for decode steps; the KV pool keeps one scratch block for
+the graphs' padding rows. `ModelRunner(settings, checkpoint=...)` takes an in-memory checkpoint (e.g.
+random weights built on the GPU); without a tokenizer source it has no tokenizer and no EOS ids.
 """
 
 from dataclasses import dataclass
@@ -24,11 +29,10 @@ import torch
 from torch import Tensor
 
 from backends.local_engine.attention import Layout, build_metadata
+from backends.local_engine.checkpoint import Checkpoint
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.kv_cache import KVCache, kv_bytes_per_token, num_blocks_for_memory
-from backends.local_engine.loader import load_checkpoint
 from backends.local_engine.sequence import ScheduledSeq
-from backends.local_engine.tokenizer import load_tokenizer
 from backends.local_engine.weights import WeightFormat, build_model, weight_bytes
 
 
@@ -39,17 +43,30 @@ class StepOutput:
 
 
 class ModelRunner:
-    def __init__(self, settings: EngineSettings, attention_layout: Layout = "auto") -> None:
+    def __init__(
+        self,
+        settings: EngineSettings,
+        attention_layout: Layout = "auto",
+        checkpoint: Checkpoint | None = None,
+    ) -> None:
         torch.set_num_threads(settings.num_threads)
         self.device = torch.device(settings.device)
         self.block_size = settings.block_size
         self.attention_layout = attention_layout
-        checkpoint = load_checkpoint(settings.model)
+        if checkpoint is None:
+            from backends.local_engine.loader import load_checkpoint  # gguf / safetensors readers
+
+            checkpoint = load_checkpoint(settings.model)
         self.config = checkpoint.config
         self.model_name = checkpoint.name
-        self.tokenizer = load_tokenizer(checkpoint.tokenizer)
-        self.eos_token_ids = self.tokenizer.eos_token_ids
-        fmt = WeightFormat(settings.dtype, settings.int4_group_size)
+        self.tokenizer = _tokenizer(checkpoint)
+        self.eos_token_ids = self.tokenizer.eos_token_ids if self.tokenizer is not None else ()
+        cuda = self.device.type == "cuda"
+        if cuda and getattr(self.config, "sliding_window", None) is not None:
+            raise ValueError(
+                "Gemma 3 (sliding-window attention) runs on the CPU only for now; use device cpu"
+            )
+        fmt = WeightFormat(settings.dtype, settings.int4_group_size, cuda=cuda)
         self.model = build_model(checkpoint, fmt, self.device, settings.max_model_len)
         self.weight_bytes = weight_bytes(self.model)
         self.kv_bytes_per_token = kv_bytes_per_token(self.config, fmt.activation_dtype)
@@ -57,10 +74,24 @@ class ModelRunner:
             settings.kv_cache_memory_mb, self.block_size, self.kv_bytes_per_token
         )
         self.kv_cache = KVCache(
-            self.config, self.num_blocks, self.block_size, fmt.activation_dtype, self.device
+            self.config, self.num_blocks + cuda, self.block_size, fmt.activation_dtype, self.device
         )
+        self.cuda_steps = None
+        if cuda:
+            from backends.local_engine.cuda_runner import CudaStepRunner
+
+            self.cuda_steps = CudaStepRunner(
+                self.model, self.kv_cache, self.block_size, settings.max_num_seqs, settings.max_model_len,
+                settings.max_num_batched_tokens,
+            )  # fmt: skip
+            if settings.cuda_graphs:
+                self.cuda_steps.capture()
 
     def execute(self, batch: list[ScheduledSeq]) -> list[StepOutput]:
+        if self.cuda_steps is not None:
+            for item in batch:
+                self._check_blocks(item, item.seq.num_computed_tokens + item.num_new_tokens)
+            return self._split(batch, self.cuda_steps.run(batch))
         input_ids: list[int] = []
         positions: list[int] = []
         spans: list[tuple[list[int], int, int]] = []
@@ -111,3 +142,12 @@ class ModelRunner:
             else:
                 outputs.append(StepOutput(item, None))
         return outputs
+
+
+def _tokenizer(checkpoint: Checkpoint):  # -> tokenizer.Tokenizer | None
+    source = checkpoint.tokenizer
+    if source.tokenizer_json is None and not source.gguf_fields:
+        return None  # an in-memory checkpoint without a tokenizer (benchmarks on random weights)
+    from backends.local_engine.tokenizer import load_tokenizer
+
+    return load_tokenizer(source)

@@ -10,9 +10,11 @@ fbgemm quantizes the activations of a whole call with one (scale, zero point); `
 every row affinely onto exactly [-1, 1] (x = s * x' + c) and adds `c * W·1` back, so each row is quantized
 on its own range: quality stays per-row and a row's result does not depend on the rows batched with it
 (integer accumulation is exact), which keeps speculative verification identical to one-token decode.
-CUDA: int4 uses `_weight_int4pack_mm` (bf16), int8 dequantizes.
+CUDA (bf16 activations): int8 runs a Triton kernel that reads the int8 weight (quant_triton.py; many
+rows dequantize once per call into cuBLAS), int4 torch's packed `_weight_int4pack_mm` (tinygemm).
 """
 
+import os
 import warnings
 
 import torch
@@ -24,12 +26,25 @@ _INT4_K_TILE = 16
 
 
 class DenseLinear(nn.Module):
+    """F.linear; on CUDA in bf16 one-row inputs (batch-1 decode) use the Triton GEMV (gemv_triton.py),
+    which reads narrow weights faster than cuBLAS (LLMGW_BF16_GEMV=0 turns it off)."""
+
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.bias = None if bias is None else nn.Parameter(bias.to(weight.dtype), requires_grad=False)
+        self.gemv = (
+            weight.is_cuda
+            and weight.dtype == torch.bfloat16
+            and os.environ.get("LLMGW_BF16_GEMV", "1") == "1"
+        )
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.gemv and x.shape[0] == 1:
+            from backends.local_engine.gemv_triton import gemv
+
+            out = gemv(x, self.weight)
+            return out if self.bias is None else out + self.bias
         return F.linear(x, self.weight, self.bias)
 
 
@@ -89,16 +104,16 @@ def _pin_row(width: int) -> Tensor:
 
 
 class Int8Linear(nn.Module):
-    """CPU: fbgemm int8 GEMM on the prepacked weight (any number of rows); CUDA: dequantize + GEMM."""
+    """CPU: fbgemm int8 GEMM on the prepacked weight (any number of rows); CUDA: the int8 Triton kernel."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
         q, scale = quantize_int8(weight.float())
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
         self.register_buffer("scale", scale)
-        self.register_buffer("row_sums", (q.float() * scale[:, None]).sum(dim=1))
         self.packed: torch.ScriptObject | None = None
         if q.is_cpu:
+            self.register_buffer("row_sums", (q.float() * scale[:, None]).sum(dim=1))
             self.packed = fbgemm_pack_int8(q, scale)
             self.register_buffer("q", None)
             self.packed_nbytes = q.numel()
@@ -110,7 +125,9 @@ class Int8Linear(nn.Module):
         if self.packed is not None:
             out = rowwise_int8_linear(x.float(), self.packed, self.row_sums).to(x.dtype)
         else:
-            out = F.linear(x, self.q.to(x.dtype)) * self.scale.to(x.dtype)
+            from backends.local_engine.quant_triton import int8_matmul
+
+            out = int8_matmul(x, self.q, self.scale)
         return out if self.bias is None else out + self.bias.to(x.dtype)
 
 
@@ -158,17 +175,35 @@ def dequantize_int4(q: Tensor, scales_and_zeros: Tensor, group_size: int) -> Ten
 
 
 class Int4Linear(nn.Module):
-    """The packed int4 kernel at every row count (CPU: `_weight_int4pack_mm_for_cpu`, bf16 activations)."""
+    """The packed int4 kernel at every row count (CPU: `_weight_int4pack_mm_for_cpu`, bf16 activations).
+
+    CUDA: torch's `_weight_int4pack_mm` (tinygemm), or with LLMGW_INT4_KERNEL=triton the Triton kernel of
+    quant_triton.py on nibble-packed bytes with bf16 (scale, min) per group.
+    """
 
     def __init__(self, weight: Tensor, bias: Tensor | None, group_size: int) -> None:
         super().__init__()
         q, scales_and_zeros = quantize_int4(weight.float(), group_size)
         self.group_size = group_size
+        self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
+        self.triton = weight.is_cuda and cuda_quant_kernel("int4") == "triton"
+        if self.triton:
+            from backends.local_engine.quant_triton import pack_int4
+
+            scale, zero = scales_and_zeros.unbind(-1)  # [K / group, N] each; zero is min + 8 * scale
+            self.register_buffer("packed", pack_int4(q))
+            self.register_buffer("scales", scale.t().contiguous().bfloat16())
+            self.register_buffer("mins", (zero - 8.0 * scale).t().contiguous().bfloat16())
+            return
         self.register_buffer("packed", _pack_int4(q))
         self.register_buffer("scales_and_zeros_bf16", scales_and_zeros.bfloat16())
-        self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.triton:
+            from backends.local_engine.quant_triton import int4_matmul
+
+            out = int4_matmul(x, self.packed, self.scales, self.mins, self.group_size)
+            return out if self.bias is None else out + self.bias.to(x.dtype)
         kernel = (
             torch.ops.aten._weight_int4pack_mm_for_cpu
             if self.packed.is_cpu
@@ -193,8 +228,22 @@ def cuda_inner_k_tiles(in_features: int) -> int:
     raise ValueError(f"int4 on CUDA needs in_features divisible by 32, got {in_features}")
 
 
+def cuda_quant_kernel(dtype: str) -> str:
+    """Which kernel CUDA int8 / int4 layers use. LLMGW_INT8_KERNEL: "own" (quant_triton.py, default) or
+    "kernels" (the kernels/ package). LLMGW_INT4_KERNEL: "tinygemm" (torch's packed kernel, default),
+    "triton" (quant_triton.py) or "kernels". Defaults: the fastest exact ones on the H200 (bench/README.md)."""
+    default = {"int8": "own", "int4": "tinygemm"}[dtype]
+    return os.environ.get(f"LLMGW_{dtype.upper()}_KERNEL") or default
+
+
 def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int) -> nn.Module:
     """Build the layer for `dtype` from a float32 weight already on its target device."""
+    if dtype in ("int8", "int4") and weight.is_cuda and cuda_quant_kernel(dtype) == "kernels":
+        from backends.local_engine.kernels import TritonInt4Linear, TritonInt8Linear
+
+        if dtype == "int8":
+            return TritonInt8Linear(weight, bias)
+        return TritonInt4Linear(weight, bias, group_size)
     if dtype == "int8":
         return Int8Linear(weight, bias)
     if dtype == "int4":

@@ -78,7 +78,12 @@ def load_local_engine(settings: EngineSettings) -> LoadedEngine:
     def detokenizer(prompt_ids: list[int], params: Any) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(tokenizer, prompt_ids, params)
 
-    engine = LLMEngine(settings, runner, probabilities, detokenizer)
+    sample_fn = None
+    if runner.device.type == "cuda":
+        from backends.local_engine.device_sampler import DeviceSampler
+
+        sample_fn = DeviceSampler().sample  # batched on the GPU: one host sync per step
+    engine = LLMEngine(settings, runner, probabilities, detokenizer, sample_fn)
     metrics = EngineMetrics(engine, settings.served_model_name)
     model = ServedModel(
         settings.served_model_name,

@@ -34,10 +34,12 @@ _QKV_BIASES = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_pr
 class WeightFormat:
     dtype: str = "fp32"  # fp32 | bf16 | fp16 | int8 | int4
     int4_group_size: int = 32
+    cuda: bool = False  # on CUDA the quantized formats compute in bf16 (their kernels' activation dtype)
 
     @property
     def activation_dtype(self) -> torch.dtype:
-        return torch.bfloat16 if self.dtype == "bf16" else torch.float32
+        bf16 = self.dtype == "bf16" or (self.cuda and self.dtype in ("int8", "int4"))
+        return torch.bfloat16 if bf16 else torch.float32
 
 
 def required_layer_names(config: ModelConfig) -> tuple[str, ...]:
@@ -101,7 +103,7 @@ class ModelBuilder:
 
     def _embedding(self, weight: Tensor) -> Embedding:
         if self.fmt.dtype in ("int8", "int4"):
-            return Embedding(*quantize_int8(weight), dtype=torch.float32)
+            return Embedding(*quantize_int8(weight), dtype=self.fmt.activation_dtype)
         if self.fmt.dtype == "fp16":
             return Embedding(weight.half(), None, torch.float32)
         return Embedding(weight.to(self.fmt.activation_dtype), None, self.fmt.activation_dtype)

@@ -1,0 +1,91 @@
+"""Paged attention on CUDA: one kernel call per layer reads K/V through the block tables.
+
+A step's metadata is a handful of index tensors (block tables, context lengths, query offsets, slot
+mapping) that every layer shares; none of it depends on the contexts' contents, so a decode step with
+fixed-size buffers can be captured once in a CUDA graph and replayed (cuda_graphs.py). The kernel is
+the Triton one of `kernels/` when that package provides it, else the engine's own (attention_triton.py).
+The CPU path (attention.py) is unchanged.
+"""
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from backends.local_engine.attention_triton import paged_attention_triton
+
+AttentionKernel = Callable[[Tensor, Tensor, "CudaAttentionMetadata"], Tensor]  # (q, pool, meta) -> out
+
+
+@dataclass
+class CudaAttentionMetadata:
+    slot_mapping: Tensor  # [T] int64: pool slot each new token's K/V is written to
+    block_tables: Tensor  # [S, max_blocks] int32 (padding entries point at any valid block)
+    context_lens: Tensor  # [S] int32: cached + new tokens of each sequence
+    query_start: Tensor  # [S + 1] int32: offsets of each sequence's new tokens in the flat batch
+    max_q: int  # the longest span of new tokens (1 for a decode step: row s is sequence s)
+    page_size: int  # tokens per KV block
+
+
+def _own_kernel(q: Tensor, pool: Tensor, meta: CudaAttentionMetadata) -> Tensor:
+    return paged_attention_triton(
+        q, pool[0], pool[1], meta.block_tables, meta.context_lens, meta.query_start, meta.max_q,
+        meta.page_size,
+    )  # fmt: skip
+
+
+def _kernels_package() -> AttentionKernel | None:
+    """kernels/ (paged_decode for decode steps, paged_attention for mixed ones)."""
+    try:
+        import backends.local_engine.kernels as module
+    except ImportError:
+        return None
+    if not all(hasattr(module, name) for name in ("paged_attention", "paged_decode")):
+        return None
+
+    def run(q: Tensor, pool: Tensor, meta: CudaAttentionMetadata) -> Tensor:
+        scale = q.shape[-1] ** -0.5
+        if meta.max_q == 1 and meta.block_tables.shape[0] == q.shape[0]:
+            return module.paged_decode(q, pool, meta.block_tables, meta.page_size, meta.context_lens, scale)
+        return module.paged_attention(
+            q, pool, meta.block_tables, meta.page_size, meta.context_lens, meta.query_start, scale
+        )
+
+    return run
+
+
+KERNELS: dict[str, Callable[[], AttentionKernel | None]] = {
+    "kernels": _kernels_package,
+    "own": lambda: _own_kernel,
+}
+_ACTIVE: list[AttentionKernel] = []
+
+
+def kernel() -> AttentionKernel:
+    """The `kernels/` package's kernel when it is importable, else the engine's own fallback;
+    LLMGW_ATTENTION_KERNEL=own|kernels forces one."""
+    if not _ACTIVE:
+        forced = os.environ.get("LLMGW_ATTENTION_KERNEL")
+        _ACTIVE.append(use_kernel(forced) if forced else (_kernels_package() or _own_kernel))
+    return _ACTIVE[0]
+
+
+def use_kernel(name: str) -> AttentionKernel:
+    """Pick a kernel by name ("kernels" or "own"), for tests and benchmarks comparing them."""
+    chosen = KERNELS[name]()
+    if chosen is None:
+        raise ValueError(f"attention kernel {name!r} is not available")
+    _ACTIVE[:] = [chosen]
+    return chosen
+
+
+def cuda_paged_attention(q: Tensor, kv: Tensor, pool: Tensor, meta: CudaAttentionMetadata) -> Tensor:
+    """q [T, H, D], kv [T, 2, KVH, D] of the new tokens; `pool` one layer's [2, num_slots, KVH, D]."""
+    pool.index_copy_(1, meta.slot_mapping, kv.transpose(0, 1))
+    return kernel()(q, pool, meta)
+
+
+def attend(q: Tensor, pool: Tensor, meta: CudaAttentionMetadata) -> Tensor:
+    """Attention of q [T, H, D] over the pool, whose new K/V are already written (fused_triton)."""
+    return kernel()(q, pool, meta)

@@ -1,0 +1,271 @@
+"""The CUDA side of the model runner: one host→device copy per step, CUDA graphs for decode steps.
+
+A step's integer inputs (token ids, positions, slot mapping, context lengths, query offsets, block tables,
+logit rows) are written by the host into one pinned buffer and copied to the device in one transfer.
+Decode steps (one new token and one logit per sequence) of up to the largest bucket run by replaying the
+CUDA graph captured for the smallest bucket that holds them: the graph reads its inputs from static
+device buffers, and padding rows write their K/V to a scratch block no sequence owns. Other steps (prefill
+chunks, mixed prefill + decode, speculative verification) run eagerly with the same kernels.
+"""
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from backends.local_engine.attention_cuda import CudaAttentionMetadata
+from backends.local_engine.kv_cache import KVCache
+from backends.local_engine.model import LlamaModel
+from backends.local_engine.sequence import ScheduledSeq
+
+_BUCKET_STEPS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
+# Small prefill / mixed steps replayed from graphs too: (tokens, sequences incl. one padding sequence).
+# Eager steps are bound by launching ~10 kernels per layer from Python; a prefix-cached prompt's tail
+# (a few dozen tokens) is such a step.
+PREFILL_TOKENS = (16, 32, 64, 128, 256)
+PREFILL_SEQS = (2, 4, 8)
+
+
+def graph_buckets(max_num_seqs: int) -> list[int]:
+    """Batch sizes a decode graph is captured for: powers of two, then steps of 16, up to max_num_seqs."""
+    buckets = [b for b in _BUCKET_STEPS if b < max_num_seqs]
+    size = 128 + 32
+    while size < max_num_seqs:
+        buckets.append(size)
+        size += 32
+    return [*buckets, max_num_seqs]
+
+
+def bucket_for(num_seqs: int, buckets: list[int]) -> int | None:
+    """The smallest bucket holding `num_seqs` sequences, or None when it exceeds the largest."""
+    index = bisect_left(buckets, num_seqs)
+    return buckets[index] if index < len(buckets) else None
+
+
+def prefill_bucket(tokens: int, seqs: int, rows: int) -> tuple[int, int] | None:
+    """The smallest (tokens, sequences) prefill graph for a step (one sequence slot stays for padding)."""
+    t = bucket_for(tokens, list(PREFILL_TOKENS))
+    s = bucket_for(seqs + 1, list(PREFILL_SEQS))
+    return None if t is None or s is None or rows > s else (t, s)
+
+
+@dataclass
+class HostStep:
+    """A step's integer inputs, built on the host (lists of Python ints)."""
+
+    input_ids: list[int]
+    positions: list[int]
+    slots: list[int]
+    context_lens: list[int]
+    query_start: list[int]
+    logit_rows: list[int]
+    tables: list[list[int]]
+    max_q: int
+
+    @property
+    def is_decode(self) -> bool:
+        return self.max_q == 1 and len(self.logit_rows) == len(self.input_ids)
+
+
+def padded_step(step: HostStep, tokens: int, seqs: int, pad_slot: int, block_size: int) -> HostStep:
+    """`step` grown to `tokens` tokens in `seqs` sequences: one padding sequence owns the extra tokens
+    (its K/V go to `pad_slot`, its context is read from the scratch block), the rest are empty."""
+    pad = tokens - len(step.input_ids)
+    scratch = pad_slot // block_size
+    empty = seqs - len(step.context_lens) - 1
+    return HostStep(
+        step.input_ids + [0] * pad,
+        step.positions + [0] * pad,
+        step.slots + [pad_slot] * pad,
+        step.context_lens + [pad] + [0] * empty,
+        step.query_start + [tokens] * (1 + empty),
+        step.logit_rows,
+        step.tables + [[scratch] * -(-pad // block_size)] + [[]] * empty,
+        tokens,
+    )
+
+
+def host_step(batch: list[ScheduledSeq], block_size: int) -> HostStep:
+    """Flatten the scheduled chunks: each sequence's new tokens, their slots, and the rows needing logits."""
+    step = HostStep([], [], [], [], [0], [], [], 1)
+    for item in batch:
+        seq, start = item.seq, item.seq.num_computed_tokens
+        end = start + item.num_new_tokens
+        table = seq.block_table
+        first = len(step.input_ids)
+        if end == len(seq.token_ids):
+            step.logit_rows.extend(
+                range(first + item.num_new_tokens - item.num_logits, first + item.num_new_tokens)
+            )
+        step.input_ids.extend(seq.token_ids[start:end])
+        step.positions.extend(range(start, end))
+        step.slots.extend(table[p // block_size] * block_size + p % block_size for p in range(start, end))
+        step.context_lens.append(end)
+        step.query_start.append(first + item.num_new_tokens)
+        step.tables.append(table)
+        step.max_q = max(step.max_q, item.num_new_tokens)
+    return step
+
+
+class StepBuffers:
+    """A pinned host buffer and a device buffer of int64 words; a step's inputs are views into them.
+
+    Layout for (tokens t, sequences s, table width w): ids, positions, slots, logit rows (int64, t each),
+    then an int32 region: context lengths [s], query offsets [s + 1], block tables [s, w]. Only the used
+    prefix is copied, in one transfer.
+    """
+
+    def __init__(self, capacity: int, device: torch.device) -> None:
+        self.host = torch.zeros(capacity, dtype=torch.int64, pin_memory=device.type == "cuda")
+        self.device = torch.zeros(capacity, dtype=torch.int64, device=device)
+        self.host_np = self.host.numpy()
+        self.copied = torch.cuda.Event() if device.type == "cuda" else None
+        self.pending = False
+
+    @staticmethod
+    def words(t: int, s: int, w: int) -> int:
+        return 4 * t + -(-(2 * s + 1 + s * w) // 2)
+
+    def views(self, t: int, s: int, w: int) -> dict[str, Tensor]:
+        buffer = self.device
+        small = buffer[4 * t : self.words(t, s, w)].view(torch.int32)
+        return {
+            "input_ids": buffer[:t],
+            "positions": buffer[t : 2 * t],
+            "slots": buffer[2 * t : 3 * t],
+            "logit_rows": buffer[3 * t : 4 * t],
+            "context_lens": small[:s],
+            "query_start": small[s : 2 * s + 1],
+            "tables": small[2 * s + 1 : 2 * s + 1 + s * w].view(s, w),
+        }
+
+    def fill(self, step: HostStep, t: int, s: int, w: int, pad_slot: int) -> None:
+        """Write `step` padded to (t, s, w) (padding rows decode one token into `pad_slot`); copy it over."""
+        n, rows, num = len(step.input_ids), len(step.logit_rows), len(step.context_lens)
+        size = self.words(t, s, w)
+        if self.pending:  # the previous step's copy may still be reading the pinned buffer
+            self.copied.synchronize()
+        host = self.host_np
+        host[: 4 * t] = 0
+        host[:n] = step.input_ids
+        host[t : t + n] = step.positions
+        host[2 * t : 2 * t + n] = step.slots
+        host[2 * t + n : 3 * t] = pad_slot
+        host[3 * t : 3 * t + rows] = step.logit_rows
+        small = host[4 * t : size].view(np.int32)
+        small[:num] = step.context_lens
+        small[num:s] = 1
+        small[s : s + num + 1] = step.query_start
+        small[s + num + 1 : 2 * s + 1] = np.arange(n + 1, n + 1 + s - num)
+        tables = small[2 * s + 1 : 2 * s + 1 + s * w].reshape(s, w)
+        tables[:] = 0
+        for row, table in enumerate(step.tables):
+            tables[row, : len(table)] = table[:w]
+        self.device[:size].copy_(self.host[:size], non_blocking=True)
+        if self.copied is not None:
+            self.copied.record()
+            self.pending = True
+
+
+def metadata(
+    views: dict[str, Tensor], page_size: int, max_q: int, seqs: int, tokens: int
+) -> CudaAttentionMetadata:
+    return CudaAttentionMetadata(
+        views["slots"][:tokens], views["tables"][:seqs], views["context_lens"][:seqs],
+        views["query_start"][: seqs + 1], max_q, page_size,
+    )  # fmt: skip
+
+
+class CudaStepRunner:
+    """Runs steps of `model` on CUDA; decode steps through per-bucket CUDA graphs (captured by `capture`)."""
+
+    def __init__(
+        self, model: LlamaModel, kv_cache: KVCache, block_size: int, max_num_seqs: int, max_model_len: int,
+        max_num_batched_tokens: int,
+    ) -> None:  # fmt: skip
+        self.model, self.kv_cache, self.block_size = model, kv_cache, block_size
+        self.device = kv_cache.pool.device
+        self.width = -(-max_model_len // block_size)
+        self.pad_slot = (kv_cache.num_blocks - 1) * block_size  # the last block is reserved as scratch
+        self.buckets = graph_buckets(max_num_seqs)
+        largest = self.buckets[-1]
+        self.decode_shape = (largest, largest, self.width)
+        self.decode_buffers = StepBuffers(StepBuffers.words(*self.decode_shape), self.device)
+        self.decode_views = self.decode_buffers.views(*self.decode_shape)
+        tokens = max(max_num_batched_tokens, largest)
+        self.eager_buffers = StepBuffers(StepBuffers.words(tokens, max_num_seqs, self.width), self.device)
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, Tensor]] = {}
+        words = StepBuffers.words(PREFILL_TOKENS[-1], PREFILL_SEQS[-1], self.width)
+        self.prefill_buffers = StepBuffers(words, self.device)
+        self.prefill_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
+
+    def capture(self) -> None:
+        """Capture one decode graph per bucket, largest first, all sharing one memory pool."""
+        pool = None
+        empty = HostStep([], [], [], [], [0], [], [], 1)
+        for bucket in reversed(self.buckets):
+            self.decode_buffers.fill(empty, *self.decode_shape, self.pad_slot)
+            self._decode_forward(bucket)  # warm-up: compiles kernels, sets up cuBLAS workspaces
+            torch.cuda.synchronize(self.device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                logits = self._decode_forward(bucket)
+            pool = graph.pool()
+            self.graphs[bucket] = (graph, logits)
+        for tokens in reversed(PREFILL_TOKENS):
+            for seqs in reversed(PREFILL_SEQS):
+                shape = (tokens, seqs, self.width)
+                self.prefill_buffers.fill(padded_step(empty, tokens, seqs, self.pad_slot, self.block_size),
+                                          *shape, self.pad_slot)  # fmt: skip
+                self._prefill_forward(tokens, seqs)
+                torch.cuda.synchronize(self.device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    logits = self._prefill_forward(tokens, seqs)
+                self.prefill_graphs[(tokens, seqs)] = (graph, logits)
+        torch.cuda.synchronize(self.device)
+
+    def _prefill_forward(self, tokens: int, seqs: int) -> Tensor:
+        views = self.prefill_buffers.views(tokens, seqs, self.width)
+        meta = metadata(views, self.block_size, tokens, seqs, tokens)
+        hidden = self.model(views["input_ids"], views["positions"], meta, self.kv_cache)
+        return self.model.logits(hidden.index_select(0, views["logit_rows"][:seqs]))
+
+    def _decode_forward(self, bucket: int) -> Tensor:
+        views = self.decode_views
+        meta = metadata(views, self.block_size, 1, bucket, bucket)
+        hidden = self.model(views["input_ids"][:bucket], views["positions"][:bucket], meta, self.kv_cache)
+        return self.model.logits(hidden)
+
+    def run(self, batch: list[ScheduledSeq]) -> Tensor | None:
+        """Logits [rows needing logits, vocab] float32 of the step, or None when no row needs them."""
+        step = host_step(batch, self.block_size)
+        bucket = bucket_for(len(batch), self.buckets) if step.is_decode else None
+        if bucket is None:
+            shape = prefill_bucket(len(step.input_ids), len(step.context_lens), len(step.logit_rows))
+            if shape is None or shape not in self.prefill_graphs:
+                return self._run_eager(step)
+            tokens, seqs = shape
+            padded = padded_step(step, tokens, seqs, self.pad_slot, self.block_size)
+            self.prefill_buffers.fill(padded, tokens, seqs, self.width, self.pad_slot)
+            graph, logits = self.prefill_graphs[shape]
+            graph.replay()
+            return logits[: len(step.logit_rows)].clone() if step.logit_rows else None
+        self.decode_buffers.fill(step, *self.decode_shape, self.pad_slot)
+        if bucket not in self.graphs:
+            return self._decode_forward(bucket)[: len(batch)]
+        graph, logits = self.graphs[bucket]
+        graph.replay()
+        return logits[: len(batch)].clone()  # the graph's output buffer is overwritten by the next replay
+
+    def _run_eager(self, step: HostStep) -> Tensor | None:
+        shape = (len(step.input_ids), len(step.context_lens), max(map(len, step.tables)))
+        self.eager_buffers.fill(step, *shape, self.pad_slot)
+        views = self.eager_buffers.views(*shape)
+        meta = metadata(views, self.block_size, step.max_q, shape[1], shape[0])
+        hidden = self.model(views["input_ids"], views["positions"], meta, self.kv_cache)
+        if not step.logit_rows:
+            return None
+        return self.model.logits(hidden.index_select(0, views["logit_rows"][: len(step.logit_rows)]))

@@ -1,0 +1,145 @@
+"""The engine's CUDA path, run on the CPU through Triton's interpreter (or on a GPU: KERNEL_TEST_DEVICE=cuda).
+
+Covers what only runs on CUDA in production: the step runner (one packed input copy, decode bucket padding,
+fused layer kernels, both paged-attention kernels) against transformers' logits on the same random
+weights, the int8/int4 matmul and fused elementwise kernels against torch, decode graph buckets, and the
+batched on-device sampler against the per-request sampler's semantics.
+"""
+
+import importlib
+import sys
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from backends.local_engine import attention_cuda  # noqa: E402
+from backends.local_engine.cuda_runner import CudaStepRunner, bucket_for, graph_buckets  # noqa: E402
+from backends.local_engine.fused_triton import add_rms_norm, rope_write_kv, silu_mul  # noqa: E402
+from backends.local_engine.quant import dequantize_int4, quantize_int4, quantize_int8  # noqa: E402
+from backends.local_engine.quant_triton import int4_matmul, int8_matmul, pack_int4  # noqa: E402
+from backends.local_engine.rope import RotaryTable, rotate_  # noqa: E402
+from backends.local_engine.sequence import ScheduledSeq, Sequence  # noqa: E402
+from bench.engine_gpu_models import build_hf, build_ours, hf_logits  # noqa: E402
+from tests.triton_interpreter_support import DEVICE, INTERPRET  # first: sets up the interpreter on CPU
+
+if INTERPRET:  # kernels decorated before the interpreter was switched on (earlier test files) recompile
+    for _name in ("attention_triton", "gemv_triton", "quant_triton", "fused_triton", "kernels.paged_attention",
+                  "kernels.quant_matmul"):  # fmt: skip
+        _module = sys.modules.get(f"backends.local_engine.{_name}")
+        if _module is not None:
+            importlib.reload(_module)
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@pytest.fixture(scope="module", params=["tiny", "tiny-qwen"])
+def model_pair(request):
+    hf = build_hf(request.param, torch.device(DEVICE))
+    ours = build_ours(hf, request.param, "fp32", 4, 16)
+    runner = ours.runner
+    if runner.cuda_steps is None:  # on CPU: the CUDA step runner over the CPU model (no graphs)
+        runner.cuda_steps = CudaStepRunner(runner.model, runner.kv_cache, runner.block_size, 4, 2048, 256)
+    return hf, runner
+
+
+class EagerGraph:
+    """Stands in for a captured prefill graph on CPU: replay runs the same padded forward eagerly."""
+
+    def __init__(self, steps: CudaStepRunner, tokens: int, seqs: int) -> None:
+        self.steps, self.tokens, self.seqs = steps, tokens, seqs
+        self.logits = torch.empty(0)
+
+    def replay(self) -> None:
+        out = self.steps._prefill_forward(self.tokens, self.seqs)
+        self.logits.resize_(out.shape).copy_(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["own", "kernels"])
+@pytest.mark.parametrize("padded_prefill", [False, True])
+def test_step_runner_matches_transformers_for_mixed_and_decode_steps(
+    model_pair, kernel, padded_prefill
+) -> None:
+    hf, runner = model_pair
+    attention_cuda.use_kernel(kernel)
+    steps = runner.cuda_steps
+    steps.prefill_graphs = {}
+    if padded_prefill:  # the mixed step below (22 tokens, 3 sequences) runs padded to (32 tokens, 4 seqs)
+        fake = EagerGraph(steps, 32, 4)
+        steps.prefill_graphs[(32, 4)] = (fake, fake.logits)
+    a = Sequence(list(range(20, 57)), block_table=[3, 0, 5])  # 37 tokens, blocks out of order
+    b = Sequence(list(range(100, 107)), block_table=[1])
+    logits = steps.run([ScheduledSeq(a, 37, 1), ScheduledSeq(b, 7, 7)])
+    assert rel(logits[0], hf_logits(hf, a.token_ids)[-1]) < 1e-5
+    assert rel(logits[1:], hf_logits(hf, b.token_ids)) < 1e-5
+    a.num_computed_tokens, b.num_computed_tokens = 37, 7
+    c = Sequence(list(range(200, 220)), block_table=[2, 4])
+    for step in range(3):  # two decodes plus a prefill chunk of c, then three decodes (bucket 4, padded)
+        a.append_token(7 + step)
+        b.append_token(9 + step)
+        batch = [ScheduledSeq(a, 1), ScheduledSeq(b, 1)]
+        if step == 0:
+            batch.append(ScheduledSeq(c, 20))
+        elif step == 1:
+            c.append_token(5)
+            batch.append(ScheduledSeq(c, 1))
+        logits = steps.run(batch)
+        for row, seq in enumerate(item.seq for item in batch):
+            assert rel(logits[row], hf_logits(hf, seq.token_ids)[-1]) < 1e-5
+        for item in batch:
+            item.seq.num_computed_tokens += item.num_new_tokens
+    attention_cuda._ACTIVE.clear()
+
+
+def test_graph_buckets_cover_every_batch_size() -> None:
+    buckets = graph_buckets(200)
+    assert buckets[:4] == [1, 2, 4, 8] and buckets[-1] == 200
+    for size in range(1, 201):
+        bucket = bucket_for(size, buckets)
+        assert bucket >= size and (bucket == 1 or bucket_for(size - 1, buckets) <= bucket)
+    assert bucket_for(201, buckets) is None
+    assert graph_buckets(1) == [1]
+
+
+@pytest.mark.parametrize("rows", [1, 5, 20])
+def test_int8_and_int4_kernels_match_their_dequantized_weights(rows: int) -> None:
+    generator = torch.Generator().manual_seed(rows)
+    weight = (torch.randn(48, 256, generator=generator) * 0.02).to(DEVICE)
+    x = torch.randn(rows, 256, generator=generator).to(DEVICE)
+    q, scale = quantize_int8(weight)
+    assert rel(int8_matmul(x, q, scale), x @ (q.float() * scale[:, None]).T) < 1e-5
+    q4, scales_and_zeros = quantize_int4(weight, 32)
+    scale4, zero4 = scales_and_zeros.unbind(-1)
+    out = int4_matmul(x, pack_int4(q4), scale4.t().contiguous(), (zero4 - 8 * scale4).t().contiguous(), 32)
+    assert rel(out, x @ dequantize_int4(q4, scales_and_zeros, 32).T) < 1e-5
+
+
+def test_fused_kernels_match_torch() -> None:
+    generator = torch.Generator().manual_seed(0)
+    x, residual, weight = (
+        torch.randn(shape, generator=generator).to(DEVICE) for shape in ((3, 96), (3, 96), (96,))
+    )
+    normed, summed = add_rms_norm(x, residual, weight, 1e-5)
+    assert rel(summed, x + residual) < 1e-6
+    assert rel(normed, torch.nn.functional.rms_norm(x + residual, (96,), weight, 1e-5)) < 1e-5
+    gate_up = torch.randn(3, 64, generator=generator).to(DEVICE)
+    assert rel(silu_mul(gate_up), torch.nn.functional.silu(gate_up[:, :32]) * gate_up[:, 32:]) < 1e-5
+    config = build_hf("tiny", torch.device("cpu")).config
+    from backends.local_engine.hf_loader import model_config
+
+    table = RotaryTable(model_config(config.to_dict()), 64, torch.device(DEVICE))
+    heads, kv_heads, dim = 4, 2, 32
+    qkv = torch.randn(3, (heads + 2 * kv_heads) * dim, generator=generator).to(DEVICE)
+    positions, slots = torch.tensor([5, 0, 63]).to(DEVICE), torch.tensor([7, 2, 9]).to(DEVICE)
+    pool = torch.zeros(2, 10, kv_heads, dim, device=DEVICE)
+    expected = qkv.clone().view(3, heads + 2 * kv_heads, dim)
+    rotate_(expected[:, : heads + kv_heads], table.lookup(positions))
+    rope_write_kv(qkv, positions, table.rotations, slots, pool, heads, kv_heads)
+    got = qkv.view(3, heads + 2 * kv_heads, dim)
+    assert rel(got[:, :heads], expected[:, :heads]) < 1e-6
+    assert rel(pool[0, slots], expected[:, heads : heads + kv_heads]) < 1e-6
+    assert rel(pool[1, slots], expected[:, heads + kv_heads :]) < 1e-6
