@@ -138,7 +138,7 @@ REQUESTS: list[tuple[str, dict[str, Any], str]] = [
 
 
 # Deterministic questions from a tenant with limits: exact hits, paraphrases (semantic hits), and 429s.
-TENANT_REQUESTS = ["What is the capital of France?", "Which city is the capital of France?"]
+TENANT_REQUESTS = ["What is the capital of France?", "What's the capital of France?"]
 
 
 def load(gateway: str, tenant_key: str, stop: threading.Event) -> None:
