@@ -32,8 +32,8 @@ from tests.chaos.load import chat, send  # noqa: E402
 from tests.chaos.processes import (  # noqa: E402
     Gateway,
     PostgresCluster,
-    RedisServer,
     Upstream,
+    chaos_redis,
     deployment,
     gateway_env,
 )
@@ -157,7 +157,7 @@ def main() -> None:
     if reason:
         sys.exit(f"the soak runs its own PostgreSQL cluster: {reason}")
     postgres = PostgresCluster().init()
-    redis, upstream, gateway = RedisServer().start(), Upstream().start(), None
+    redis, upstream, gateway = chaos_redis(), Upstream().start(), None
     try:
         schema = new_schema(postgres)
         key = asyncio.run(provision(postgres.url, schema, {"soak": POLICIES[args.policy]}))["soak"]

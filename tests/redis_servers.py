@@ -1,11 +1,13 @@
-"""Throw-away redis-server processes for fault tests (ports 16380-16389): fresh, empty, no persistence.
+"""Throw-away redis-server processes for fault tests and the chaos suite: fresh, empty, no persistence.
 
-Never the shared Redis on 6379: these can be paused, killed, filled up or turned into replicas.
+Never the shared Redis on 6379: these can be paused, killed, restarted empty, filled up or turned into
+replicas. `redis_servers()` uses ports 16380-16389; the chaos suite hands in a locked free port.
 """
 
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,9 +19,9 @@ PORTS = range(16380, 16390)
 
 
 class RedisServer:
-    def __init__(self, port: int, workdir: Path) -> None:
+    def __init__(self, port: int, workdir: Path | None = None) -> None:
         self.port = port
-        self._workdir = workdir
+        self._workdir = workdir or Path(tempfile.gettempdir())
         self._process: subprocess.Popen | None = None
 
     @property
@@ -30,7 +32,7 @@ class RedisServer:
         command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                    "--appendonly", "no", "--daemonize", "no", "--dir", str(self._workdir)]  # fmt: skip
         self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 20  # a loaded CI box starts slowly
         while True:
             try:
                 with self.client() as client:
@@ -51,6 +53,11 @@ class RedisServer:
             self._process.wait(timeout=10)
             self._process = None
 
+    def restart(self) -> None:
+        """A fresh, empty Redis on the same port (scripts and counters gone)."""
+        self.kill()
+        self.start()
+
     def pause(self) -> None:
         assert self._process is not None
         os.kill(self._process.pid, signal.SIGSTOP)
@@ -58,6 +65,10 @@ class RedisServer:
     def resume(self) -> None:
         assert self._process is not None
         os.kill(self._process.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Stop for good; a paused server is ended too (SIGKILL needs no resume)."""
+        self.kill()
 
 
 @contextmanager

@@ -10,7 +10,8 @@ import pytest
 
 from policies.policy import Policy
 from tests.chaos.database import Key, new_schema, provision
-from tests.chaos.processes import Gateway, PostgresCluster, RedisServer, Upstream, deployment, gateway_env
+from tests.chaos.processes import Gateway, PostgresCluster, Upstream, chaos_redis, deployment, gateway_env
+from tests.redis_servers import RedisServer
 
 
 @dataclass
@@ -81,7 +82,7 @@ LEASE_S = 6  # concurrency slots of a killed replica free after this long
 
 @pytest.fixture(scope="package")  # torn down after the last chaos case, not at the end of the whole run
 def fleet(postgres: PostgresCluster, upstreams: dict[str, Upstream], tmp_path_factory) -> Iterator[Fleet]:
-    redis = RedisServer().start()
+    redis = chaos_redis()
     schema = new_schema(postgres)
     keys = asyncio.run(provision(postgres.url, schema, FLEET_KEYS))
     env = gateway_env(postgres.url, schema, models(upstreams), redis.url,

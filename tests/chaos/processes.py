@@ -22,6 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.redis_servers import RedisServer
+
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_PORTS = range(16390, 16400)
 POSTGRES_PORTS = range(15440, 15450)
@@ -79,54 +81,6 @@ def _stop(process: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout_s
     except subprocess.TimeoutExpired:
         process.kill()
         return process.wait(10)
-
-
-class RedisServer:
-    """A redis-server of our own: kill -9, restart empty, pause (SIGSTOP) and resume."""
-
-    def __init__(self) -> None:
-        self.port = free_port(REDIS_PORTS)
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> "RedisServer":
-        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                   "--appendonly", "no", "--loglevel", "warning"]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(self._answers, f"redis on {self.port}", 20)
-        return self
-
-    def _answers(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def kill(self) -> None:
-        _stop(self.process, signal.SIGKILL)
-
-    def restart(self) -> None:
-        """A fresh, empty Redis on the same port (scripts and counters gone)."""
-        self.kill()
-        self.start()
-
-    def pause(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGCONT)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.resume()
-        _stop(self.process)
 
 
 class PostgresCluster:
@@ -302,3 +256,8 @@ def _get(url: str) -> int | None:
         return httpx.get(url, timeout=2).status_code
     except httpx.HTTPError:
         return None
+
+
+def chaos_redis() -> RedisServer:
+    """A started redis-server of our own on a free port of the chaos range."""
+    return RedisServer(free_port(REDIS_PORTS)).start()
