@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
-from bench.train_cascade_confidence import leave_one_site_out
+from bench.train_cascade_confidence import leave_one_site_out, transferred
 from routing.confidence import mean_logprob
 
 RATES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -43,7 +43,8 @@ def point(mask: np.ndarray, weak: np.ndarray, strong: np.ndarray, picks: np.ndar
             "vs_large_high": interval(gain)[1]}  # fmt: skip
 
 
-def evaluate(saved: dict[str, Any], questions: list[dict]) -> dict[str, Any]:
+def evaluate(saved: dict[str, Any], questions: list[dict], transfer: bool = False) -> dict[str, Any]:
+    """The curves; `transfer`: the learned confidence is the one fit on TriviaQA, never on this set."""
     small, large = (saved["answers"][saved[k]] for k in ("small", "large"))
     rows_s, rows_l = [small[q["id"]] for q in questions], [large[q["id"]] for q in questions]
     weak = np.array([r["correct"] for r in rows_s], float)
@@ -54,7 +55,8 @@ def evaluate(saved: dict[str, Any], questions: list[dict]) -> dict[str, Any]:
     )
     confidence = {
         "mean_logprob": np.array([mean_logprob(r["logprobs"]) for r in rows_s]),
-        "learned (leave-one-site-out)": leave_one_site_out(questions, small),
+        **({"learned (fit on TriviaQA)": transferred(questions, small)} if transfer
+           else {"learned (leave-one-site-out)": leave_one_site_out(questions, small)}),  # fmt: skip
     }
     picks = np.random.default_rng(0).integers(0, len(weak), size=(SAMPLES, len(weak)))
     rng = np.random.default_rng(1)

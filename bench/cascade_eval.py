@@ -107,7 +107,8 @@ def main() -> None:
     else:
         from bench.cascade_live import main as live_main
 
-        write("live", live_main(rest))
+        result = live_main(rest)
+        write("live" if result.get("set", "trivia_qa") == "trivia_qa" else f"live_{result['set']}", result)
 
 
 if __name__ == "__main__":

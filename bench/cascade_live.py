@@ -29,6 +29,11 @@ from routing.confidence import choice_logprobs, choice_margins
 RECORD = RESULTS / "cascade_live_record.json"
 
 
+def record_path(name: str = "trivia_qa") -> Path:
+    """The live record of a question set (TriviaQA keeps the original file name)."""
+    return RECORD if name == "trivia_qa" else RESULTS / f"cascade_live_record_{name}.json"
+
+
 async def record_model(args: argparse.Namespace, alias: str, questions: list[dict]) -> dict[str, dict]:
     headers = {"authorization": f"Bearer {args.key}"}
     limit = asyncio.Semaphore(args.concurrency)
@@ -69,8 +74,8 @@ def prices(config: str, alias: str) -> tuple[float, float]:
 
 def record(args: argparse.Namespace) -> dict[str, Any]:
     """Both models on every question, once; a finished model's answers are kept if the run is resumed."""
-    questions = load_questions()[: args.limit]
-    saved = json.loads(RECORD.read_text()) if RECORD.exists() else {"answers": {}, "seconds": {}}
+    questions, path = load_questions(args.set)[: args.limit], record_path(args.set)
+    saved = json.loads(path.read_text()) if path.exists() else {"answers": {}, "seconds": {}}
     for alias in (args.small, args.large):
         answers = saved["answers"].get(alias, {})
         if all(q["id"] in answers for q in questions):
@@ -83,15 +88,15 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
                   "prices": {a: prices(args.config, a) for a in (args.small, args.large)},
                   "request": {"max_tokens": args.max_tokens, "concurrency": args.concurrency}}  # fmt: skip
         RESULTS.mkdir(parents=True, exist_ok=True)
-        RECORD.write_text(json.dumps(saved, separators=(",", ":")))
+        path.write_text(json.dumps(saved, separators=(",", ":")))
         print(f"{alias}: {len(questions)} answers in {saved['seconds'][alias]} s", flush=True)
     return saved
 
 
-def load_record() -> dict[str, Any]:
+def load_record(name: str = "trivia_qa") -> dict[str, Any]:
     """The saved record, each answer re-graded by the current checker (the grading is not frozen in it)."""
-    saved = json.loads(RECORD.read_text())
-    questions = {q["id"]: q for q in load_questions()}
+    saved = json.loads(record_path(name).read_text())
+    questions = {q["id"]: q for q in load_questions(name)}
     for answers in saved["answers"].values():
         for qid, answer in answers.items():
             answer["correct"] = is_correct(questions[qid], answer["text"])
@@ -105,6 +110,7 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--small", default="smollm2")
     parser.add_argument("--large", default="gemma3")
     parser.add_argument("--config", default="bench/cascade_live.yaml", help="gateway YAML (prices)")
+    parser.add_argument("--set", default="trivia_qa", choices=["trivia_qa", "basic_skills"])
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=8)
@@ -114,4 +120,5 @@ def main(argv: list[str]) -> dict:
         record(args)
     from bench.cascade_curves import evaluate
 
-    return evaluate(load_record(), load_questions()[: args.limit])
+    questions = load_questions(args.set)[: args.limit]
+    return {"set": args.set} | evaluate(load_record(args.set), questions, transfer=args.set != "trivia_qa")

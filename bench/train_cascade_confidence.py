@@ -50,6 +50,14 @@ def leave_one_site_out(questions: list[dict], answers: dict[str, dict]) -> np.nd
     return scores
 
 
+def transferred(questions: list[dict], answers: dict[str, dict]) -> np.ndarray:
+    """P(small correct) from the model fit on every TriviaQA answer: a set it never saw is scored unchanged."""
+    x, _ = design(questions, answers)
+    saved = load_record("trivia_qa")
+    trivia = load_questions("trivia_qa")
+    return fit_answer_model(*design(trivia, saved["answers"][saved["small"]])).head.predict(x)
+
+
 def main() -> None:
     saved = load_record()
     questions = load_questions()

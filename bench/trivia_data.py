@@ -12,7 +12,11 @@ import string
 from pathlib import Path
 from typing import Any
 
-QUESTIONS = Path(__file__).resolve().parent / "data" / "trivia_qa" / "questions.jsonl"
+DATA = Path(__file__).resolve().parent / "data"
+QUESTIONS = DATA / "trivia_qa" / "questions.jsonl"
+# The question sets of the live cascade: TriviaQA (Q:/A: quiz questions) and basic_skills (sentences and sums
+# to complete, bench/data/basic_skills/, ODC-BY): its `task` field picks the completion-style shots below.
+SETS = {"trivia_qa": QUESTIONS, "basic_skills": DATA / "basic_skills" / "questions.jsonl"}
 # The shots are ours (not from the set), so no evaluated question is ever shown with its answer.
 SHOTS = (
     ("What is the capital of France?", "Paris"),
@@ -20,15 +24,24 @@ SHOTS = (
     ("Who wrote the play Romeo and Juliet?", "William Shakespeare"),
 )
 PREFIX = "".join(f"Q: {q}\nA: {a}\n\n" for q, a in SHOTS)
+COMPLETION_SHOTS = {
+    "common_knowledge": ("The capital city of France is Paris", "The animal that says moo is a cow",
+                         "The season that comes after spring is summer"),
+    "arithmetic": ("3 + 4 = 7", "12 - 5 = 7", "6 * 3 = 18"),
+}  # fmt: skip
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans({c: " " for c in string.punctuation + "‘’´`"})
 
 
-def load_questions(path: Path = QUESTIONS) -> list[dict[str, Any]]:
+def load_questions(name: str = "trivia_qa") -> list[dict[str, Any]]:
+    path = SETS[name]
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def prompt(question: dict[str, Any]) -> str:
+    task = question.get("task")
+    if task in COMPLETION_SHOTS:
+        return "".join(f"{shot}\n\n" for shot in COMPLETION_SHOTS[task]) + question["question"]
     return f"{PREFIX}Q: {question['question']}\nA:"
 
 
@@ -44,5 +57,5 @@ def is_correct(question: dict[str, Any], text: str) -> bool:
 
 
 def group(question: dict[str, Any]) -> str:
-    """The quiz site the question was written for (TriviaQA's id prefix: qb, sfq, odql, qw, ...)."""
-    return question["id"].split("_")[0]
+    """The quiz site the question was written for (TriviaQA's id prefix: qb, sfq, odql, qw, ...), or the task."""
+    return question.get("task") or question["id"].split("_")[0]
