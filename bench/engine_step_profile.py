@@ -70,9 +70,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rows", default="1,4,16,32")
     parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--single-thread-max-tokens", type=int, default=EngineSettings().single_thread_max_tokens)
     parser.add_argument("--profile", default="1", help="row counts to profile (comma-separated, '' for none)")
     args = parser.parse_args()
-    settings = EngineSettings(dtype=args.dtype, num_threads=args.threads, kv_cache_memory_mb=512)
+    settings = EngineSettings(
+        dtype=args.dtype, num_threads=args.threads, kv_cache_memory_mb=512,
+        single_thread_max_tokens=args.single_thread_max_tokens,
+    )  # fmt: skip
     runner = ModelRunner(settings)
     results = []
     for rows in [int(r) for r in args.rows.split(",")]:
