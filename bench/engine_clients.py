@@ -23,6 +23,7 @@ SETTINGS = {  # label -> engine settings (the environment's LLMGW_ENGINE__* name
     "fp16 t2": {"dtype": "fp16", "num_threads": 2},
     "int8 t1": {"dtype": "int8", "num_threads": 1},
     "int8 t2": {"dtype": "int8", "num_threads": 2},
+    "int4 t1": {"dtype": "int4", "num_threads": 1},
     "int4 t2": {"dtype": "int4", "num_threads": 2},
 }
 

