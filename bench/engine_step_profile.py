@@ -65,12 +65,16 @@ def profile_table(runner: ModelRunner, rows: int, steps: int = 10) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dtype", default="fp16")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rows", default="1,4,16,32")
     parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--single-thread-max-tokens", type=int, default=EngineSettings().single_thread_max_tokens)
+    parser.add_argument(
+        "--single-thread-max-tokens", type=int, default=EngineSettings().single_thread_max_tokens
+    )
     parser.add_argument("--profile", default="1", help="row counts to profile (comma-separated, '' for none)")
     args = parser.parse_args()
     settings = EngineSettings(

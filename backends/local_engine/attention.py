@@ -49,7 +49,8 @@ class PaddedGroup:
     out_index: Tensor  # [tokens of the group] padded row of each of the group's tokens, in flat order
     flat_rows: Tensor | None  # [tokens of the group] their flat-batch rows; None when the group is the batch
     shape: tuple[int, int, int]  # n, max_q, max_context
-    identity: bool = False  # one query per sequence and the group is the batch: q_index / out_index are 0..n-1
+    # one query per sequence and the group is the batch: q_index and out_index are 0..n-1
+    identity: bool = False
 
 
 @dataclass
@@ -163,7 +164,9 @@ def _group_attention(q: Tensor, pool: Tensor, group: PaddedGroup) -> Tensor:
     n, max_q, max_context = group.shape
     heads, kv_heads, head_dim = q.shape[1], pool.shape[2], q.shape[2]
     per_kv = heads // kv_heads
-    queries = (q if group.identity else q.index_select(0, group.q_index)).view(n, max_q, kv_heads, per_kv, head_dim)
+    queries = (q if group.identity else q.index_select(0, group.q_index)).view(
+        n, max_q, kv_heads, per_kv, head_dim
+    )
     queries = queries.transpose(1, 2).reshape(n, kv_heads, max_q * per_kv, head_dim)
     keys, values = pool.index_select(1, group.context_index).view(2, n, max_context, kv_heads, head_dim)
     out = F.scaled_dot_product_attention(
