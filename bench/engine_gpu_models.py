@@ -39,11 +39,14 @@ SHAPES: dict[str, dict] = {
 }  # fmt: skip
 
 
-def build_hf(shape: str, device: torch.device, dtype: torch.dtype = torch.float32, seed: int = 0):
-    """A transformers model of `shape` with random weights (std 0.02 init), built directly on `device`."""
+def build_hf(
+    shape: str, device: torch.device, dtype: torch.dtype = torch.float32, seed: int = 0, **overrides
+):
+    """A transformers model of `shape` (config fields in `overrides` replaced) with random weights (std 0.02
+    init), built directly on `device`."""
     import transformers
 
-    raw = dict(SHAPES[shape])
+    raw = {**SHAPES[shape], **overrides}
     arch = raw["architectures"][0]
     config_class = transformers.Qwen2Config if arch.startswith("Qwen2") else transformers.LlamaConfig
     model_class = getattr(transformers, arch)

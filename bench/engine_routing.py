@@ -1,0 +1,283 @@
+"""Engine-aware routing against two real engine servers (issue 17, item 6).
+
+Two `llmgw engine serve` processes sit behind one gateway alias, `pool`, declared an engine pool
+(`routing.engine_pools`), so the gateway scrapes their vLLM-named /metrics (queue depth, KV-cache usage,
+prefix-cache hits) and routes by the strategy under test. The same workload runs once per strategy, each
+with a fresh gateway and fresh prompt texts, so no strategy inherits another's prefix cache:
+
+- `--groups` groups; every request of a group shares one long prefix (about `--prefix-tokens` tokens) and
+  ends in its own short question, as with agents or RAG over a shared system prompt;
+- `--clients` closed-loop clients send `--requests` requests in all, groups drawn from one seeded sequence
+  that every strategy replays;
+- streamed `/v1/completions`, `--max-tokens` tokens, `ignore_eos` (a vLLM parameter the gateway passes on).
+
+Each engine's KV pool (`--kv-mb`) holds about half the groups' prefixes, as in a real fleet, where one
+replica cannot hold every tenant's context: a strategy that spreads a group over both engines pays in
+evictions and cold prefills. Printed per strategy: TTFT (client side, first streamed token) p50 / p90 /
+mean, the prefix-cache hit rate (Δhits / Δqueries of both engines), the split between engines
+(`x-served-by`), group affinity (mean share of a group's requests on its most used engine), and tokens/s.
+
+    .venv/bin/python -m bench.engine_routing                                  # CPU, SmolLM2
+    .venv/bin/python -m bench.engine_routing --device cuda --random-shape llama-1b --dtype bf16 \\
+        --groups 16 --clients 32 --requests 512 --prefix-tokens 2000 --kv-mb 600 --max-tokens 32
+"""
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench.harness import ROOT, Process, free_port, start_gateway, wait_for_port, write_json
+from routing.monitor import parse_engine_metrics
+from routing.replica import EngineLoad
+
+KEY = "sk-bench-routing"
+STRATEGIES = ["engine_score", "prefix_affinity", "least_outstanding", "weighted_random"]
+WORDS = ["policy", "account", "ledger", "invoice", "region", "tenant", "quota", "replica", "shard", "cluster", "window", "budget", "latency", "token", "cache", "router", "engine", "stream", "batch", "prefix", "schema", "record", "audit"]  # fmt: skip
+
+
+def start_engine(args: argparse.Namespace, model: str | None) -> Process:
+    port = free_port()
+    command = [sys.executable, "-m", "gateway.cli", "engine", "serve", "--port", str(port), "--log-level",
+               "warning", "--served-model-name", "m", "--dtype", args.dtype, "--device", args.device,
+               "--kv-cache-memory-mb", str(args.kv_mb), "--num-threads", str(args.threads),
+               "--max-model-len", str(args.prefix_tokens * 2 + 256)]  # fmt: skip
+    if model:
+        command += ["--model", model]
+    popen = subprocess.Popen(command, cwd=ROOT)
+    wait_for_port(port, timeout=300)
+    return Process(popen, port)
+
+
+async def wait_ready(session: aiohttp.ClientSession, url: str, path: str, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            async with session.get(url + path) as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"{url}{path} never answered 200")
+
+
+def gateway_config(engines: list[Process], strategy: str) -> dict[str, Any]:
+    deployments = [
+        {"name": f"engine-{i}", "base_url": f"{e.url}/v1", "model": "m", "read_timeout_s": 900}
+        for i, e in enumerate(engines)
+    ]
+    return {
+        "master_key": KEY,
+        "models": [{"name": "pool", "deployments": deployments}],
+        "routing": {"engine_pools": ["pool"], "strategies": {"pool": strategy}, "scrape_interval_s": 0.5,
+                    "health_checks": False},
+        "cache": {"enabled": False},
+        "observability": {"tenant_label": False},
+    }  # fmt: skip
+
+
+def workload(args: argparse.Namespace, salt: str) -> list[tuple[int, str]]:
+    """(group, prompt) per request; the group sequence is the same for every strategy, the texts are not."""
+    draw = random.Random(args.seed)
+    texts = random.Random(f"{args.seed}-{salt}")
+    words_per_prefix = int(args.prefix_tokens / 1.3)  # English text: ~1.3 tokens per word here
+    prefixes = [
+        f"[{salt} group {g}] " + " ".join(texts.choice(WORDS) for _ in range(words_per_prefix))
+        for g in range(args.groups)
+    ]
+    plan = []
+    for i in range(args.requests):
+        group = draw.randrange(args.groups)
+        plan.append((group, f"{prefixes[group]}\nQuestion {i}: what is {draw.randrange(1000)} plus one?\n"))
+    return plan
+
+
+async def engine_counters(session: aiohttp.ClientSession, engines: list[Process]) -> EngineLoad:
+    hits = queries = 0.0
+    for engine in engines:
+        async with session.get(engine.url + "/metrics") as response:
+            load = parse_engine_metrics(await response.text(), EngineLoad(), time.monotonic())
+        hits, queries = hits + (load.hits or 0.0), queries + (load.queries or 0.0)
+    return EngineLoad(hits=hits, queries=queries)
+
+
+async def one_request(session: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int) -> dict:
+    body = {"model": "pool", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    start = time.perf_counter()
+    ttft, tokens, usage = None, 0, {}
+    async with session.post(url + "/v1/completions", json=body) as response:
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:300]}")
+        served = response.headers.get("x-served-by", "?")
+        async for line in response.content:
+            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                continue
+            chunk = json.loads(line[6:])
+            usage = chunk.get("usage") or usage
+            if chunk.get("choices") and chunk["choices"][0].get("text") is not None:
+                ttft = ttft if ttft is not None else time.perf_counter() - start
+                tokens += 1
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    return {"ttft": ttft, "served": served, "tokens": tokens, "latency": time.perf_counter() - start,
+            "prompt_tokens": usage.get("prompt_tokens", 0), "cached_tokens": cached}  # fmt: skip
+
+
+async def run_strategy(args: argparse.Namespace, engines: list[Process], strategy: str) -> dict[str, Any]:
+    gateway = start_gateway(gateway_config(engines, strategy))
+    headers = {"authorization": f"Bearer {KEY}"}
+    try:
+        async with aiohttp.ClientSession(
+            headers=headers, timeout=aiohttp.ClientTimeout(total=1800)
+        ) as session:
+            await wait_ready(session, gateway.url, "/health/ready")
+            await asyncio.sleep(1.5)  # the first metrics scrape
+            plan = workload(args, salt=strategy)
+            before = await engine_counters(session, engines)
+            queue = list(enumerate(plan))
+            results: list[dict] = [{} for _ in plan]
+
+            async def client() -> None:
+                while queue:
+                    index, (group, prompt) = queue.pop(0)
+                    results[index] = {"group": group, **await one_request(session, gateway.url, prompt,
+                                                                           args.max_tokens)}  # fmt: skip
+
+            start = time.perf_counter()
+            await asyncio.gather(*(client() for _ in range(args.clients)))
+            elapsed = time.perf_counter() - start
+            after = await engine_counters(session, engines)
+    finally:
+        gateway.stop()
+    return summarise(strategy, results, before, after, elapsed)
+
+
+def summarise(
+    strategy: str, results: list[dict], before: EngineLoad, after: EngineLoad, elapsed: float
+) -> dict:
+    ttfts = sorted(r["ttft"] * 1000 for r in results if r["ttft"] is not None)
+    per_group: dict[int, Counter] = {}
+    for r in results:
+        per_group.setdefault(r["group"], Counter())[r["served"]] += 1
+    affinity = statistics.mean(max(c.values()) / sum(c.values()) for c in per_group.values())
+    queries = after.queries - before.queries
+    return {
+        "strategy": strategy,
+        "requests": len(results),
+        "ttft_p50_ms": ttfts[len(ttfts) // 2],
+        "ttft_p90_ms": ttfts[int(len(ttfts) * 0.9)],
+        "ttft_mean_ms": statistics.mean(ttfts),
+        "prefix_hit_rate": (after.hits - before.hits) / queries if queries else 0.0,
+        "cached_share": sum(r["cached_tokens"] for r in results)
+        / max(sum(r["prompt_tokens"] for r in results), 1),
+        "prompt_tokens_mean": statistics.mean(r["prompt_tokens"] for r in results),
+        "split": dict(sorted(Counter(r["served"] for r in results).items())),
+        "group_affinity": affinity,
+        "tokens_per_s": sum(r["tokens"] for r in results) / elapsed,
+        "elapsed_s": elapsed,
+    }
+
+
+def random_model_folder(shape: str, folder: Path, tokenizer_dir: Path, dtype: str) -> str:
+    """A random-weight HF folder of `shape` (the GPU has no real weights), with a carried tokenizer."""
+    import shutil
+
+    import torch
+
+    from bench.engine_gpu_models import build_hf
+
+    tokenizer = json.loads((tokenizer_dir / "tokenizer.json").read_text())
+    vocab = len(tokenizer["model"]["vocab"]) + len(
+        [t for t in tokenizer.get("added_tokens", []) if t["id"] >= len(tokenizer["model"]["vocab"])]
+    )
+    torch_dtype = torch.bfloat16 if dtype in ("bf16", "int8", "int4") else torch.float32
+    model = build_hf(shape, torch.device("cuda" if torch.cuda.is_available() else "cpu"), vocab_size=vocab)
+    model.to(torch_dtype).save_pretrained(folder, safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (tokenizer_dir / name).exists():
+            shutil.copy(tokenizer_dir / name, folder / name)
+    del model
+    return str(folder)
+
+
+def export_tokenizer(folder: Path) -> None:
+    """Write SmolLM2's tokenizer (from the packaged GGUF) as tokenizer.json, to carry to a GPU machine."""
+    from backends.local_engine.gguf_loader import load_gguf, packaged_model_path
+    from backends.local_engine.tokenizer import load_tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    load_tokenizer(load_gguf(packaged_model_path()).tokenizer).backend.save(str(folder / "tokenizer.json"))
+
+
+def print_table(rows: list[dict], setup: dict) -> None:
+    print(f"\nengine-aware routing: {setup}")
+    print(f"{'strategy':<18} {'TTFT p50':>9} {'p90':>8} {'mean':>8} {'hit rate':>9} {'cached':>7} {'affinity':>9} "
+          f"{'tok/s':>7}  split")  # fmt: skip
+    for r in rows:
+        print(f"{r['strategy']:<18} {r['ttft_p50_ms']:>7.0f}ms {r['ttft_p90_ms']:>6.0f}ms "
+              f"{r['ttft_mean_ms']:>6.0f}ms {r['prefix_hit_rate']:>9.3f} {r['cached_share']:>7.3f} {r['group_affinity']:>9.3f} "
+              f"{r['tokens_per_s']:>7.1f}  {r['split']}")  # fmt: skip
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    model = args.model
+    if args.random_shape:
+        folder = Path(args.work_dir) / args.random_shape
+        model = random_model_folder(args.random_shape, folder, Path(args.tokenizer_dir), args.dtype)
+    engines = [start_engine(args, model) for _ in range(2)]
+    try:
+        async with aiohttp.ClientSession() as session:
+            for engine in engines:
+                await wait_ready(session, engine.url, "/health")
+        rows = [await run_strategy(args, engines, strategy) for strategy in args.strategies]
+    finally:
+        for engine in engines:
+            engine.stop()
+    setup = {k: getattr(args, k) for k in ("device", "dtype", "random_shape", "groups", "clients", "requests",
+                                           "prefix_tokens", "max_tokens", "kv_mb", "threads")}  # fmt: skip
+    setup["model"] = args.random_shape or args.model or "SmolLM2-135M (packaged GGUF)"
+    print_table(rows, setup)
+    path = write_json(args.name, {"setup": setup, "rows": rows})
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="int4")
+    parser.add_argument("--model", default=None, help="GGUF file or HF folder (default: SmolLM2)")
+    parser.add_argument("--random-shape", default=None, help="a bench.engine_gpu_models shape, e.g. llama-1b")
+    parser.add_argument("--tokenizer-dir", default=".gpu/tokenizer", help="tokenizer.json for --random-shape")
+    parser.add_argument("--work-dir", default="/tmp/engine_routing")
+    parser.add_argument("--export-tokenizer", default=None, help="write SmolLM2's tokenizer.json here, exit")
+    parser.add_argument("--groups", type=int, default=6)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=48)
+    parser.add_argument("--prefix-tokens", type=int, default=384)
+    parser.add_argument("--max-tokens", type=int, default=4)
+    parser.add_argument("--kv-mb", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
+    parser.add_argument("--name", default="engine_routing_cpu", help="results file name under bench/results")
+    args = parser.parse_args()
+    if args.export_tokenizer:
+        export_tokenizer(Path(args.export_tokenizer))
+        return
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
