@@ -7,7 +7,7 @@ import pytest
 
 from bench.cascade_curves import escalated, point
 from bench.routing_curves import oracle_scores, random_curve, routing_curve
-from bench.trivia_data import group, is_correct, load_questions, normalise
+from bench.trivia_data import group, is_correct, load_questions, normalise, prompt
 from routing.confidence import choice_margins, mean_logprob, min_window
 from routing.learned import (
     ANSWER_FEATURES,
@@ -41,6 +41,23 @@ def test_question_set_is_large_public_and_grouped_by_quiz_site() -> None:
 )
 def test_answer_checker(aliases: list[str], text: str, ok: bool) -> None:
     assert is_correct({"aliases": aliases}, text) is ok
+
+
+def test_trivia_prompt_is_the_recorded_three_shot_q_a() -> None:
+    expected = (
+        "Q: What is the capital of France?\nA: Paris\n\nQ: Which planet is known as the Red Planet?\nA: Mars\n\n"
+        "Q: Who wrote the play Romeo and Juliet?\nA: William Shakespeare\n\nQ: Who was Nero?\nA:"
+    )
+    assert prompt({"id": "qb_1", "question": "Who was Nero?"}) == expected
+
+
+@pytest.mark.parametrize("name", ["trivia_qa", "basic_skills"])
+def test_every_shot_and_question_ends_in_an_answer_slot(name: str) -> None:
+    """No example ends where a blank line is the likeliest continuation (Gemma answered "" there)."""
+    for question in load_questions(name)[:50]:
+        blocks = prompt(question).split("\n\n")
+        assert len(blocks) == 4 and blocks[-1] == f"Q: {question['question']}\nA:"
+        assert all(b.startswith("Q: ") and "\nA: " in b and b.split("\nA: ")[1] for b in blocks[:3])
 
 
 def test_normalise_drops_case_punctuation_and_articles() -> None:
