@@ -2,9 +2,9 @@
 
 Both models are base-style completers (Gemma 3 270M is the pretrained model, not the instruction-tuned
 one), so each question is asked as a 3-shot completion "Q: ...\\nA:" cut at the first newline. Every
-shot and the question end in an explicit "A:" answer slot, also basic_skills' sentences and sums to
-complete: without it, shots separated by blank lines make "\\n\\n" Gemma's likeliest next token (an empty
-answer). An answer is correct when one of TriviaQA's normalised aliases appears as whole words in the
+shot and the question end in an explicit answer slot ("A:", or a sum's "="), also basic_skills' sentences
+to complete: without it, shots separated by blank lines make "\\n\\n" Gemma's likeliest next token (an
+empty answer). An answer is correct when one of TriviaQA's normalised aliases appears as whole words in the
 normalised answer (lower case, punctuation to spaces, no articles: TriviaQA's own normalisation).
 """
 
@@ -30,6 +30,9 @@ COMPLETION_SHOTS = {
                          ("The season that comes after spring is", "summer")),
     "arithmetic": (("3 + 4 =", "7"), ("12 - 5 =", "7"), ("6 * 3 =", "18")),
 }  # fmt: skip
+# An equation's trailing "=" is its own answer slot: "Q: 5 + 14 =\nA:" halved both models' arithmetic scores
+# (SmolLM2 0.16 -> 0.08, Gemma 0.15 -> 0.055 on basic_skills' 200 sums), so sums keep "a + b = c" shots.
+SLOTS = {"arithmetic": "{}"}
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans({c: " " for c in string.punctuation + "‘’´`"})
 
@@ -40,9 +43,11 @@ def load_questions(name: str = "trivia_qa") -> list[dict[str, Any]]:
 
 
 def prompt(question: dict[str, Any]) -> str:
-    """3 shots and the question, each "Q: ...\\nA:"; the model's answer is the rest of the last line."""
-    shots = COMPLETION_SHOTS.get(question.get("task") or "", SHOTS)
-    return "".join(f"Q: {q}\nA: {a}\n\n" for q, a in shots) + f"Q: {question['question']}\nA:"
+    """3 shots and the question, each ending in its answer slot; the model's answer is the rest of the line."""
+    task = question.get("task") or ""
+    slot = SLOTS.get(task, "Q: {}\nA:")
+    shots = "".join(f"{slot.format(q)} {a}\n\n" for q, a in COMPLETION_SHOTS.get(task, SHOTS))
+    return shots + slot.format(question["question"])
 
 
 def normalise(text: str) -> str:

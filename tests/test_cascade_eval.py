@@ -1,5 +1,6 @@
 """The evaluation's arithmetic (curves, APGR, CPT, escalation), the TriviaQA checker and question set."""
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -55,9 +56,14 @@ def test_trivia_prompt_is_the_recorded_three_shot_q_a() -> None:
 def test_every_shot_and_question_ends_in_an_answer_slot(name: str) -> None:
     """No example ends where a blank line is the likeliest continuation (Gemma answered "" there)."""
     for question in load_questions(name)[:50]:
-        blocks = prompt(question).split("\n\n")
-        assert len(blocks) == 4 and blocks[-1] == f"Q: {question['question']}\nA:"
-        assert all(b.startswith("Q: ") and "\nA: " in b and b.split("\nA: ")[1] for b in blocks[:3])
+        *shots, last = prompt(question).split("\n\n")
+        assert len(shots) == 3 and last.endswith(question["question"] + ("" if "=" in last else "\nA:"))
+        for shot in shots:
+            assert re.fullmatch(r"Q: [^\n]+\nA: [^\n]+|[^\n]+ = \S+", shot), shot
+
+
+def test_sums_keep_their_equals_sign_as_the_slot() -> None:
+    assert prompt({"task": "arithmetic", "question": "5 + 14 ="}).endswith("6 * 3 = 18\n\n5 + 14 =")
 
 
 def test_normalise_drops_case_punctuation_and_articles() -> None:
