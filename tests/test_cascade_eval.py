@@ -77,6 +77,8 @@ def test_escalation_sends_the_least_confident_share_and_scores_it() -> None:
     picks = np.random.default_rng(0).integers(0, 4, size=(50, 4))
     result = point(escalated(confidence, 0.5), weak, strong, picks)
     assert result["accuracy"] == 1.0 and result["vs_large"] == 0.5
+    assert result["vs_small"] == 0.5 and result["vs_random"] == 0.5  # random at 50 % expects 0.5
+    assert result["vs_random_low"] <= result["vs_random"] <= result["vs_random_high"]
     assert result["low"] <= result["accuracy"] <= result["high"]
 
 
