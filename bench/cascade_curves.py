@@ -34,13 +34,17 @@ def escalated(confidence: np.ndarray, rate: float) -> np.ndarray:
 
 
 def point(mask: np.ndarray, weak: np.ndarray, strong: np.ndarray, picks: np.ndarray) -> dict[str, float]:
+    """Accuracy with its interval, and paired differences (same resampled questions) against the large model
+    alone, the small one alone and random escalation's expected accuracy at the same share."""
     correct = np.where(mask, strong, weak)
-    boot = correct[picks].mean(axis=1)
-    gain = (correct - strong)[picks].mean(axis=1)  # paired: cascade minus the large model alone
-    low, high = interval(boot)
-    return {"accuracy": float(correct.mean()), "low": low, "high": high,
-            "vs_large": float((correct - strong).mean()), "vs_large_low": interval(gain)[0],
-            "vs_large_high": interval(gain)[1]}  # fmt: skip
+    rate = mask.mean()
+    low, high = interval(correct[picks].mean(axis=1))
+    result = {"accuracy": float(correct.mean()), "low": low, "high": high}
+    for name, other in (("large", strong), ("small", weak), ("random", (1 - rate) * weak + rate * strong)):
+        gain = (correct - other)[picks].mean(axis=1)
+        result |= {f"vs_{name}": float((correct - other).mean()), f"vs_{name}_low": interval(gain)[0],
+                   f"vs_{name}_high": interval(gain)[1]}  # fmt: skip
+    return result
 
 
 def evaluate(saved: dict[str, Any], questions: list[dict], transfer: bool = False) -> dict[str, Any]:
@@ -55,8 +59,11 @@ def evaluate(saved: dict[str, Any], questions: list[dict], transfer: bool = Fals
     )
     confidence = {
         "mean_logprob": np.array([mean_logprob(r["logprobs"]) for r in rows_s]),
-        **({"learned (fit on TriviaQA)": transferred(questions, small)} if transfer
-           else {"learned (leave-one-site-out)": leave_one_site_out(questions, small)}),  # fmt: skip
+        **(
+            {"learned (fit on TriviaQA)": transferred(questions, small)}
+            if transfer
+            else {"learned (leave-one-site-out)": leave_one_site_out(questions, small)}
+        ),  # fmt: skip
     }
     picks = np.random.default_rng(0).integers(0, len(weak), size=(SAMPLES, len(weak)))
     rng = np.random.default_rng(1)
@@ -117,8 +124,10 @@ def _targets(table: dict[str, list[dict]], large_accuracy: float) -> dict[str, d
         if name == "random":
             continue
         matching = [p for p in points if p["accuracy"] >= large_accuracy and p["rate"] < 1.0]
+        beating = [p for p in points if p["vs_large"] > 0 and p["vs_small"] > 0]
         out[name] = {"cheapest_matching_large": min(matching, key=lambda p: p["cost"]) if matching else None,
-                     "best": max(points, key=lambda p: p["accuracy"])}  # fmt: skip
+                     "best": max(points, key=lambda p: p["accuracy"]),
+                     "beats_both_at": [p["rate"] for p in beating]}  # fmt: skip
     return out
 
 
@@ -131,6 +140,11 @@ def print_result(result: dict[str, Any]) -> None:
         cells = [result["curves"][n][i] for n in names]
         print(f"{rate:>8.0%}   " + "  ".join(
             f"{c['accuracy']:.3f} [{c['low']:.3f},{c['high']:.3f}] ${c['cost']:.2f}" for c in cells))  # fmt: skip
+    print("\npaired gain over random escalation at the same share [95 %]:")
+    for i, rate in enumerate(RATES[1:-1], start=1):
+        cells = [result["curves"][n][i] for n in names if n != "random"]
+        print(f"{rate:>8.0%}   " + "  ".join(
+            f"{c['vs_random']:+.3f} [{c['vs_random_low']:+.3f},{c['vs_random_high']:+.3f}]" for c in cells))  # fmt: skip
     print("\ncost = share of Gemma-only cost; APGR [95 %] / AUROC:")
     for name, s in result["summary"].items():
         print(

@@ -1,9 +1,11 @@
 """The TriviaQA questions of the live cascade benchmark (bench/data/trivia_qa/, Apache-2.0, see its README).
 
 Both models are base-style completers (Gemma 3 270M is the pretrained model, not the instruction-tuned
-one), so each question is asked as a 3-shot completion "Q: ...\\nA:" cut at the first newline. An answer
-is correct when one of TriviaQA's normalised aliases appears as whole words in the normalised answer
-(lower case, punctuation to spaces, no articles: TriviaQA's own normalisation).
+one), so each question is asked as a 3-shot completion "Q: ...\\nA:" cut at the first newline. Every
+shot and the question end in an explicit answer slot ("A:", or a sum's "="), also basic_skills' sentences
+to complete: without it, shots separated by blank lines make "\\n\\n" Gemma's likeliest next token (an
+empty answer). An answer is correct when one of TriviaQA's normalised aliases appears as whole words in the
+normalised answer (lower case, punctuation to spaces, no articles: TriviaQA's own normalisation).
 """
 
 import json
@@ -23,12 +25,14 @@ SHOTS = (
     ("Which planet is known as the Red Planet?", "Mars"),
     ("Who wrote the play Romeo and Juliet?", "William Shakespeare"),
 )
-PREFIX = "".join(f"Q: {q}\nA: {a}\n\n" for q, a in SHOTS)
 COMPLETION_SHOTS = {
-    "common_knowledge": ("The capital city of France is Paris", "The animal that says moo is a cow",
-                         "The season that comes after spring is summer"),
-    "arithmetic": ("3 + 4 = 7", "12 - 5 = 7", "6 * 3 = 18"),
+    "common_knowledge": (("The capital city of France is", "Paris"), ("The animal that says moo is a", "cow"),
+                         ("The season that comes after spring is", "summer")),
+    "arithmetic": (("3 + 4 =", "7"), ("12 - 5 =", "7"), ("6 * 3 =", "18")),
 }  # fmt: skip
+# An equation's trailing "=" is its own answer slot: "Q: 5 + 14 =\nA:" halved both models' arithmetic scores
+# (SmolLM2 0.16 -> 0.08, Gemma 0.15 -> 0.055 on basic_skills' 200 sums), so sums keep "a + b = c" shots.
+SLOTS = {"arithmetic": "{}"}
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans({c: " " for c in string.punctuation + "‘’´`"})
 
@@ -39,10 +43,11 @@ def load_questions(name: str = "trivia_qa") -> list[dict[str, Any]]:
 
 
 def prompt(question: dict[str, Any]) -> str:
-    task = question.get("task")
-    if task in COMPLETION_SHOTS:
-        return "".join(f"{shot}\n\n" for shot in COMPLETION_SHOTS[task]) + question["question"]
-    return f"{PREFIX}Q: {question['question']}\nA:"
+    """3 shots and the question, each ending in its answer slot; the model's answer is the rest of the line."""
+    task = question.get("task") or ""
+    slot = SLOTS.get(task, "Q: {}\nA:")
+    shots = "".join(f"{slot.format(q)} {a}\n\n" for q, a in COMPLETION_SHOTS.get(task, SHOTS))
+    return shots + slot.format(question["question"])
 
 
 def normalise(text: str) -> str:

@@ -1,5 +1,6 @@
 """The evaluation's arithmetic (curves, APGR, CPT, escalation), the TriviaQA checker and question set."""
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 
 from bench.cascade_curves import escalated, point
 from bench.routing_curves import oracle_scores, random_curve, routing_curve
-from bench.trivia_data import group, is_correct, load_questions, normalise
+from bench.trivia_data import group, is_correct, load_questions, normalise, prompt
 from routing.confidence import choice_margins, mean_logprob, min_window
 from routing.learned import (
     ANSWER_FEATURES,
@@ -43,6 +44,28 @@ def test_answer_checker(aliases: list[str], text: str, ok: bool) -> None:
     assert is_correct({"aliases": aliases}, text) is ok
 
 
+def test_trivia_prompt_is_the_recorded_three_shot_q_a() -> None:
+    expected = (
+        "Q: What is the capital of France?\nA: Paris\n\nQ: Which planet is known as the Red Planet?\nA: Mars\n\n"
+        "Q: Who wrote the play Romeo and Juliet?\nA: William Shakespeare\n\nQ: Who was Nero?\nA:"
+    )
+    assert prompt({"id": "qb_1", "question": "Who was Nero?"}) == expected
+
+
+@pytest.mark.parametrize("name", ["trivia_qa", "basic_skills"])
+def test_every_shot_and_question_ends_in_an_answer_slot(name: str) -> None:
+    """No example ends where a blank line is the likeliest continuation (Gemma answered "" there)."""
+    for question in load_questions(name)[:50]:
+        *shots, last = prompt(question).split("\n\n")
+        assert len(shots) == 3 and last.endswith(question["question"] + ("" if "=" in last else "\nA:"))
+        for shot in shots:
+            assert re.fullmatch(r"Q: [^\n]+\nA: [^\n]+|[^\n]+ = \S+", shot), shot
+
+
+def test_sums_keep_their_equals_sign_as_the_slot() -> None:
+    assert prompt({"task": "arithmetic", "question": "5 + 14 ="}).endswith("6 * 3 = 18\n\n5 + 14 =")
+
+
 def test_normalise_drops_case_punctuation_and_articles() -> None:
     assert normalise("The  Beatles!") == "beatles"
 
@@ -54,6 +77,8 @@ def test_escalation_sends_the_least_confident_share_and_scores_it() -> None:
     picks = np.random.default_rng(0).integers(0, 4, size=(50, 4))
     result = point(escalated(confidence, 0.5), weak, strong, picks)
     assert result["accuracy"] == 1.0 and result["vs_large"] == 0.5
+    assert result["vs_small"] == 0.5 and result["vs_random"] == 0.5  # random at 50 % expects 0.5
+    assert result["vs_random_low"] <= result["vs_random"] <= result["vs_random_high"]
     assert result["low"] <= result["accuracy"] <= result["high"]
 
 

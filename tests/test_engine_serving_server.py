@@ -11,6 +11,7 @@ import uvicorn
 from test_engine_serving_fakes import FakeDetokenizer, FakeRunner, fake_probs
 
 from backends.local_engine.async_engine import AsyncEngine
+from backends.local_engine.chat_template import ChatTemplate, text_messages
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.engine import LLMEngine
 from backends.local_engine.metrics import EngineMetrics
@@ -26,6 +27,8 @@ def fake_load() -> LoadedEngine:
         return [1 + ord(c) % 50 for c in text]
 
     def encode_chat(messages: list[dict]) -> list[int]:
+        if messages[0]["role"] == "assistant":  # as Gemma's template does
+            raise ValueError("chat template: Conversation roles must alternate user/assistant/user/...")
         return encode_text("".join(m["content"] for m in messages))
 
     model = ServedModel("fake", encode_text, encode_chat, lambda t: f"<{t}>")
@@ -119,6 +122,60 @@ def test_bad_parameters_are_openai_shaped_400s(client, kwargs, param):
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}], **kwargs)
     assert info.value.body["param"] == param and info.value.body["type"] == "invalid_request_error"
+
+
+def test_text_content_parts_are_joined_like_a_string(client):
+    def ask(content):
+        messages = [{"role": "user", "content": content}]
+        return client.chat.completions.create(model="fake", messages=messages, max_tokens=4, temperature=0)
+
+    parts = [{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}]
+    as_parts, as_string = ask(parts), ask("hello")
+    assert as_parts.usage.prompt_tokens == as_string.usage.prompt_tokens == 5
+    assert as_parts.choices[0].message.content == as_string.choices[0].message.content
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+        "just a string",
+    ],
+)
+def test_non_text_content_part_is_an_openai_shaped_400(server, part):
+    content = [{"type": "text", "text": "what is this?"}, part]
+    body = {
+        "model": "fake",
+        "messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": content}],
+    }
+    response = httpx.post(f"{server[0]}/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["param"] == "messages[1].content"
+    assert error["code"] == "unsupported_content_type" and "messages[1].content[1]" in error["message"]
+
+
+def test_text_part_without_text_is_a_400(server):
+    body = {"model": "fake", "messages": [{"role": "user", "content": [{"type": "text"}]}]}
+    response = httpx.post(f"{server[0]}/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "messages[0].content[0].text"
+
+
+def test_conversation_the_template_refuses_is_a_400(server):
+    body = {"model": "fake", "messages": [{"role": "assistant", "content": "hi"}]}
+    response = httpx.post(f"{server[0]}/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "messages" and "roles must alternate" in error["message"]
+
+
+def test_template_renders_joined_parts_not_a_python_literal():
+    messages = text_messages([{"role": "user", "content": [{"type": "text", "text": "Q: 2+2?"}]}])
+    prompt = ChatTemplate(None, "", "").render(messages)
+    assert prompt == "<|im_start|>user\nQ: 2+2?<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_unknown_model_is_404(client):

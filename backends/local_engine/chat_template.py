@@ -6,6 +6,8 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from core.errors import bad_request
+
 # ChatML, used when a checkpoint carries no template of its own.
 DEFAULT_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
@@ -38,3 +40,30 @@ class ChatTemplate:
             )
         except TemplateError as error:
             raise ValueError(f"chat template: {error}") from error
+
+
+def text_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages whose `content` is an array of OpenAI content parts, with the text parts joined into one string.
+
+    The engine's models read text only: any other part (image_url, input_audio, file, ...) is a 400 naming it.
+    """
+    return [_text_message(i, m) if isinstance(m.get("content"), list) else m for i, m in enumerate(messages)]
+
+
+def _text_message(i: int, message: dict[str, Any]) -> dict[str, Any]:
+    texts = []
+    for j, part in enumerate(message["content"]):
+        param = f"messages[{i}].content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        readable = kind == "text" or (kind == "refusal" and message.get("role") == "assistant")
+        if not readable:
+            raise bad_request(
+                f"Invalid content part type {kind!r} in '{param}': this model reads text only "
+                "(parts of type 'text').",
+                param=f"messages[{i}].content",
+                code="unsupported_content_type",
+            )
+        if not isinstance(part.get(kind), str):
+            raise bad_request(f"Missing or non-string '{param}.{kind}'.", param=f"{param}.{kind}")
+        texts.append(part[kind])
+    return {**message, "content": "".join(texts)}

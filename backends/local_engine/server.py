@@ -19,6 +19,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backends.local_engine.async_engine import AsyncEngine
+from backends.local_engine.chat_template import text_messages
 from backends.local_engine.metrics import EngineMetrics
 from backends.local_engine.outputs import RequestOutput
 from backends.local_engine.protocol import Completion, sampling_params
@@ -127,7 +128,10 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
     if body["model"] != loaded.model.name:
         raise model_not_found(body["model"])
     params = sampling_params(endpoint, body, default_max_tokens, loaded.model.grammars)
-    tools = tool_request(body) if endpoint == "chat" else None
+    tools = None
+    if endpoint == "chat":
+        body = {**body, "messages": text_messages(body["messages"])}
+        tools = tool_request(body)
     if tools is not None:
         body = {**body, "messages": with_tools_prompt(body["messages"], tools)}
     prompt_ids = _prompt_ids(loaded.model, endpoint, body)
@@ -142,7 +146,10 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
 
 def _prompt_ids(model: ServedModel, endpoint: str, body: dict[str, Any]) -> list[int]:
     if endpoint == "chat":
-        return model.encode_chat(body["messages"])
+        try:
+            return model.encode_chat(body["messages"])
+        except ValueError as error:  # the chat template refused the conversation (e.g. its role order)
+            raise bad_request(str(error), param="messages") from error
     prompt = body["prompt"]
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
