@@ -90,7 +90,7 @@ def workload(args: argparse.Namespace, salt: str) -> list[tuple[int, str]]:
     """(group, prompt) per request; the group sequence is the same for every strategy, the texts are not."""
     draw = random.Random(args.seed)
     texts = random.Random(f"{args.seed}-{salt}")
-    words_per_prefix = int(args.prefix_tokens / 1.3)  # English text: ~1.3 tokens per word here
+    words_per_prefix = int(args.prefix_tokens / 1.04)  # these words: ~1.04 SmolLM2 tokens each
     prefixes = [
         f"[{salt} group {g}] " + " ".join(texts.choice(WORDS) for _ in range(words_per_prefix))
         for g in range(args.groups)
@@ -140,6 +140,8 @@ async def run_strategy(args: argparse.Namespace, engines: list[Process], strateg
         async with aiohttp.ClientSession(
             headers=headers, timeout=aiohttp.ClientTimeout(total=1800)
         ) as session:
+            for url in [e.url for e in engines]:
+                await wait_ready(session, url, "/health")  # the model is loaded
             await wait_ready(session, gateway.url, "/health/ready")
             await asyncio.sleep(1.5)  # the first metrics scrape
             plan = workload(args, salt=strategy)
@@ -193,13 +195,11 @@ def random_model_folder(shape: str, folder: Path, tokenizer_dir: Path, dtype: st
     import shutil
 
     import torch
+    from tokenizers import Tokenizer
 
     from bench.engine_gpu_models import build_hf
 
-    tokenizer = json.loads((tokenizer_dir / "tokenizer.json").read_text())
-    vocab = len(tokenizer["model"]["vocab"]) + len(
-        [t for t in tokenizer.get("added_tokens", []) if t["id"] >= len(tokenizer["model"]["vocab"])]
-    )
+    vocab = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
     torch_dtype = torch.bfloat16 if dtype in ("bf16", "int8", "int4") else torch.float32
     model = build_hf(shape, torch.device("cuda" if torch.cuda.is_available() else "cpu"), vocab_size=vocab)
     model.to(torch_dtype).save_pretrained(folder, safe_serialization=True)
@@ -236,9 +236,6 @@ async def main_async(args: argparse.Namespace) -> None:
         model = random_model_folder(args.random_shape, folder, Path(args.tokenizer_dir), args.dtype)
     engines = [start_engine(args, model) for _ in range(2)]
     try:
-        async with aiohttp.ClientSession() as session:
-            for engine in engines:
-                await wait_ready(session, engine.url, "/health")
         rows = [await run_strategy(args, engines, strategy) for strategy in args.strategies]
     finally:
         for engine in engines:
