@@ -234,17 +234,20 @@ async def main_async(args: argparse.Namespace) -> None:
     if args.random_shape:
         folder = Path(args.work_dir) / args.random_shape
         model = random_model_folder(args.random_shape, folder, Path(args.tokenizer_dir), args.dtype)
-    engines = [start_engine(args, model) for _ in range(2)]
-    try:
-        rows = [await run_strategy(args, engines, strategy) for strategy in args.strategies]
-    finally:
-        for engine in engines:
-            engine.stop()
     setup = {k: getattr(args, k) for k in ("device", "dtype", "random_shape", "groups", "clients", "requests",
                                            "prefix_tokens", "max_tokens", "kv_mb", "threads")}  # fmt: skip
     setup["model"] = args.random_shape or args.model or "SmolLM2-135M (packaged GGUF)"
+    engines = [start_engine(args, model) for _ in range(2)]
+    rows: list[dict] = []
+    try:
+        for strategy in args.strategies:
+            rows.append(await run_strategy(args, engines, strategy))
+            path = write_json(args.name, {"setup": setup, "rows": rows})  # kept if a later strategy fails
+            print(f"{strategy}: done", flush=True)
+    finally:
+        for engine in engines:
+            engine.stop()
     print_table(rows, setup)
-    path = write_json(args.name, {"setup": setup, "rows": rows})
     print(f"wrote {path}")
 
 
