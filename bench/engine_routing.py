@@ -58,13 +58,15 @@ def start_engine(args: argparse.Namespace, model: str | None) -> Process:
     return Process(popen, port)
 
 
-async def wait_ready(session: aiohttp.ClientSession, url: str, path: str, timeout: float = 600) -> None:
+async def wait_ready(session: aiohttp.ClientSession, url: str, path: str, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             async with session.get(url + path) as response:
                 if response.status == 200:
                     return
+                if "engine_load_failed" in await response.text():
+                    raise RuntimeError(f"{url}: the engine failed to load (its log above says why)")
         except aiohttp.ClientError:
             pass
         await asyncio.sleep(0.5)

@@ -229,6 +229,25 @@ async def test_client_disconnect_aborts_the_stream_and_frees_blocks(server):
     assert engine.block_manager.num_free_blocks == 64
 
 
+def test_a_failed_load_says_so_without_its_details():
+    from fastapi.testclient import TestClient
+
+    def broken_load() -> LoadedEngine:
+        raise ModuleNotFoundError("No module named 'secret-path-sk-123'")
+
+    with TestClient(create_app(broken_load)) as http:
+        for _ in range(500):
+            reply = http.get("/health")
+            if reply.json()["error"]["code"] == "engine_load_failed":
+                break
+            time.sleep(0.01)
+        assert reply.status_code == 503
+        assert "ModuleNotFoundError" in reply.json()["error"]["message"]
+        assert "sk-123" not in reply.text
+        answer = http.post("/v1/completions", json={"model": "fake", "prompt": "x"})
+        assert answer.status_code == 503 and answer.json()["error"]["code"] == "engine_load_failed"
+
+
 def test_health_is_503_until_the_model_is_loaded():
     from fastapi.testclient import TestClient
 

@@ -72,6 +72,9 @@ class EngineState:
             self.failed = error
 
     def ready(self) -> LoadedEngine:
+        if self.failed is not None:  # the log has the traceback; the client gets the kind of failure only
+            message = f"The engine failed to load ({type(self.failed).__name__}); see the server log."
+            raise OpenAIError(503, message, code="engine_load_failed")
         if self.loaded is None or not self.loaded.engine.alive:
             raise OpenAIError(503, "The engine is not ready.", code="engine_not_ready")
         return self.loaded
