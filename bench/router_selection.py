@@ -39,13 +39,29 @@ class Candidate:
 _LENGTH = ("log_chars", "log_words", "log_lines", "log_sentences")
 _MARKERS = ("log_chars", "log_numbers", "log_math_symbols", "log_code_markers", "log_reasoning_words",
             "log_question_marks", "log_creative_words", "log_explain_words")  # fmt: skip
+# Multiple-choice structure (routing/features.py), alone beside length or added to the markers:
+_LEN_PARTS = ("log_chars", "log_parts")
+_STRUCTURE = ("log_chars", "log_sentences", "log_parts", "log_negation", "catch_all_option")
+_OPTIONS = (*_STRUCTURE, "log_option_chars", "numeric_option_share")
+
+
+def _columns(names: tuple[str, ...]) -> np.ndarray:
+    return np.array([TEXT_FEATURES.index(n) for n in names])
+
+
 TEXT_SETS = {
-    "markers": np.array([TEXT_FEATURES.index(n) for n in _MARKERS]),
+    "markers": _columns(_MARKERS),
+    "len_parts": _columns(_LEN_PARTS),
+    "len_parts_sent": _columns(_LEN_PARTS + ("log_sentences",)),
+    "structure": _columns(_STRUCTURE),
+    "options": _columns(_OPTIONS),
+    "markers_parts": _columns(_MARKERS + ("log_parts",)),
     "all": np.arange(len(TEXT_FEATURES)),
-    "length": np.array([TEXT_FEATURES.index(n) for n in _LENGTH]),
+    "length": _columns(_LENGTH),
     "off": np.zeros(0, int),
-    "chars": np.array([TEXT_FEATURES.index("log_chars")]),
+    "chars": _columns(("log_chars",)),
 }
+_STRUCTURE_SETS = ("len_parts", "len_parts_sent", "structure", "options", "markers_parts")
 LENGTH_HEURISTIC = Candidate("chars", "none", 0, "fixed", 0.0)
 CANDIDATES = [
     *(Candidate("all", "none", 0, head, c) for head in ("weak", "gain") for c in (0.01, 1.0)),
@@ -63,9 +79,9 @@ CANDIDATES = [
 TEXT_CANDIDATES = [
     *(
         Candidate(t, "none", 0, head, c)
-        for t in ("all", "length", "markers")
+        for t in ("all", "length", "markers", *_STRUCTURE_SETS)
         for head in ("weak", "gain")
-        for c in (0.01, 1.0)
+        for c in (0.01, 0.1, 1.0)
     ),
     LENGTH_HEURISTIC,
 ]
