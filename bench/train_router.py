@@ -1,6 +1,6 @@
 """Train the learned router (MMLU replay) as a logistic model; the cascade confidence has its own command.
 
-    .venv/bin/python -m bench.train_router router [--no-embeddings] [--per-group N]
+    .venv/bin/python -m bench.train_router router [--no-embeddings] [--per-group N] [--rule mean|maximin]
         # → routing/models/router_lr.npz, bench/results/router_selection.json + router_logo_scores.npz
     .venv/bin/python -m bench.train_router cascade   # = python -m bench.train_cascade_confidence
 
@@ -49,11 +49,15 @@ def main() -> None:
     parser.add_argument(
         "--per-group", type=int, default=None, help="router: MMLU questions sampled per group"
     )
+    parser.add_argument(
+        "--rule", choices=["mean", "maximin"], default="mean",
+        help="router: mean held-out MMLU-group APGR, or maximin against length over the groups and MT-Bench",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.which == "router":
         from bench.cascade_eval import train_replay_router
 
-        model, selection = train_replay_router(not args.no_embeddings, args.per_group)
+        model, selection = train_replay_router(not args.no_embeddings, args.per_group, args.rule)
         model.save(MODELS_DIR / "router_lr.npz")
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "router_selection.json").write_text(json.dumps(selection, indent=2))

@@ -64,6 +64,9 @@ TEXT_FEATURES = (
     "numeric_option_share",
 )
 
+# The multiple-choice features above: zero on prompts without lettered options or enumerated parts.
+MULTIPLE_CHOICE_FEATURES = TEXT_FEATURES[-5:]
+
 
 def text_features(texts: list[str]) -> np.ndarray:
     """One row of TEXT_FEATURES per text (float32)."""

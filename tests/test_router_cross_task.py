@@ -5,11 +5,21 @@ import asyncio
 import numpy as np
 import pytest
 
-from bench.router_selection import Candidate, TaskData, heldout_apgr, select, strong_need, train_candidate
+from bench.router_selection import (
+    LENGTH_HEURISTIC,
+    UNSEEN,
+    Candidate,
+    TaskData,
+    choose,
+    heldout_apgr,
+    select,
+    strong_need,
+    train_candidate,
+)
 from bench.routing_curves import bootstrap_apgr, interval, random_apgr
 from routing.confidence import Learned
 from routing.config import MODELS_DIR
-from routing.features import TEXT_FEATURES, text_features
+from routing.features import MULTIPLE_CHOICE_FEATURES, TEXT_FEATURES, text_features
 from routing.learned import TextRouter, load_model
 
 
@@ -32,6 +42,33 @@ def test_text_features_mark_open_writing_explanations_and_questions() -> None:
     assert names["log_creative_words"].tolist()[0] > 0 == names["log_creative_words"][2]
     assert names["log_explain_words"][1] > names["log_explain_words"][0] == 0
     assert names["log_question_marks"][1] > 0 == names["log_question_marks"][2]
+
+
+def test_multiple_choice_features_read_parts_negation_catch_all_and_options() -> None:
+    mc = "Statement 1 | A group is abelian. Statement 2 | Rings are fields.\nA. True, True\nB. False, False"
+    texts = [mc, "Which is NOT a mammal?\nA. 12\nB. 7.5\nC. none of the above\nD. 3", "Tell me a joke."]
+    rows = text_features(texts)
+    names = {name: rows[:, i] for i, name in enumerate(TEXT_FEATURES)}
+    assert names["log_parts"][0] > 0 == names["log_parts"][1] == names["log_parts"][2]
+    assert names["log_negation"][1] > 0 == names["log_negation"][0]
+    assert names["catch_all_option"].tolist() == [0.0, 1.0, 0.0]
+    assert names["numeric_option_share"].tolist() == [0.0, 0.75, 0.0]
+    assert names["log_option_chars"][0] > names["log_option_chars"][1] > 0 == names["log_option_chars"][2]
+
+
+def test_choose_by_mean_or_by_the_worst_margin_over_length() -> None:
+    length = LENGTH_HEURISTIC.name
+    apgr = {
+        length: {"a": 0.55, "b": 0.55, UNSEEN: 0.55},
+        "spiky": {"a": 0.80, "b": 0.50, UNSEEN: 0.70},  # best mean, loses to length on b
+        "steady": {"a": 0.57, "b": 0.56, UNSEEN: 0.40},  # beats length on both groups, not on UNSEEN
+    }
+    assert choose(apgr) == "spiky"  # mean over the MMLU groups; UNSEEN takes no part
+    assert choose(apgr, leave_out="a") == "steady"
+    assert choose(apgr, rule="maximin") == length  # nothing beats length on every task
+    assert choose(apgr, leave_out=UNSEEN, rule="maximin") == "steady"
+    with pytest.raises(ValueError):
+        choose(apgr, rule="best")
 
 
 def _synthetic(n: int = 800, seed: int = 0) -> TaskData:
@@ -63,7 +100,7 @@ def test_text_router_round_trips_and_scores_text(tmp_path) -> None:  # noqa: ANN
     assert (
         isinstance(loaded, TextRouter)
         and loaded.embedding == "pca"
-        and len(loaded.text_columns) == len(TEXT_FEATURES)
+        and len(loaded.text_columns) == len(TEXT_FEATURES) - len(MULTIPLE_CHOICE_FEATURES)
     )
     np.testing.assert_allclose(strong_need(loaded, data), strong_need(router, data), rtol=1e-4, atol=1e-5)
     texts = ["a short one", "Compute 3 * 4 + 5."]
