@@ -12,6 +12,8 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +29,7 @@ from bench.cross_task import (
     save_heldout,
     shipped_need,
 )
-from bench.routellm_data import RESULTS
+from bench.routellm_data import REPO, RESULTS
 from bench.routellm_tasks import load_mt_bench
 from bench.router_selection import (
     CANDIDATES,
@@ -44,8 +46,33 @@ from routing.config import MODELS_DIR
 from routing.learned import TextRouter
 
 ROUTER_PATH = MODELS_DIR / "router_lr.npz"
-LOGO_PATH = RESULTS / "router_logo_scores.npz"
-SELECTION_PATH = RESULTS / "router_selection.json"
+
+
+@dataclass(frozen=True)
+class RouterFiles:
+    """Where a training run leaves its router, held-out scores and selection. No tag: the shipped router;
+    a tag (a study, e.g. all of MMLU without embeddings) keeps its router under bench/results instead."""
+
+    tag: str = ""
+
+    def _name(self, stem: str, ext: str) -> str:
+        return f"{stem}-{self.tag}.{ext}" if self.tag else f"{stem}.{ext}"
+
+    @property
+    def router(self) -> Path:
+        return RESULTS / self._name("router_lr", "npz") if self.tag else ROUTER_PATH
+
+    @property
+    def logo(self) -> Path:
+        return RESULTS / self._name("router_logo_scores", "npz")
+
+    @property
+    def selection(self) -> Path:
+        return RESULTS / self._name("router_selection", "json")
+
+    @property
+    def replay_mode(self) -> str:
+        return f"replay-{self.tag}" if self.tag else "replay"
 
 
 def embed_minilm(prompts: list[str]) -> np.ndarray:
@@ -60,7 +87,10 @@ def embed_minilm(prompts: list[str]) -> np.ndarray:
 
 
 def train_replay_router(
-    with_embeddings: bool = True, per_group: int | None = None, rule: str = "mean"
+    with_embeddings: bool = True,
+    per_group: int | None = None,
+    rule: str = "mean",
+    files: RouterFiles = RouterFiles(),
 ) -> tuple[TextRouter, dict]:
     """The shipped router: the candidate chosen by `rule` (bench/router_selection.choose) on the 4 held-out
     MMLU groups (and MT-Bench for maximin), then fit on all of MMLU. Saves the held-out scores for `replay`."""
@@ -69,7 +99,7 @@ def train_replay_router(
     data, other = mmlu_data(embed, per_group), other_task_data(load_mt_bench(), embed)
     heldout = logo_scores(data, candidates)
     add_unseen_scores(heldout, data, other, candidates)
-    save_heldout(heldout, LOGO_PATH)
+    save_heldout(heldout, files.logo)
     apgr = group_apgr(heldout, data, other)
     chosen = next(c for c in candidates if c.name == choose(apgr, rule=rule))
     print(
@@ -81,11 +111,11 @@ def train_replay_router(
     return train_candidate(chosen, data), selection
 
 
-def replay(per_group: int | None = None) -> None:
-    if not ROUTER_PATH.exists() or not LOGO_PATH.exists():
+def replay(per_group: int | None = None, files: RouterFiles = RouterFiles()) -> None:
+    if not files.router.exists() or not files.logo.exists():
         sys.exit("run `python -m bench.train_router router` first (router + leave-one-group-out scores)")
-    heldout_scores = load_heldout(LOGO_PATH)
-    rule = json.loads(SELECTION_PATH.read_text()).get("rule", "mean") if SELECTION_PATH.exists() else "mean"
+    heldout_scores = load_heldout(files.logo)
+    rule = json.loads(files.selection.read_text()).get("rule", "mean") if files.selection.exists() else "mean"
     with_embeddings = any("minilm" in name or "pca" in name for name in heldout_scores)
     embed = embed_minilm if with_embeddings else None
     data, mt_bench = mmlu_data(embed, per_group), load_mt_bench()
@@ -95,7 +125,7 @@ def replay(per_group: int | None = None) -> None:
     chosen[UNSEEN] = choose(apgr, leave_out=UNSEEN, rule=rule)
     task = "MT-Bench (unseen, MMLU-trained)"
     unseen = rows_for(task, heldout_scores[chosen[UNSEEN]][UNSEEN], other, other.text[:, 0], "learned")
-    shipped = shipped_need(ROUTER_PATH, mt_bench, embed_minilm)
+    shipped = shipped_need(files.router, mt_bench, embed_minilm)
     used = "used in the choice" if rule == "maximin" else "unseen"
     unseen += rows_for(f"MT-Bench ({used})", shipped, other, other.text[:, 0], "shipped router")[-1:]
     print_rows(heldout + unseen)
@@ -107,8 +137,8 @@ def replay(per_group: int | None = None) -> None:
         mlow, mhigh = row[f"{UNSEEN}_ci"]
         print(f"{row['candidate']:<44} {row['mmlu_mean']:.3f} [{low:.3f}, {high:.3f}]"
               f"        {row[UNSEEN]:.3f} [{mlow:.3f}, {mhigh:.3f}]")  # fmt: skip
-    write("replay", {"rows": public(heldout + unseen), "rule": rule, "choices_per_task": chosen,
-                     "router": str(ROUTER_PATH), "candidates": candidates})  # fmt: skip
+    write(files.replay_mode, {"rows": public(heldout + unseen), "rule": rule, "choices_per_task": chosen,
+                              "router": str(files.router.relative_to(REPO)), "candidates": candidates})  # fmt: skip
 
 
 def write(mode: str, payload: dict) -> None:
@@ -127,9 +157,10 @@ def main() -> None:
     parser.add_argument(
         "--per-group", type=int, default=None, help="replay: the MMLU sample train_router used"
     )
+    parser.add_argument("--tag", default="", help="replay: the study `train_router router --tag` wrote")
     args, rest = parser.parse_known_args()
     if args.mode == "replay":
-        replay(args.per_group)
+        replay(args.per_group, RouterFiles(args.tag))
     else:
         from bench.cascade_live import main as live_main
 

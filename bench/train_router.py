@@ -1,7 +1,8 @@
 """Train the learned router (MMLU replay) as a logistic model; the cascade confidence has its own command.
 
-    .venv/bin/python -m bench.train_router router [--no-embeddings] [--per-group N] [--rule mean|maximin]
-        # → routing/models/router_lr.npz, bench/results/router_selection.json + router_logo_scores.npz
+    .venv/bin/python -m bench.train_router router [--no-embeddings] [--per-group N] [--rule mean|maximin] [--tag T]
+        # → routing/models/router_lr.npz, bench/results/router_selection.json + router_logo_scores.npz;
+        #   with --tag T a study: bench/results/router_lr-T.npz, router_selection-T.json, router_logo_scores-T.npz
     .venv/bin/python -m bench.train_router cascade   # = python -m bench.train_cascade_confidence
 
 scikit-learn is used here only; serving reads the weights with numpy (routing/learned.py).
@@ -15,7 +16,6 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 
 from bench.routellm_data import RESULTS
-from routing.config import MODELS_DIR
 from routing.learned import LogisticModel
 
 
@@ -53,14 +53,16 @@ def main() -> None:
         "--rule", choices=["mean", "maximin"], default="mean",
         help="router: mean held-out MMLU-group APGR, or maximin against length over the groups and MT-Bench",
     )  # fmt: skip
+    parser.add_argument("--tag", default="", help="router: a study, kept under bench/results (not shipped)")
     args = parser.parse_args()
     if args.which == "router":
-        from bench.cascade_eval import train_replay_router
+        from bench.cascade_eval import RouterFiles, train_replay_router
 
-        model, selection = train_replay_router(not args.no_embeddings, args.per_group, args.rule)
-        model.save(MODELS_DIR / "router_lr.npz")
+        files = RouterFiles(args.tag)
         RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "router_selection.json").write_text(json.dumps(selection, indent=2))
+        model, selection = train_replay_router(not args.no_embeddings, args.per_group, args.rule, files)
+        model.save(files.router)
+        files.selection.write_text(json.dumps(selection, indent=2))
         print("saved")
     else:
         from bench.train_cascade_confidence import main as train_cascade_confidence
