@@ -5,15 +5,20 @@ import asyncio
 import numpy as np
 import pytest
 
+from bench.cascade_eval import RouterFiles
+from bench.cross_task import candidate_rows
 from bench.router_selection import (
     LENGTH_HEURISTIC,
     UNSEEN,
     Candidate,
     TaskData,
+    add_unseen_scores,
     choose,
     heldout_apgr,
+    logo_scores,
     select,
     strong_need,
+    task_sets,
     train_candidate,
 )
 from bench.routing_curves import bootstrap_apgr, interval, random_apgr
@@ -69,6 +74,25 @@ def test_choose_by_mean_or_by_the_worst_margin_over_length() -> None:
     assert choose(apgr, leave_out=UNSEEN, rule="maximin") == "steady"
     with pytest.raises(ValueError):
         choose(apgr, rule="best")
+
+
+def test_candidate_rows_score_every_candidate_on_the_groups_and_the_other_task() -> None:
+    data, other = _synthetic(400), _synthetic(200, seed=1)
+    good, length = Candidate("all", "none", 0, "weak", 1.0), LENGTH_HEURISTIC
+    heldout = logo_scores(data, [good, length])
+    add_unseen_scores(heldout, data, other, [good, length])
+    rows = {r["candidate"]: r for r in candidate_rows(heldout, task_sets(data, other), samples=50)}
+    assert rows[good.name]["mmlu_mean"] > 0.6 and rows[good.name][UNSEEN] > 0.6  # feature 0 carries
+    low, high = rows[good.name]["mmlu_mean_ci"]
+    assert low < rows[good.name]["mmlu_mean"] < high and len(rows[good.name][f"{UNSEEN}_ci"]) == 2
+    assert set(rows[length.name]) >= {"a", "b", "c", "d", UNSEEN}
+
+
+def test_a_tagged_study_never_overwrites_the_shipped_router() -> None:
+    shipped, study = RouterFiles(), RouterFiles("full-text-mean")
+    assert shipped.router == MODELS_DIR / "router_lr.npz" and shipped.replay_mode == "replay"
+    assert study.router.parent.name == "results" and study.router.name == "router_lr-full-text-mean.npz"
+    assert study.logo != shipped.logo and study.selection.name == "router_selection-full-text-mean.json"
 
 
 def _synthetic(n: int = 800, seed: int = 0) -> TaskData:
