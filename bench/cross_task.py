@@ -41,7 +41,7 @@ def task_data(records: Records, embed: "callable | None", groups: np.ndarray) ->
         if embed is None
         else cached_embeddings(records.prompts, embed, kind="minilm128")
     )
-    return TaskData(text, emb, records.weak, records.strong, groups)
+    return TaskData(text, emb, records.weak, records.strong, groups, records.subjects)
 
 
 def mmlu_data(embed: "callable | None", per_group: int | None = None) -> TaskData:  # type: ignore[valid-type]

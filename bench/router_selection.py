@@ -14,7 +14,7 @@ import numpy as np
 from sklearn.decomposition import PCA
 
 from bench.routing_curves import routing_curve
-from bench.train_router import fit
+from bench.train_router import fit, fit_within_subject
 from routing.features import MULTIPLE_CHOICE_FEATURES, TEXT_FEATURES
 from routing.learned import GainModel, LogisticModel, TextRouter
 
@@ -24,7 +24,8 @@ class Candidate:
     text: str  # which text features of routing/features.py: "all", "length" (length and structure), "off"
     embedding: str  # "none" | "pca" | "full" (MiniLM)
     k: int  # PCA components when embedding == "pca"
-    head: str  # "weak": P(weak correct); "gain": P(weak) − P(strong); "fixed": longer = stronger, nothing fitted
+    head: str  # "weak": P(weak correct); "gain": P(weak) − P(strong); "fixed": longer = stronger, nothing fitted;
+    # "within": the strong − weak gain fitted within subjects (train_router.fit_within_subject)
     c: float  # inverse L2 strength
 
     @property
@@ -57,12 +58,13 @@ TEXT_SETS = {
     "structure": _columns(_STRUCTURE),
     "options": _columns(_OPTIONS),
     "markers_parts": _columns(_MARKERS + ("log_parts",)),
+    "all_mc": np.arange(len(TEXT_FEATURES)),  # every feature, the multiple-choice ones included
     "all": _columns(tuple(n for n in TEXT_FEATURES if n not in MULTIPLE_CHOICE_FEATURES)),
     "length": _columns(_LENGTH),
     "off": np.zeros(0, int),
     "chars": _columns(("log_chars",)),
 }
-_STRUCTURE_SETS = ("len_parts", "len_parts_sent", "structure", "options", "markers_parts")
+_STRUCTURE_SETS = ("len_parts", "len_parts_sent", "structure", "options", "markers_parts", "all_mc")
 LENGTH_HEURISTIC = Candidate("chars", "none", 0, "fixed", 0.0)
 CANDIDATES = [
     *(Candidate("all", "none", 0, head, c) for head in ("weak", "gain") for c in (0.01, 1.0)),
@@ -81,7 +83,7 @@ TEXT_CANDIDATES = [
     *(
         Candidate(t, "none", 0, head, c)
         for t in ("all", "length", "markers", *_STRUCTURE_SETS)
-        for head in ("weak", "gain")
+        for head in ("weak", "gain", "within")
         for c in (0.01, 0.1, 1.0)
     ),
     LENGTH_HEURISTIC,
@@ -97,9 +99,13 @@ class TaskData:
     weak: np.ndarray
     strong: np.ndarray
     group: np.ndarray
+    subject: np.ndarray | None = None  # finer than group (MMLU subject), for the "within" head
 
     def take(self, mask: np.ndarray) -> "TaskData":
-        return TaskData(self.text[mask], self.emb[mask], self.weak[mask], self.strong[mask], self.group[mask])
+        subject = None if self.subject is None else self.subject[mask]
+        return TaskData(
+            self.text[mask], self.emb[mask], self.weak[mask], self.strong[mask], self.group[mask], subject
+        )
 
 
 def train_candidate(candidate: Candidate, data: TaskData) -> TextRouter:
@@ -115,11 +121,18 @@ def train_candidate(candidate: Candidate, data: TaskData) -> TextRouter:
     if candidate.head == "fixed":  # P(weak good) falls with length: sigmoid(−standardised log length)
         router.head = LogisticModel(-np.ones(1), 0.0, x.mean(axis=0), x.std(axis=0) + 1e-6, False)
         return router
+    if candidate.head == "within":
+        router.head = fit_within_subject(x, data.weak, data.strong, _subjects(data), candidate.c)
+        return router
     weak = fit(x, data.weak, candidate.c, False)
     router.head = (
         weak if candidate.head == "weak" else GainModel(weak, fit(x, data.strong, candidate.c, False))
     )
     return router
+
+
+def _subjects(data: TaskData) -> np.ndarray:
+    return data.group if data.subject is None else data.subject
 
 
 def strong_need(router: TextRouter, data: TaskData) -> np.ndarray:
