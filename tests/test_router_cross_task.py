@@ -21,7 +21,7 @@ from bench.router_selection import (
     task_sets,
     train_candidate,
 )
-from bench.routing_curves import bootstrap_apgr, interval, random_apgr
+from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
 from routing.confidence import Learned
 from routing.config import MODELS_DIR
 from routing.features import MULTIPLE_CHOICE_FEATURES, TEXT_FEATURES, text_features
@@ -86,6 +86,31 @@ def test_candidate_rows_score_every_candidate_on_the_groups_and_the_other_task()
     low, high = rows[good.name]["mmlu_mean_ci"]
     assert low < rows[good.name]["mmlu_mean"] < high and len(rows[good.name][f"{UNSEEN}_ci"]) == 2
     assert set(rows[length.name]) >= {"a", "b", "c", "d", UNSEEN}
+
+
+def test_the_within_head_learns_the_within_subject_effect_not_the_subject_confound() -> None:
+    """Inside each subject a higher feature 0 means more gain; across subjects the one with higher values
+    gains less. The within head ranks by the first, the plain gain head is misled by the second."""
+    rng = np.random.default_rng(3)
+    n = 1200
+    subject = np.repeat(np.array(["s0", "s1", "s2"]), n // 3)
+    offset = np.select([subject == "s1", subject == "s2"], [3.0, 6.0], 0.0)
+    within = rng.normal(size=n)
+    text = rng.normal(size=(n, len(TEXT_FEATURES))).astype(np.float32)
+    text[:, 0] = within + offset
+    p_gain = 1 / (1 + np.exp(-(2 * within - offset)))
+    strong = (rng.random(n) < 0.5 + 0.45 * p_gain).astype(float)
+    weak = (rng.random(n) < 0.5 - 0.45 * p_gain).astype(float)
+    data = TaskData(text, np.zeros((n, 1), np.float32), weak, strong, subject, subject)
+    test = data.take(subject == "s0")
+    apgr, routers = {}, {}
+    for head in ("within", "gain"):
+        routers[head] = train_candidate(Candidate("all", "none", 0, head, 1.0), data.take(subject != "s0"))
+        apgr[head] = routing_curve(strong_need(routers[head], test), test.weak, test.strong).apgr()
+    assert apgr["within"] > 0.6 > apgr["gain"]
+    within = routers["within"]
+    confidence = within.head.confidence(within.design(test.text, test.emb))  # P(no gain): a probability
+    assert confidence.min() > 0.0 and confidence.max() < 1.0
 
 
 def test_a_tagged_study_never_overwrites_the_shipped_router() -> None:
