@@ -4,41 +4,75 @@
     .venv/bin/python -m bench.cascade_eval live     # SmolLM2 → Gemma 3 on TriviaQA through the gateway (bench/cascade_live.py)
 
 replay: the router chosen by cross-task validation, scored on MMLU subject groups held out (nested) and on
-MT-Bench (unseen), beside random routing and the length heuristic, with bootstrap 95 % intervals; writes
-bench/results/cascade_eval_replay.json. Needs the shared RouteLLM records (LLMGW_ROUTELLM_EVAL_DIR).
+MT-Bench (unseen: chosen on MMLU only), beside random routing and the length heuristic, with bootstrap
+95 % intervals, then every candidate's table; writes bench/results/cascade_eval_replay.json. Needs the shared RouteLLM records (LLMGW_ROUTELLM_EVAL_DIR).
 """
 
 import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from bench.cross_task import (
+    candidate_rows,
     load_heldout,
     mmlu_data,
     mmlu_heldout_rows,
+    other_task_data,
     print_rows,
     public,
+    rows_for,
     save_heldout,
-    unseen_task_rows,
+    shipped_need,
 )
-from bench.routellm_data import RESULTS
+from bench.routellm_data import REPO, RESULTS
 from bench.routellm_tasks import load_mt_bench
 from bench.router_selection import (
     CANDIDATES,
     TEXT_CANDIDATES,
+    UNSEEN,
+    add_unseen_scores,
     choose,
     group_apgr,
     logo_scores,
+    task_sets,
     train_candidate,
 )
 from routing.config import MODELS_DIR
 from routing.learned import TextRouter
 
 ROUTER_PATH = MODELS_DIR / "router_lr.npz"
-LOGO_PATH = RESULTS / "router_logo_scores.npz"
+
+
+@dataclass(frozen=True)
+class RouterFiles:
+    """Where a training run leaves its router, held-out scores and selection. No tag: the shipped router;
+    a tag (a study, e.g. all of MMLU without embeddings) keeps its router under bench/results instead."""
+
+    tag: str = ""
+
+    def _name(self, stem: str, ext: str) -> str:
+        return f"{stem}-{self.tag}.{ext}" if self.tag else f"{stem}.{ext}"
+
+    @property
+    def router(self) -> Path:
+        return RESULTS / self._name("router_lr", "npz") if self.tag else ROUTER_PATH
+
+    @property
+    def logo(self) -> Path:
+        return RESULTS / self._name("router_logo_scores", "npz")
+
+    @property
+    def selection(self) -> Path:
+        return RESULTS / self._name("router_selection", "json")
+
+    @property
+    def replay_mode(self) -> str:
+        return f"replay-{self.tag}" if self.tag else "replay"
 
 
 def embed_minilm(prompts: list[str]) -> np.ndarray:
@@ -53,36 +87,58 @@ def embed_minilm(prompts: list[str]) -> np.ndarray:
 
 
 def train_replay_router(
-    with_embeddings: bool = True, per_group: int | None = None
+    with_embeddings: bool = True,
+    per_group: int | None = None,
+    rule: str = "mean",
+    files: RouterFiles = RouterFiles(),
 ) -> tuple[TextRouter, dict]:
-    """The shipped router: the candidate with the best mean leave-one-group-out APGR over the 4 MMLU groups,
-    then fit on all of MMLU. Saves the held-out scores for `replay`."""
+    """The shipped router: the candidate chosen by `rule` (bench/router_selection.choose) on the 4 held-out
+    MMLU groups (and MT-Bench for maximin), then fit on all of MMLU. Saves the held-out scores for `replay`."""
     candidates = CANDIDATES if with_embeddings else TEXT_CANDIDATES
-    data = mmlu_data(embed_minilm if with_embeddings else None, per_group)
+    embed = embed_minilm if with_embeddings else None
+    data, other = mmlu_data(embed, per_group), other_task_data(load_mt_bench(), embed)
     heldout = logo_scores(data, candidates)
-    save_heldout(heldout, LOGO_PATH)
-    apgr = group_apgr(heldout, data)
-    chosen = next(c for c in candidates if c.name == choose(apgr))
-    means = {name: round(float(np.mean(list(v.values()))), 4) for name, v in apgr.items()}
-    print(f"chosen: {chosen.name} (mean held-out-group APGR {means[chosen.name]:.4f})")
+    add_unseen_scores(heldout, data, other, candidates)
+    save_heldout(heldout, files.logo)
+    apgr = group_apgr(heldout, data, other)
+    chosen = next(c for c in candidates if c.name == choose(apgr, rule=rule))
+    print(
+        f"chosen: {chosen.name} (held-out APGR {json.dumps({t: round(v, 4) for t, v in apgr[chosen.name].items()})})"
+    )
     table = {name: {g: round(v, 4) for g, v in groups.items()} for name, groups in apgr.items()}
-    selection = {"chosen": chosen.name, "per_group": per_group, "mean_logo_apgr": means, "logo_apgr": table}
+    selection = {"chosen": chosen.name, "rule": rule,
+                 "per_group": per_group, "heldout_apgr": table}  # fmt: skip
     return train_candidate(chosen, data), selection
 
 
-def replay(per_group: int | None = None) -> None:
-    if not ROUTER_PATH.exists() or not LOGO_PATH.exists():
+def replay(per_group: int | None = None, files: RouterFiles = RouterFiles()) -> None:
+    if not files.router.exists() or not files.logo.exists():
         sys.exit("run `python -m bench.train_router router` first (router + leave-one-group-out scores)")
-    heldout_scores = load_heldout(LOGO_PATH)
+    heldout_scores = load_heldout(files.logo)
+    rule = json.loads(files.selection.read_text()).get("rule", "mean") if files.selection.exists() else "mean"
     with_embeddings = any("minilm" in name or "pca" in name for name in heldout_scores)
-    data = mmlu_data(embed_minilm if with_embeddings else None, per_group)
-    heldout, chosen = mmlu_heldout_rows(data, heldout_scores)
-    unseen = unseen_task_rows("MT-Bench (unseen, MMLU-trained)", load_mt_bench(), embed_minilm, ROUTER_PATH)
+    embed = embed_minilm if with_embeddings else None
+    data, mt_bench = mmlu_data(embed, per_group), load_mt_bench()
+    other = other_task_data(mt_bench, embed)
+    apgr = group_apgr(heldout_scores, data, other)
+    heldout, chosen = mmlu_heldout_rows(data, heldout_scores, apgr, rule)
+    chosen[UNSEEN] = choose(apgr, leave_out=UNSEEN, rule=rule)
+    task = "MT-Bench (unseen, MMLU-trained)"
+    unseen = rows_for(task, heldout_scores[chosen[UNSEEN]][UNSEEN], other, other.text[:, 0], "learned")
+    shipped = shipped_need(files.router, mt_bench, embed_minilm)
+    used = "used in the choice" if rule == "maximin" else "unseen"
+    unseen += rows_for(f"MT-Bench ({used})", shipped, other, other.text[:, 0], "shipped router")[-1:]
     print_rows(heldout + unseen)
-    print("\ncandidate chosen without each held-out group:", json.dumps(chosen))
-    write(
-        "replay", {"rows": public(heldout + unseen), "choices_per_group": chosen, "router": str(ROUTER_PATH)}
-    )
+    print(f"\ncandidate chosen ({rule}) without each held-out task:", json.dumps(chosen))
+    candidates = candidate_rows(heldout_scores, task_sets(data, other))
+    print(f"\n{'candidate':<44} {'MMLU groups (mean) [95 %]':>26} {'MT-Bench [95 %]':>22}")
+    for row in candidates:
+        low, high = row["mmlu_mean_ci"]
+        mlow, mhigh = row[f"{UNSEEN}_ci"]
+        print(f"{row['candidate']:<44} {row['mmlu_mean']:.3f} [{low:.3f}, {high:.3f}]"
+              f"        {row[UNSEEN]:.3f} [{mlow:.3f}, {mhigh:.3f}]")  # fmt: skip
+    write(files.replay_mode, {"rows": public(heldout + unseen), "rule": rule, "choices_per_task": chosen,
+                              "router": str(files.router.relative_to(REPO)), "candidates": candidates})  # fmt: skip
 
 
 def write(mode: str, payload: dict) -> None:
@@ -101,9 +157,10 @@ def main() -> None:
     parser.add_argument(
         "--per-group", type=int, default=None, help="replay: the MMLU sample train_router used"
     )
+    parser.add_argument("--tag", default="", help="replay: the study `train_router router --tag` wrote")
     args, rest = parser.parse_known_args()
     if args.mode == "replay":
-        replay(args.per_group)
+        replay(args.per_group, RouterFiles(args.tag))
     else:
         from bench.cascade_live import main as live_main
 

@@ -3,13 +3,14 @@
     .venv/bin/python -m bench.cascade_eval replay
 
 What is used for what:
-- MMLU held out by subject group: every candidate is trained on three groups and scored on the fourth
-  (leave-one-group-out, bench/train_router.py saves these scores). The figure for group g is that of the
-  candidate with the best mean held-out APGR over the OTHER three groups (g's own score takes no part in
-  the choice; the models scored on the other groups did see g's questions in training).
-- MT-Bench: the router chosen by leave-one-group-out over all four MMLU groups and trained on all of MMLU
-  (the shipped routing/models/router_lr.npz, loaded from disk) is scored on MT-Bench, which is used for
-  no choice at all.
+- Every candidate is trained on three MMLU groups and scored on the fourth (leave-one-group-out), and
+  trained on all of MMLU and scored on MT-Bench (bench/train_router.py saves these scores). The choice
+  (bench/router_selection.choose, rule "mean" or "maximin") never sees the task whose figure it gives:
+- MMLU group g: the candidate chosen on the OTHER three groups (and MT-Bench under maximin); g's own
+  score takes no part in the choice (the models scored on the other groups did see g's questions).
+- MT-Bench: the candidate chosen on the four MMLU groups only, trained on all of MMLU. The shipped
+  routing/models/router_lr.npz is that one under "mean"; under "maximin" it is chosen on all five tasks,
+  so its MT-Bench row is then no unseen-task figure.
 Baselines on the same questions: random orderings and the length heuristic (longer → strong model).
 Intervals: bootstrap 95 % over the held-out questions (500 resamplings); random: 500 random orderings.
 """
@@ -22,7 +23,7 @@ import numpy as np
 
 from bench.routellm_data import Records, cached_embeddings, load_records
 from bench.routellm_tasks import subject_groups
-from bench.router_selection import HeldOut, TaskData, choose, group_apgr, strong_need
+from bench.router_selection import UNSEEN, HeldOut, TaskData, choose, strong_need
 from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
 from routing import features
 from routing.features import text_features
@@ -40,7 +41,7 @@ def task_data(records: Records, embed: "callable | None", groups: np.ndarray) ->
         if embed is None
         else cached_embeddings(records.prompts, embed, kind="minilm128")
     )
-    return TaskData(text, emb, records.weak, records.strong, groups)
+    return TaskData(text, emb, records.weak, records.strong, groups, records.subjects)
 
 
 def mmlu_data(embed: "callable | None", per_group: int | None = None) -> TaskData:  # type: ignore[valid-type]
@@ -56,6 +57,11 @@ def mmlu_data(embed: "callable | None", per_group: int | None = None) -> TaskDat
             keep[rng.choice(members, size=min(per_group, len(members)), replace=False)] = True
         records, groups = records.take(keep), groups[keep]
     return task_data(records, embed, groups)
+
+
+def other_task_data(records: Records, embed: "callable | None") -> TaskData:  # type: ignore[valid-type]
+    """A task other than MMLU (MT-Bench), all under the task key UNSEEN."""
+    return task_data(records, embed, np.array([UNSEEN] * len(records.prompts)))
 
 
 def rows_for(task: str, need: np.ndarray, data: TaskData, lengths: np.ndarray, label: str) -> list[dict]:
@@ -75,14 +81,15 @@ def _row(task: str, router: str, apgr: float, replicates: np.ndarray) -> dict:
             "ci_high": round(high, 4), "_replicates": replicates}  # fmt: skip
 
 
-def mmlu_heldout_rows(data: TaskData, heldout: HeldOut) -> tuple[list[dict], dict[str, str]]:
-    """Per group: the candidate chosen on the other three groups' held-out scores, scored on this one
-    by its model trained without it; then the mean of the four groups."""
-    apgr = group_apgr(heldout, data)
+def mmlu_heldout_rows(
+    data: TaskData, heldout: HeldOut, apgr: dict[str, dict[str, float]], rule: str = "mean"
+) -> tuple[list[dict], dict[str, str]]:
+    """Per group: the candidate chosen on every other task's held-out APGR (`apgr`, bench/router_selection
+    group_apgr), scored on this group by its model trained without it; then the mean of the four groups."""
     rows, chosen_names = [], {}
     for group in sorted(set(data.group.tolist())):
         held = data.take(data.group == group)
-        chosen_names[group] = choose(apgr, leave_out=group)
+        chosen_names[group] = choose(apgr, leave_out=group, rule=rule)
         need = heldout[chosen_names[group]][group]
         rows += rows_for(f"MMLU {group} (held out)", need, held, held.text[:, 0], "learned")
     for router in ("random", "length heuristic", "learned"):
@@ -108,14 +115,28 @@ def load_heldout(path: Path) -> HeldOut:
     return heldout
 
 
-def unseen_task_rows(task: str, records: Records, embed: "callable", model_path: Path) -> list[dict]:  # type: ignore[valid-type]
-    """The shipped router file, unchanged, on a task it never saw."""
+def shipped_need(model_path: Path, records: Records, embed: "callable") -> np.ndarray:  # type: ignore[valid-type]
+    """The shipped router file, unchanged, on another task's questions."""
     router = load_model(model_path)
     if not isinstance(router, TextRouter):
         raise TypeError(f"{model_path} is not a TextRouter")
-    needs_embedding = router.embedding != "none"
-    data = task_data(records, embed if needs_embedding else None, np.array([task] * len(records.prompts)))
-    return rows_for(task, strong_need(router, data), data, data.text[:, 0], "shipped router")
+    return strong_need(router, other_task_data(records, embed if router.embedding != "none" else None))
+
+
+def candidate_rows(heldout: HeldOut, tasks: dict[str, TaskData], samples: int = SAMPLES) -> list[dict]:
+    """Every candidate: mean held-out APGR over the MMLU groups and its MT-Bench APGR, bootstrap 95 %."""
+    rows = []
+    for name, per_task in heldout.items():
+        groups = [t for t in per_task if t != UNSEEN]
+        boot = {t: bootstrap_apgr(per_task[t], tasks[t].weak, tasks[t].strong, samples) for t in per_task}
+        apgr = {t: routing_curve(per_task[t], tasks[t].weak, tasks[t].strong).apgr() for t in per_task}
+        row = {"candidate": name, **{t: round(v, 4) for t, v in apgr.items()}}
+        row["mmlu_mean"] = round(float(np.mean([apgr[t] for t in groups])), 4)
+        row["mmlu_mean_ci"] = [round(v, 4) for v in interval(np.mean([boot[t] for t in groups], axis=0))]
+        if UNSEEN in per_task:
+            row[f"{UNSEEN}_ci"] = [round(v, 4) for v in interval(boot[UNSEEN])]
+        rows.append(row)
+    return sorted(rows, key=lambda r: -r["mmlu_mean"])
 
 
 def print_rows(rows: list[dict]) -> None:

@@ -27,6 +27,16 @@ _CREATIVE = re.compile(
 _EXPLAIN = re.compile(
     r"\b(?:explain|why|compare|discuss|analy[sz]e|evaluate|justify|critique)\b", re.IGNORECASE
 )
+# Multiple-choice structure (zero on prompts without it): enumerated parts to judge one by one
+# ("Statement 1 |", "Scenario 2 |", "I. … II. …"), negated stems, catch-all options, option lines.
+_PARTS = re.compile(
+    r"\b(?:Statement|Scenario|Claim|Premise|Part)\s*\(?\d+\)?\s*[|:.)]"
+    r"|(?:^|\s)(?:I{1,3}|IV|\(\d\)|\(i{1,3}\))[.)]?\s+(?=[A-Z(])"
+)
+_NEGATION = re.compile(r"\b(?:NOT|EXCEPT|LEAST|FALSE|not|except|least|incorrect|untrue)\b")
+_CATCH_ALL = re.compile(r"\b(?:all|none|both|neither) of (?:the above|these|them)\b", re.IGNORECASE)
+_OPTION = re.compile(r"^\s*\(?[A-J][.)]\s+(.*)$", re.MULTILINE)
+_NUMERIC_OPTION = re.compile(r"^[\s$\-−+]*[\d.,/]+\s*\S{0,6}$")
 _WORD = re.compile(r"\w+")
 _DIGIT = re.compile(r"\d")
 _UPPER = re.compile(r"[A-Z]")
@@ -47,7 +57,15 @@ TEXT_FEATURES = (
     "log_question_marks",
     "log_creative_words",  # open-ended writing, where a weaker model stays close (MT-Bench writing, roleplay)
     "log_explain_words",
+    "log_parts",  # enumerated statements / scenarios to judge (MMLU "Statement 1 | …")
+    "log_negation",
+    "catch_all_option",  # "all / none of the above"
+    "log_option_chars",  # mean length of the lettered options (0 without options)
+    "numeric_option_share",
 )
+
+# The multiple-choice features above: zero on prompts without lettered options or enumerated parts.
+MULTIPLE_CHOICE_FEATURES = TEXT_FEATURES[-5:]
 
 
 def text_features(texts: list[str]) -> np.ndarray:
@@ -59,6 +77,7 @@ def _row(text: str) -> list[float]:
     chars = max(len(text), 1)
     words = _WORD.findall(text)
     sentences = len(_SENTENCE_END.findall(text))
+    options = _OPTION.findall(text)
     return [
         np.log1p(len(text)),
         np.log1p(len(words)),
@@ -74,4 +93,9 @@ def _row(text: str) -> list[float]:
         np.log1p(text.count("?")),
         np.log1p(len(_CREATIVE.findall(text))),
         np.log1p(len(_EXPLAIN.findall(text))),
+        np.log1p(len(_PARTS.findall(text))),
+        np.log1p(len(_NEGATION.findall(text))),
+        float(bool(_CATCH_ALL.search(text))),
+        np.log1p(np.mean([len(o) for o in options])) if options else 0.0,
+        float(np.mean([bool(_NUMERIC_OPTION.match(o)) for o in options])) if options else 0.0,
     ]
