@@ -6,6 +6,7 @@ exact rule (cache/verifier.py). What depends on one question alone (stems, parse
 computed once per question text and kept (`words_of`), so a lookup pays it once, not per candidate:
 four candidates took 6.5 ms p50 before and about a third of that after (bench/README.md, "Caching")."""
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -46,18 +47,28 @@ class Words:
     instructions: frozenset[str]
     question_words: frozenset[str]
     parsed: Question
+    stem_array: np.ndarray  # the stems as a numpy string array (pairs compare them all at once)
+    once: np.ndarray  # per word: its stem occurs once in the question
+    names: np.ndarray  # per word: capitalised, and not the first word
+    units: tuple[str, ...]  # the parsed units, sorted
 
 
 @lru_cache(maxsize=16_384)
 def words_of(text: str, words: tuple[str, ...]) -> Words:
     stems = tuple(stem(w) for w in words)
+    parsed = parse(text)
+    counts = Counter(stems)
     return Words(
         stems, frozenset(stems), _content(stems), _negations(stems), frozenset(_instructions(stems)),
-        _question_words(stems), parse(text),
+        _question_words(stems), parsed, np.array(stems, dtype=str),
+        np.array([counts[s] == 1 for s in stems], dtype=bool),
+        np.array([i > 0 and w[:1].isupper() for i, w in enumerate(words)], dtype=bool), tuple(sorted(parsed.units)),
     )  # fmt: skip
 
 
 def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
+    """The FEATURES of one pair, with numpy over the words (no loop over them here): the stems of the
+    two questions are compared as one matrix, whose rows and columns give each side's matches."""
     sims = (
         a.word_vectors @ b.word_vectors.T
         if len(a.words) and len(b.words)
@@ -66,9 +77,9 @@ def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
     best_a = sims.max(axis=1) if sims.size else np.zeros(len(a.words))
     best_b = sims.max(axis=0) if sims.size else np.zeros(len(b.words))
     wa, wb = words_of(a.text, a.words), words_of(b.text, b.words)
-    stems_a, stems_b, content_a = wa.stems, wb.stems, wa.content
-    side_a = _side(best_a, content_a, stems_a, wb.stem_set, a.words)
-    side_b = _side(best_b, wb.content, stems_b, wa.stem_set, b.words)
+    same = wa.stem_array[:, None] == wb.stem_array[None, :]  # (words of a, words of b): the same stem
+    side_a = _side(best_a, wa.content, same.any(axis=1), wa.names)
+    side_b = _side(best_b, wb.content, same.any(axis=0), wb.names)
     pa, pb = wa.parsed, wb.parsed
     union = wa.stem_set | wb.stem_set
     values = [
@@ -78,19 +89,22 @@ def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
         max(side_a.weak, side_b.weak), min(side_a.weak, side_b.weak),
         max(side_a.unmatched, side_b.unmatched), min(side_a.unmatched, side_b.unmatched),
         side_a.names + side_b.names,
-        _worst_shared(sims, stems_a, stems_b, content_a),
-        _discordance(stems_a, stems_b, content_a),
+        _worst_shared(sims, same, wa.content),
+        _discordance(same, wa, wb),
         min(len(a.words), len(b.words)) / max(len(a.words), len(b.words), 1),
         max(len(a.words), len(b.words)) / 20,
         float(wa.negations != wb.negations),
-        float(sorted(pa.units) != sorted(pb.units)),
+        float(wa.units != wb.units),
         float(wa.question_words != wb.question_words),
         len(wa.stem_set & wb.stem_set) / max(len(union), 1),
         max(side_a.deficit, side_b.deficit),
         len(wa.instructions ^ wb.instructions),
-        *(float(conflict(pa, pb, frozenset({check})) is not None) for check in ("swap", "antonym", "time")),
+        *(float(conflict(pa, pb, check) is not None) for check in _EVIDENCE_CHECKS),
     ]  # fmt: skip
     return np.asarray(values, dtype=np.float32)
+
+
+_EVIDENCE_CHECKS = tuple(frozenset({check}) for check in ("swap", "antonym", "time"))
 
 
 @dataclass(frozen=True)
@@ -103,18 +117,13 @@ class _Side:
     deficit: float
 
 
-def _side(
-    best: np.ndarray, content: np.ndarray, stems: Sequence[str], other: frozenset[str], words: tuple[str, ...]
-) -> _Side:
+def _side(best: np.ndarray, content: np.ndarray, matched: np.ndarray, names: np.ndarray) -> _Side:
+    """One question's side: `best` similarity of each word's best counterpart, `matched` whether its
+    stem occurs opposite."""
     scores = best[content] if content.any() else np.ones(1, dtype=np.float32)
-    unmatched = sum(1 for i in np.flatnonzero(content) if stems[i] not in other)
-    names = sum(
-        1
-        for i, w in enumerate(words)
-        if i > 0 and w[:1].isupper() and stems[i] not in other and best[i] < 0.8
-    )
     return _Side(
-        float(scores.min()), float(scores.mean()), int((scores < 0.6).sum()), unmatched, names,
+        float(scores.min()), float(scores.mean()), int((scores < 0.6).sum()),
+        int(np.count_nonzero(content & ~matched)), int(np.count_nonzero(names & ~matched & (best < 0.8))),
         float((1 - scores).sum()),
     )  # fmt: skip
 
@@ -123,29 +132,25 @@ def _content(stems: Sequence[str]) -> np.ndarray:
     return np.array([s not in FUNCTION_WORDS and not s.isdigit() for s in stems], dtype=bool)
 
 
-def _worst_shared(
-    sims: np.ndarray, stems_a: Sequence[str], stems_b: Sequence[str], content_a: np.ndarray
-) -> float:
-    """Lowest contextual similarity between occurrences of one content word on both sides."""
-    worst = 1.0
-    positions_b = {s: j for j, s in enumerate(stems_b)}
-    for i, s in enumerate(stems_a):
-        if content_a[i] and s in positions_b:
-            worst = min(worst, float(sims[i, positions_b[s]]))
-    return worst
+def _worst_shared(sims: np.ndarray, same: np.ndarray, content_a: np.ndarray) -> float:
+    """Lowest contextual similarity between occurrences of one content word on both sides (a word of
+    the first question against the last occurrence of its stem in the second)."""
+    rows = np.flatnonzero(content_a & same.any(axis=1))
+    if not len(rows):
+        return 1.0
+    last = same.shape[1] - 1 - np.argmax(same[rows, ::-1], axis=1)
+    return min(1.0, float(sims[rows, last].min()))
 
 
-def _discordance(stems_a: Sequence[str], stems_b: Sequence[str], content_a: np.ndarray) -> float:
+def _discordance(same: np.ndarray, wa: Words, wb: Words) -> float:
     """Share of pairs of shared content words that appear in the other order."""
-    once_b = {s: j for j, s in enumerate(stems_b) if stems_b.count(s) == 1}
-    order = [
-        once_b[s] for i, s in enumerate(stems_a) if content_a[i] and s in once_b and stems_a.count(s) == 1
-    ]
-    pairs = len(order) * (len(order) - 1) / 2
+    once = same & wb.once[None, :]  # each row: at most one column, the stem being once in b
+    rows = np.flatnonzero(wa.content & wa.once & once.any(axis=1))
+    pairs = len(rows) * (len(rows) - 1) / 2
     if not pairs:
         return 0.0
-    flipped = sum(1 for i in range(len(order)) for j in range(i + 1, len(order)) if order[i] > order[j])
-    return flipped / pairs
+    order = np.argmax(once[rows], axis=1)
+    return int(np.count_nonzero(np.triu(order[:, None] > order[None, :], 1))) / pairs
 
 
 def _negations(stems: Sequence[str]) -> int:

@@ -102,20 +102,35 @@ class QuestionEncoder:
 
 
 def _question(text: str, encoding: Any, hidden: np.ndarray) -> EncodedQuestion:
+    """Sentence vector = mean of all token states; one vector per word = mean of its tokens' states (in
+    the order the words first appear), words without a letter or digit left out. The word sums run over
+    the same rows in the same order as a per-word `hidden[positions].mean(axis=0)`, and divide the same
+    way, so the vectors are the same to the bit (tests/test_cache_fast_paths.py)."""
     pooled = hidden.mean(axis=0)
-    groups: dict[int, list[int]] = {}
-    for position, word in enumerate(encoding.word_ids):
-        if word is not None:
-            groups.setdefault(word, []).append(position)
-    words, vectors = [], []
-    for positions in groups.values():
-        start, end = encoding.offsets[positions[0]][0], encoding.offsets[positions[-1]][1]
-        surface = text[start:end]
-        if any(c.isalnum() for c in surface):
-            words.append(surface)
-            vectors.append(hidden[positions].mean(axis=0))
-    matrix = np.asarray(vectors, dtype=np.float32).reshape(-1, hidden.shape[1])
-    return EncodedQuestion(text, _unit(pooled), tuple(words), _unit_rows(matrix))
+    word = np.fromiter((-1 if w is None else w for w in encoding.word_ids), np.int64, len(hidden))
+    order = np.argsort(word, kind="stable")[np.count_nonzero(word < 0) :]  # special tokens out
+    grouped = word[order]  # ids are numbered in order of appearance: sorted = first-appearance order
+    starts = np.flatnonzero(np.concatenate([[True], grouped[1:] != grouped[:-1]]))[: len(grouped)]
+    ends = np.append(starts[1:], len(grouped))[: len(starts)]
+    offsets = encoding.offsets
+    surfaces = [
+        text[offsets[first][0] : offsets[last][1]]
+        for first, last in zip(order[starts].tolist(), order[ends - 1].tolist(), strict=True)
+    ]
+    keep = np.asarray([any(c.isalnum() for c in surface) for surface in surfaces], dtype=bool)
+    if not keep.any():
+        return EncodedQuestion(text, _unit(pooled), (), np.zeros((0, hidden.shape[1]), np.float32))
+    starts, lengths = starts[keep], (ends - starts)[keep]
+    depth = np.arange(lengths.max())[None, :]
+    # (words, longest word) token positions, short words padded with a zero row: summing along the row
+    # adds the same states in the same order as `mean` over one word's rows (and + 0.0 changes nothing)
+    at = np.where(
+        depth < lengths[:, None], order[np.minimum(starts[:, None] + depth, len(order) - 1)], len(hidden)
+    )
+    rows = np.concatenate([hidden, np.zeros((1, hidden.shape[1]), hidden.dtype)])
+    matrix = (rows[at].sum(axis=1) / lengths[:, None]).astype(np.float32)
+    words = tuple(s for s, k in zip(surfaces, keep.tolist(), strict=True) if k)
+    return EncodedQuestion(text, _unit(pooled), words, _unit_rows(matrix))
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:
