@@ -239,3 +239,4 @@ _CHECKS = (
     ("swap", _arguments_swapped),
 )
 CHECK_NAMES = tuple(name for name, _ in _CHECKS)
+CHECKS = dict(_CHECKS)  # name -> check(a, b): True when that check tells the questions apart
