@@ -38,7 +38,7 @@ FEATURES = (
 
 @dataclass(frozen=True)
 class Words:
-    """What the features read from one question on its own."""
+    """What the features read from one question on its own (computed once per question text)."""
 
     stems: tuple[str, ...]
     stem_set: frozenset[str]
@@ -47,159 +47,133 @@ class Words:
     instructions: frozenset[str]
     question_words: frozenset[str]
     parsed: Question
-    stem_array: np.ndarray  # the stems as a numpy string array (pairs compare them all at once)
-    once: np.ndarray  # per word: its stem occurs once in the question
-    names: np.ndarray  # per word: capitalised, and not the first word
+    content_words: tuple[tuple[int, str], ...]  # (position, stem) of each content word
+    single_content: tuple[str, ...]  # stems of content words that occur once, in order
+    names: tuple[int, ...]  # positions of capitalised words past the first
+    last: dict[str, int]  # stem -> its last position
+    once: dict[str, int]  # stem -> its position, for stems that occur once
     units: tuple[str, ...]  # the parsed units, sorted
 
 
 @lru_cache(maxsize=16_384)
 def words_of(text: str, words: tuple[str, ...]) -> Words:
     stems = tuple(stem(w) for w in words)
-    parsed = parse(text)
+    content = _content(stems)
     counts = Counter(stems)
+    parsed = parse(text)
+    positions = [int(i) for i in np.flatnonzero(content)]
     return Words(
-        stems, frozenset(stems), _content(stems), _negations(stems), frozenset(_instructions(stems)),
-        _question_words(stems), parsed, np.array(stems, dtype=str),
-        np.array([counts[s] == 1 for s in stems], dtype=bool),
-        np.array([i > 0 and w[:1].isupper() for i, w in enumerate(words)], dtype=bool), tuple(sorted(parsed.units)),
+        stems, frozenset(stems), content, _negations(stems), frozenset(_instructions(stems)),
+        _question_words(stems), parsed, tuple((i, stems[i]) for i in positions),
+        tuple(stems[i] for i in positions if counts[stems[i]] == 1),
+        tuple(i for i, w in enumerate(words) if i > 0 and w[:1].isupper()),
+        {s: i for i, s in enumerate(stems)}, {s: i for i, s in enumerate(stems) if counts[s] == 1},
+        tuple(sorted(parsed.units)),
     )  # fmt: skip
-
-
-def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
-    return candidate_features([a], b)[0]
 
 
 def candidate_features(stored: Sequence[EncodedQuestion], new: EncodedQuestion) -> np.ndarray:
-    """The FEATURES of each (stored question, new question) pair, one row per stored question, all
-    candidates' words handled together: numpy over the words, no loop over them. Every value is
-    computed from the same arrays in the same way as a pair at a time would (tests/test_cache_fast_paths.py
-    pins them to the per-word loops): maxima, minima and counts over all candidates at once, the two
-    float sums per side (mean, deficit) on each side's own array."""
+    """One row of FEATURES per (stored question, new question) pair."""
     if not stored:
         return np.zeros((0, len(FEATURES)), dtype=np.float32)
-    wb, was = words_of(new.text, new.words), [words_of(s.text, s.words) for s in stored]
-    lengths = np.array([len(s.words) for s in stored], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    seg = np.repeat(np.arange(len(stored)), lengths)  # the candidate of each stored word
-    m = len(new.words)
-    # one product per candidate: one product of all their rows stacked can round differently (BLAS)
-    sims = np.concatenate(
-        [s.word_vectors @ new.word_vectors.T if len(s.words) and m else np.zeros((len(s.words), m), np.float32)
-         for s in stored]
-    )  # fmt: skip
-    same = np.concatenate([w.stem_array for w in was])[:, None] == wb.stem_array[None, :]  # same stem
-    content_a = np.concatenate([w.content for w in was])
-    best_a = sims.max(axis=1) if sims.size else np.zeros(len(sims))
-    matched_a = same.any(axis=1)
-    nonempty = lengths > 0
-    best_b = np.zeros((len(stored), m), dtype=best_a.dtype)
-    matched_b = np.zeros((len(stored), m), dtype=bool)
-    if m and nonempty.any():
-        best_b[nonempty] = np.maximum.reduceat(sims, starts[nonempty], axis=0)
-        matched_b[nonempty] = np.logical_or.reduceat(same, starts[nonempty], axis=0)
-    capitalised_a = np.concatenate([w.names for w in was])
-    worst_a, mean_a, weak_a, unmatched_a, names_a, deficit_a = _sides_a(
-        best_a, content_a, matched_a, capitalised_a, seg, starts, lengths
+    return np.stack([pair_features(s, new) for s in stored])
+
+
+def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
+    """Everything about one question alone comes precomputed from `words_of`; per pair there are the
+    similarity matrix, its row and column maxima and two float32 sums per side (in numpy, as before),
+    and lookups of the few content words in the other side's tables. The values are those of the
+    earlier per-word loops to the bit (tests/test_cache_fast_paths.py)."""
+    sims = (
+        a.word_vectors @ b.word_vectors.T
+        if len(a.words) and len(b.words)
+        else np.zeros((len(a.words), len(b.words)))
     )
-    worst_b, mean_b, weak_b, unmatched_b, names_b, deficit_b = _sides_b(
-        best_b, wb.content, matched_b, wb.names
-    )
-    single_a = content_a & np.concatenate([w.once for w in was])
-    out = np.empty((len(stored), len(FEATURES)), dtype=np.float64)
-    out[:, 0] = [float(s.vector @ new.vector) for s in stored]
-    out[:, 1], out[:, 2] = np.minimum(worst_a, worst_b), np.maximum(worst_a, worst_b)
-    out[:, 3], out[:, 4] = np.minimum(mean_a, mean_b), np.maximum(mean_a, mean_b)
-    out[:, 5], out[:, 6] = np.maximum(weak_a, weak_b), np.minimum(weak_a, weak_b)
-    out[:, 7], out[:, 8] = np.maximum(unmatched_a, unmatched_b), np.minimum(unmatched_a, unmatched_b)
-    out[:, 9] = names_a + names_b
-    out[:, 10] = _worst_shared(sims, same, content_a, seg, len(stored))
-    out[:, 11] = _discordance(same, single_a, wb.once, seg, len(stored))
-    out[:, 12] = np.minimum(lengths, m) / np.maximum(np.maximum(lengths, m), 1)
-    out[:, 13] = np.maximum(lengths, m) / 20
-    out[:, 18] = np.maximum(deficit_a, deficit_b)
-    for k, wa in enumerate(was):
-        union = wa.stem_set | wb.stem_set
-        out[k, 14:18] = (
-            wa.negations != wb.negations, wa.units != wb.units, wa.question_words != wb.question_words,
-            len(wa.stem_set & wb.stem_set) / max(len(union), 1),
-        )  # fmt: skip
-        out[k, 19] = len(wa.instructions ^ wb.instructions)
-        out[k, 20:23] = [check(wa.parsed, wb.parsed) for check in _EVIDENCE_CHECKS]
-    return out.astype(np.float32)
+    best_a = sims.max(axis=1) if sims.size else np.zeros(len(a.words))
+    best_b = sims.max(axis=0) if sims.size else np.zeros(len(b.words))
+    wa, wb = words_of(a.text, a.words), words_of(b.text, b.words)
+    side_a, side_b = _side(best_a, wa, wb.stem_set), _side(best_b, wb, wa.stem_set)
+    pa, pb = wa.parsed, wb.parsed
+    union = wa.stem_set | wb.stem_set
+    values = [
+        float(a.vector @ b.vector),
+        min(side_a.worst, side_b.worst), max(side_a.worst, side_b.worst),
+        min(side_a.mean, side_b.mean), max(side_a.mean, side_b.mean),
+        max(side_a.weak, side_b.weak), min(side_a.weak, side_b.weak),
+        max(side_a.unmatched, side_b.unmatched), min(side_a.unmatched, side_b.unmatched),
+        side_a.names + side_b.names,
+        _worst_shared(sims, wa, wb),
+        _discordance(wa, wb),
+        min(len(a.words), len(b.words)) / max(len(a.words), len(b.words), 1),
+        max(len(a.words), len(b.words)) / 20,
+        float(wa.negations != wb.negations),
+        float(wa.units != wb.units),
+        float(wa.question_words != wb.question_words),
+        len(wa.stem_set & wb.stem_set) / max(len(union), 1),
+        max(side_a.deficit, side_b.deficit),
+        len(wa.instructions ^ wb.instructions),
+        *(float(check(pa, pb)) for check in _EVIDENCE_CHECKS),
+    ]  # fmt: skip
+    return np.asarray(values, dtype=np.float32)
 
 
 _EVIDENCE_CHECKS = tuple(CHECKS[name] for name in ("swap", "antonym", "time"))  # evidence, not rules
 
 
-def _sides_a(
-    best: np.ndarray, content: np.ndarray, matched: np.ndarray, names: np.ndarray, seg: np.ndarray,
-    starts: np.ndarray, lengths: np.ndarray,
-) -> tuple[np.ndarray, ...]:  # fmt: skip
-    """worst, mean, weak, unmatched, names, deficit of each stored question's side (its words are the
-    rows of segment k): `best` similarity of each word's best counterpart, `matched` whether its stem
-    occurs opposite. A side without content words scores as one perfect match."""
-    k = len(lengths)
-    has = np.bincount(seg[content], minlength=k) > 0
-    worst, mean, deficit = np.ones(k), np.ones(k), np.zeros(k)
-    if has.any():
-        masked = np.where(content, best, np.inf)
-        nonempty = lengths > 0
-        worst[nonempty] = np.minimum.reduceat(masked, starts[nonempty])
-        worst[~has] = 1.0
-        for i in np.flatnonzero(has).tolist():  # per candidate: the float sums on its side's own array
-            scores = best[starts[i] : starts[i] + lengths[i]][content[starts[i] : starts[i] + lengths[i]]]
-            mean[i], deficit[i] = float(scores.mean()), float((1 - scores).sum())
-    weak = np.bincount(seg[content & (best < 0.6)], minlength=k)
-    unmatched = np.bincount(seg[content & ~matched], minlength=k)
-    name_count = np.bincount(seg[names & ~matched & (best < 0.8)], minlength=k)
-    return worst, mean, weak, unmatched, name_count, deficit
+@dataclass(frozen=True)
+class _Side:
+    worst: float
+    mean: float
+    weak: int
+    unmatched: int
+    names: int
+    deficit: float
 
 
-def _sides_b(
-    best: np.ndarray, content: np.ndarray, matched: np.ndarray, names: np.ndarray
-) -> tuple[np.ndarray, ...]:
-    """The same for the new question's side against each candidate (one row of `best` per candidate)."""
-    scores = best[:, content] if content.any() else np.ones((len(best), 1), dtype=np.float32)
-    return (
-        scores.min(axis=1), np.array([float(row.mean()) for row in scores]), (scores < 0.6).sum(axis=1),
-        (content & ~matched).sum(axis=1), (names & ~matched & (best < 0.8)).sum(axis=1),
-        np.array([float((1 - row).sum()) for row in scores]),
+def _side(best: np.ndarray, words: Words, other: frozenset[str]) -> _Side:
+    """One question's side: `best` similarity of each word's best counterpart opposite. A side without
+    content words scores as one perfect match. Comparing a float32 value as a Python float with 0.6 or
+    0.8 gives what numpy's float32 comparison gives (no float32 lies between 0.6 and float32(0.6))."""
+    if not words.content_words:
+        scores = np.ones(1, dtype=np.float32)
+        worst, weak = 1.0, 0
+    else:
+        scores = best[words.content]
+        content_best = scores.tolist()
+        worst, weak = min(content_best), sum(1 for x in content_best if x < 0.6)
+    values = best.tolist()
+    return _Side(
+        worst, _mean(scores), weak, sum(1 for _, s in words.content_words if s not in other),
+        sum(1 for i in words.names if words.stems[i] not in other and values[i] < 0.8),
+        float(np.add.reduce(1 - scores)),
     )  # fmt: skip
+
+
+def _mean(scores: np.ndarray) -> float:
+    """`float(scores.mean())` without numpy's Python wrapper: the same sum, divided the same way."""
+    total = np.add.reduce(scores)
+    return float(total.dtype.type(total / np.intp(len(scores))))
 
 
 def _content(stems: Sequence[str]) -> np.ndarray:
     return np.array([s not in FUNCTION_WORDS and not s.isdigit() for s in stems], dtype=bool)
 
 
-def _worst_shared(
-    sims: np.ndarray, same: np.ndarray, content_a: np.ndarray, seg: np.ndarray, k: int
-) -> np.ndarray:
-    """Per candidate: the lowest contextual similarity between occurrences of one content word on both
-    sides (a stored word against the last occurrence of its stem in the new question), else 1."""
-    worst = np.ones(k)
-    rows = np.flatnonzero(content_a & same.any(axis=1))
-    if len(rows):
-        last = same.shape[1] - 1 - np.argmax(same[rows, ::-1], axis=1)
-        np.minimum.at(worst, seg[rows], sims[rows, last])
-    return worst
+def _worst_shared(sims: np.ndarray, wa: Words, wb: Words) -> float:
+    """Lowest contextual similarity between occurrences of one content word on both sides (a word of
+    the first question against the last occurrence of its stem in the second)."""
+    pairs = [(i, wb.last[s]) for i, s in wa.content_words if s in wb.last]
+    return min([1.0, *(float(sims[i, j]) for i, j in pairs)])
 
 
-def _discordance(
-    same: np.ndarray, single_a: np.ndarray, once_b: np.ndarray, seg: np.ndarray, k: int
-) -> np.ndarray:
-    """Per candidate: the share of pairs of shared content words (each once on both sides) that appear
-    in the other order."""
-    once = same & once_b[None, :]  # each row: at most one column, the stem being once in the new question
-    rows = np.flatnonzero(single_a & once.any(axis=1))
-    counts = np.bincount(seg[rows], minlength=k)
-    pairs = counts * (counts - 1) / 2
-    if not pairs.any():
-        return np.zeros(k)
-    order, owner = np.argmax(once[rows], axis=1), seg[rows]
-    later = np.triu((order[:, None] > order[None, :]) & (owner[:, None] == owner[None, :]), 1)
-    flipped = np.bincount(owner, weights=later.sum(axis=1), minlength=k)
-    return np.divide(flipped, pairs, out=np.zeros(k), where=pairs > 0)
+def _discordance(wa: Words, wb: Words) -> float:
+    """Share of pairs of shared content words (each once on both sides) that appear in the other order."""
+    order = [wb.once[s] for s in wa.single_content if s in wb.once]
+    pairs = len(order) * (len(order) - 1) / 2
+    if not pairs:
+        return 0.0
+    flipped = sum(1 for i in range(len(order)) for j in range(i + 1, len(order)) if order[i] > order[j])
+    return flipped / pairs
 
 
 def _negations(stems: Sequence[str]) -> int:
