@@ -1,6 +1,7 @@
-"""The semantic cache's word vectors and pair features as they were computed before they were vectorised
-(cache/encoder.py and cache/alignment.py at b63b9be): plain per-word loops, kept only so that
-tests/test_cache_fast_paths.py can pin the fast code to them. Not used by the gateway."""
+"""The semantic cache's word vectors, pair features and relation-swap check as they were computed before
+they were made faster (cache/encoder.py, cache/alignment.py and cache/guard.py at b63b9be): plain
+per-word loops, kept only so that tests/test_cache_fast_paths.py can pin the fast code to them. Not used
+by the gateway."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,7 +11,8 @@ import numpy as np
 
 from cache.alignment import words_of
 from cache.encoder import EncodedQuestion, _unit, _unit_rows
-from cache.guard import conflict
+from cache.guard import Question, conflict
+from cache.lexicon import RELATION_WORDS
 
 
 def question(text: str, encoding: Any, hidden: np.ndarray) -> EncodedQuestion:
@@ -113,3 +115,24 @@ def _discordance(stems_a: Sequence[str], stems_b: Sequence[str], content_a: np.n
         return 0.0
     flipped = sum(1 for i in range(len(order)) for j in range(i + 1, len(order)) if order[i] > order[j])
     return flipped / pairs
+
+
+def swapped_around_relation(a: Question, b: Question) -> bool:
+    shared = set(a.content) & set(b.content)
+    for relation in RELATION_WORDS:
+        sides_a, sides_b = (
+            _relation_sides(a.words, relation, shared),
+            _relation_sides(b.words, relation, shared),
+        )
+        if sides_a and sides_b and sides_a != sides_b:
+            return True
+    return False
+
+
+def _relation_sides(words: tuple[str, ...], relation: str, shared: set[str]) -> frozenset[str] | None:
+    if words.count(relation) != 1:
+        return None
+    at = words.index(relation)
+    before = frozenset(w for w in words[:at] if w in shared)
+    after = frozenset(w for w in words[at + 1 :] if w in shared)
+    return before if before and after else None
