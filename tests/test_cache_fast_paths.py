@@ -8,6 +8,7 @@ import pytest
 from bench.cache_latency import questions
 from cache.alignment import FEATURES, candidate_features, pair_features
 from cache.config import CachePolicy, CacheSettings
+from cache.embedder import SentenceEmbedder
 from cache.encoder import EncodedQuestion, QuestionEncoder, _question, build_encoder
 from cache.guard import _swapped_around_relation, parse
 from cache.verifier import Verifier, exact_conflict, load_verifier
@@ -123,3 +124,16 @@ def test_swap_check_equals_the_reference():
         assert _swapped_around_relation(a, b) == reference.swapped_around_relation(a, b)
         swapped += reference.swapped_around_relation(a, b)
     assert swapped >= 2  # the set has swaps to find, so the equality above means something
+
+
+async def test_the_embedder_prepares_the_words_it_returns(encoder):
+    """The words analysed while the worker encodes are those of the question it returns (the verifier's
+    table lookup then hits its cache); a failing preparation does not fail the encoding."""
+    seen: list[tuple[str, tuple[str, ...]]] = []
+    embedder = SentenceEmbedder(encoder, prepare=lambda text, words: seen.append((text, words)))
+    question = await embedder.embed("How tall is the Eiffel Tower, in feet?")
+    assert seen == [(question.text, question.words)] and question.words
+    await embedder.aclose()
+    failing = SentenceEmbedder(encoder, prepare=lambda *_: 1 / 0)
+    assert (await failing.embed(question.text)).words == question.words
+    await failing.aclose()
