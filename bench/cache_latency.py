@@ -9,8 +9,8 @@ the fake upstream. The cache is first filled with `--fill` questions; then, inte
 The difference of the two p50s (and p99s) is the semantic lookup's cost on a miss. Then the bypass p50
 alone, and again while another client sends semantic misses back to back beside it.
 
-    python -m bench.cache_latency [--requests 300] [--fill 500]
-Writes bench/results/cache_latency.json.
+    python -m bench.cache_latency [--requests 300] [--fill 500] [--name NAME]
+Writes bench/results/cache_latency.json (cache_latency_NAME.json with --name).
 """
 
 import argparse
@@ -39,6 +39,14 @@ def questions() -> tuple[list[str], list[str]]:
             for phrasings in intents.values():
                 (stored if n % 2 == 0 else asked).extend(p.format(x=value) for p in phrasings)
     return stored, asked
+
+
+def sample(stored: list[str], asked: list[str], fill: int, requests: int) -> tuple[list[str], list[str]]:
+    """`fill` stored questions and `requests` look-alikes, spread evenly over the templates."""
+    return (
+        stored[:: max(1, len(stored) // fill)][:fill],
+        asked[:: max(1, len(asked) // requests)][:requests],
+    )
 
 
 def body(question: str, temperature: float) -> dict[str, Any]:
@@ -129,12 +137,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--fill", type=int, default=500)
+    parser.add_argument("--name", default="", help="label: writes cache_latency_NAME.json")
     args = parser.parse_args()
-    stored, asked = questions()
-    stored, asked = (
-        stored[:: max(1, len(stored) // args.fill)][: args.fill],
-        asked[:: max(1, len(asked) // args.requests)][: args.requests],
-    )
+    stored, asked = sample(*questions(), args.fill, args.requests)
     upstream = start_fake_upstream()
     gateway = start_gateway(config(upstream), env={"LLMGW_LOG_LEVEL": "warning", **os.environ})
     try:
@@ -148,6 +153,7 @@ def main() -> None:
         report.update(beside(gateway.url, asked[: max(50, args.requests // 3)]))
         report.update(components(asked, stored))
         report["load_average"] = os.getloadavg()
+        report["name"] = args.name
     finally:
         gateway.stop()
         upstream.stop()
@@ -164,7 +170,7 @@ def main() -> None:
         print(f"{name:28} {row['p50_ms']:8.2f} {row['p99_ms']:8.2f} {row['n']:5d}")
     print(f"semantic lookup adds p50 {report['added_p50_ms']:.2f} ms, p99 {report['added_p99_ms']:.2f} ms "
           f"({report['semantic_hits_not_timed']} hits not timed); load {report['load_average']}")  # fmt: skip
-    print(f"wrote {write_json('cache_latency', report)}")
+    print(f"wrote {write_json('cache_latency' + (f'_{args.name}' if args.name else ''), report)}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ exact rule (cache/verifier.py). What depends on one question alone (stems, parse
 computed once per question text and kept (`words_of`), so a lookup pays it once, not per candidate:
 four candidates took 6.5 ms p50 before and about a third of that after (bench/README.md, "Caching")."""
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -13,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from cache.encoder import EncodedQuestion
-from cache.guard import Question, conflict, parse, stem
+from cache.guard import CHECKS, Question, parse, stem
 from cache.lexicon import FUNCTION_WORDS, INSTRUCTION_WORDS, NEGATIONS
 
 _QUESTION_WORDS = frozenset(["what", "which", "who", "whom", "whose", "when", "where", "why", "how"])
@@ -37,7 +38,7 @@ FEATURES = (
 
 @dataclass(frozen=True)
 class Words:
-    """What the features read from one question on its own."""
+    """What the features read from one question on its own (computed once per question text)."""
 
     stems: tuple[str, ...]
     stem_set: frozenset[str]
@@ -46,18 +47,43 @@ class Words:
     instructions: frozenset[str]
     question_words: frozenset[str]
     parsed: Question
+    content_words: tuple[tuple[int, str], ...]  # (position, stem) of each content word
+    single_content: tuple[str, ...]  # stems of content words that occur once, in order
+    names: tuple[int, ...]  # positions of capitalised words past the first
+    last: dict[str, int]  # stem -> its last position
+    once: dict[str, int]  # stem -> its position, for stems that occur once
+    units: tuple[str, ...]  # the parsed units, sorted
 
 
 @lru_cache(maxsize=16_384)
 def words_of(text: str, words: tuple[str, ...]) -> Words:
     stems = tuple(stem(w) for w in words)
+    content = _content(stems)
+    counts = Counter(stems)
+    parsed = parse(text)
+    positions = [int(i) for i in np.flatnonzero(content)]
     return Words(
-        stems, frozenset(stems), _content(stems), _negations(stems), frozenset(_instructions(stems)),
-        _question_words(stems), parse(text),
+        stems, frozenset(stems), content, _negations(stems), frozenset(_instructions(stems)),
+        _question_words(stems), parsed, tuple((i, stems[i]) for i in positions),
+        tuple(stems[i] for i in positions if counts[stems[i]] == 1),
+        tuple(i for i, w in enumerate(words) if i > 0 and w[:1].isupper()),
+        {s: i for i, s in enumerate(stems)}, {s: i for i, s in enumerate(stems) if counts[s] == 1},
+        tuple(sorted(parsed.units)),
     )  # fmt: skip
 
 
+def candidate_features(stored: Sequence[EncodedQuestion], new: EncodedQuestion) -> np.ndarray:
+    """One row of FEATURES per (stored question, new question) pair."""
+    if not stored:
+        return np.zeros((0, len(FEATURES)), dtype=np.float32)
+    return np.stack([pair_features(s, new) for s in stored])
+
+
 def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
+    """Everything about one question alone comes precomputed from `words_of`; per pair there are the
+    similarity matrix, its row and column maxima and two float32 sums per side (in numpy, as before),
+    and lookups of the few content words in the other side's tables. The values are those of the
+    earlier per-word loops to the bit (tests/test_cache_fast_paths.py)."""
     sims = (
         a.word_vectors @ b.word_vectors.T
         if len(a.words) and len(b.words)
@@ -66,9 +92,7 @@ def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
     best_a = sims.max(axis=1) if sims.size else np.zeros(len(a.words))
     best_b = sims.max(axis=0) if sims.size else np.zeros(len(b.words))
     wa, wb = words_of(a.text, a.words), words_of(b.text, b.words)
-    stems_a, stems_b, content_a = wa.stems, wb.stems, wa.content
-    side_a = _side(best_a, content_a, stems_a, wb.stem_set, a.words)
-    side_b = _side(best_b, wb.content, stems_b, wa.stem_set, b.words)
+    side_a, side_b = _side(best_a, wa, wb.stem_set), _side(best_b, wb, wa.stem_set)
     pa, pb = wa.parsed, wb.parsed
     union = wa.stem_set | wb.stem_set
     values = [
@@ -78,19 +102,22 @@ def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
         max(side_a.weak, side_b.weak), min(side_a.weak, side_b.weak),
         max(side_a.unmatched, side_b.unmatched), min(side_a.unmatched, side_b.unmatched),
         side_a.names + side_b.names,
-        _worst_shared(sims, stems_a, stems_b, content_a),
-        _discordance(stems_a, stems_b, content_a),
+        _worst_shared(sims, wa, wb),
+        _discordance(wa, wb),
         min(len(a.words), len(b.words)) / max(len(a.words), len(b.words), 1),
         max(len(a.words), len(b.words)) / 20,
         float(wa.negations != wb.negations),
-        float(sorted(pa.units) != sorted(pb.units)),
+        float(wa.units != wb.units),
         float(wa.question_words != wb.question_words),
         len(wa.stem_set & wb.stem_set) / max(len(union), 1),
         max(side_a.deficit, side_b.deficit),
         len(wa.instructions ^ wb.instructions),
-        *(float(conflict(pa, pb, frozenset({check})) is not None) for check in ("swap", "antonym", "time")),
+        *(float(check(pa, pb)) for check in _EVIDENCE_CHECKS),
     ]  # fmt: skip
     return np.asarray(values, dtype=np.float32)
+
+
+_EVIDENCE_CHECKS = tuple(CHECKS[name] for name in ("swap", "antonym", "time"))  # evidence, not rules
 
 
 @dataclass(frozen=True)
@@ -103,44 +130,45 @@ class _Side:
     deficit: float
 
 
-def _side(
-    best: np.ndarray, content: np.ndarray, stems: Sequence[str], other: frozenset[str], words: tuple[str, ...]
-) -> _Side:
-    scores = best[content] if content.any() else np.ones(1, dtype=np.float32)
-    unmatched = sum(1 for i in np.flatnonzero(content) if stems[i] not in other)
-    names = sum(
-        1
-        for i, w in enumerate(words)
-        if i > 0 and w[:1].isupper() and stems[i] not in other and best[i] < 0.8
-    )
+def _side(best: np.ndarray, words: Words, other: frozenset[str]) -> _Side:
+    """One question's side: `best` similarity of each word's best counterpart opposite. A side without
+    content words scores as one perfect match. Comparing a float32 value as a Python float with 0.6 or
+    0.8 gives what numpy's float32 comparison gives (no float32 lies between 0.6 and float32(0.6))."""
+    if not words.content_words:
+        scores = np.ones(1, dtype=np.float32)
+        worst, weak = 1.0, 0
+    else:
+        scores = best[words.content]
+        content_best = scores.tolist()
+        worst, weak = min(content_best), sum(1 for x in content_best if x < 0.6)
+    values = best.tolist()
     return _Side(
-        float(scores.min()), float(scores.mean()), int((scores < 0.6).sum()), unmatched, names,
-        float((1 - scores).sum()),
+        worst, _mean(scores), weak, sum(1 for _, s in words.content_words if s not in other),
+        sum(1 for i in words.names if words.stems[i] not in other and values[i] < 0.8),
+        float(np.add.reduce(1 - scores)),
     )  # fmt: skip
+
+
+def _mean(scores: np.ndarray) -> float:
+    """`float(scores.mean())` without numpy's Python wrapper: the same sum, divided the same way."""
+    total = np.add.reduce(scores)
+    return float(total.dtype.type(total / np.intp(len(scores))))
 
 
 def _content(stems: Sequence[str]) -> np.ndarray:
     return np.array([s not in FUNCTION_WORDS and not s.isdigit() for s in stems], dtype=bool)
 
 
-def _worst_shared(
-    sims: np.ndarray, stems_a: Sequence[str], stems_b: Sequence[str], content_a: np.ndarray
-) -> float:
-    """Lowest contextual similarity between occurrences of one content word on both sides."""
-    worst = 1.0
-    positions_b = {s: j for j, s in enumerate(stems_b)}
-    for i, s in enumerate(stems_a):
-        if content_a[i] and s in positions_b:
-            worst = min(worst, float(sims[i, positions_b[s]]))
-    return worst
+def _worst_shared(sims: np.ndarray, wa: Words, wb: Words) -> float:
+    """Lowest contextual similarity between occurrences of one content word on both sides (a word of
+    the first question against the last occurrence of its stem in the second)."""
+    pairs = [(i, wb.last[s]) for i, s in wa.content_words if s in wb.last]
+    return min([1.0, *(float(sims[i, j]) for i, j in pairs)])
 
 
-def _discordance(stems_a: Sequence[str], stems_b: Sequence[str], content_a: np.ndarray) -> float:
-    """Share of pairs of shared content words that appear in the other order."""
-    once_b = {s: j for j, s in enumerate(stems_b) if stems_b.count(s) == 1}
-    order = [
-        once_b[s] for i, s in enumerate(stems_a) if content_a[i] and s in once_b and stems_a.count(s) == 1
-    ]
+def _discordance(wa: Words, wb: Words) -> float:
+    """Share of pairs of shared content words (each once on both sides) that appear in the other order."""
+    order = [wb.once[s] for s in wa.single_content if s in wb.once]
     pairs = len(order) * (len(order) - 1) / 2
     if not pairs:
         return 0.0

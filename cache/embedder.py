@@ -1,17 +1,25 @@
 """Question encodings off the event loop: one worker thread, concurrent requests batched together. The
 worker may run at a lower CPU priority than the event loop (`encoder_nice`), so that on a busy machine
-requests that skip the semantic cache are not queued behind encodings (measured in bench/cache_latency.py)."""
+requests that skip the semantic cache are not queued behind encodings (measured in bench/cache_latency.py).
+The event loop tokenizes (a few tens of µs a question) and, while the worker runs the transformer,
+analyses the words (`prepare`: the verifier's per-question tables, cache/alignment.py), so that work is
+done before the vectors are back instead of after (bench/README.md, "Caching")."""
 
 import asyncio
 import contextlib
+import logging
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
 
-from cache.encoder import EncodedQuestion, QuestionEncoder, default_model_path
+from cache.encoder import EncodedQuestion, QuestionEncoder, Tokens, default_model_path
+
+log = logging.getLogger("llmgw.cache")
+Prepare = Callable[[str, tuple[str, ...]], object]  # (text, words): work for later, its result unused
 
 
 class Embedder(Protocol):
@@ -39,8 +47,11 @@ class SentenceEmbedder:
     """Encoded questions (normalised float32 sentence vector, inner product = cosine, plus word vectors).
     Requests that arrive while a batch is being encoded are encoded together in the next batch."""
 
-    def __init__(self, encoder: QuestionEncoder, batch_size: int = 32, nice: int = 0) -> None:
+    def __init__(
+        self, encoder: QuestionEncoder, batch_size: int = 32, nice: int = 0, prepare: Prepare | None = None
+    ) -> None:
         self._encoder = encoder
+        self._prepare = prepare
         self.dim = encoder.dim
         self._batch_size = batch_size
         self._executor = ThreadPoolExecutor(
@@ -70,13 +81,23 @@ class SentenceEmbedder:
         while self._pending:
             batch, self._pending = self._pending[: self._batch_size], self._pending[self._batch_size :]
             try:
-                vectors = await loop.run_in_executor(
-                    self._executor, self._encoder.encode, [t for t, _ in batch]
-                )
+                tokens = self._encoder.tokenize([t for t, _ in batch])
+                encoding = loop.run_in_executor(self._executor, self._encoder.encode_tokens, tokens)
+                self._prepare_words(tokens)  # meanwhile, on this thread (the transformer releases the GIL)
+                vectors = await encoding
             except Exception as error:
                 _settle(batch, error=error)
             else:
                 _settle(batch, vectors=vectors)
+
+    def _prepare_words(self, tokens: list[Tokens]) -> None:
+        if self._prepare is None:
+            return
+        try:
+            for t in tokens:
+                self._prepare(t.text, t.words)
+        except Exception:  # the work is done again, and fails there, where it is needed
+            log.warning("cache: preparing a question's words failed", exc_info=True)
 
     async def aclose(self) -> None:
         if self._worker is not None:

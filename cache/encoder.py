@@ -81,19 +81,23 @@ class QuestionEncoder:
         self._transformer = transformer
         self.dim = 384
 
+    def tokenize(self, texts: list[str]) -> list["Tokens"]:
+        """The tokens and words of each text: all an encoding needs that is not the transformer."""
+        return [_tokens(t, e) for t, e in zip(texts, self._tokenizer.encode_batch(texts), strict=True)]
+
     def encode(self, texts: list[str]) -> list[EncodedQuestion]:
-        encodings = self._tokenizer.encode_batch(texts)
-        width = max(len(e.ids) for e in encodings)
-        ids = np.zeros((len(texts), width), dtype=np.int64)
-        mask = np.zeros((len(texts), width), dtype=np.int64)
-        for row, encoding in enumerate(encodings):
-            ids[row, : len(encoding.ids)] = encoding.ids
-            mask[row, : len(encoding.ids)] = 1
+        return self.encode_tokens(self.tokenize(texts))
+
+    def encode_tokens(self, tokens: list["Tokens"]) -> list[EncodedQuestion]:
+        """The transformer over tokenized texts (one padded batch), then each question's vectors."""
+        width = max(len(t.encoding.ids) for t in tokens)
+        ids = np.zeros((len(tokens), width), dtype=np.int64)
+        mask = np.zeros((len(tokens), width), dtype=np.int64)
+        for row, t in enumerate(tokens):
+            ids[row, : len(t.encoding.ids)] = t.encoding.ids
+            mask[row, : len(t.encoding.ids)] = 1
         hidden = self._transformer(ids, mask)
-        return [
-            _question(t, e, hidden[i, : len(e.ids)])
-            for i, (t, e) in enumerate(zip(texts, encodings, strict=True))
-        ]
+        return [_vectors(t, hidden[i, : len(t.encoding.ids)]) for i, t in enumerate(tokens)]
 
     def vectors(self, texts: list[str]) -> np.ndarray:
         return (
@@ -101,21 +105,56 @@ class QuestionEncoder:
         )
 
 
-def _question(text: str, encoding: Any, hidden: np.ndarray) -> EncodedQuestion:
+@dataclass(frozen=True)
+class Tokens:
+    """One text's tokens, and its words: the token positions of each word (in the order the words first
+    appear), words without a letter or digit left out."""
+
+    text: str
+    encoding: Any
+    order: np.ndarray  # token positions, grouped by word
+    starts: np.ndarray  # where each kept word's positions start in `order`
+    lengths: np.ndarray  # how many tokens each kept word has
+    words: tuple[str, ...]  # the kept words' surface forms
+
+
+def _tokens(text: str, encoding: Any) -> Tokens:
+    word = np.fromiter((-1 if w is None else w for w in encoding.word_ids), np.int64, len(encoding.ids))
+    order = np.argsort(word, kind="stable")[np.count_nonzero(word < 0) :]  # special tokens out
+    grouped = word[order]  # ids are numbered in order of appearance: sorted = first-appearance order
+    starts = np.flatnonzero(np.concatenate([[True], grouped[1:] != grouped[:-1]]))[: len(grouped)]
+    ends = np.append(starts[1:], len(grouped))[: len(starts)]
+    offsets = encoding.offsets
+    surfaces = [
+        text[offsets[first][0] : offsets[last][1]]
+        for first, last in zip(order[starts].tolist(), order[ends - 1].tolist(), strict=True)
+    ]
+    keep = np.asarray([any(c.isalnum() for c in surface) for surface in surfaces], dtype=bool)
+    words = tuple(s for s, k in zip(surfaces, keep.tolist(), strict=True) if k)
+    return Tokens(text, encoding, order, starts[keep], (ends - starts)[keep], words)
+
+
+def _vectors(tokens: Tokens, hidden: np.ndarray) -> EncodedQuestion:
+    """Sentence vector = mean of all token states; one vector per word = mean of its tokens' states. The
+    word sums run over the same rows in the same order as a per-word `hidden[positions].mean(axis=0)`,
+    and divide the same way, so the vectors are the same to the bit (tests/test_cache_fast_paths.py)."""
     pooled = hidden.mean(axis=0)
-    groups: dict[int, list[int]] = {}
-    for position, word in enumerate(encoding.word_ids):
-        if word is not None:
-            groups.setdefault(word, []).append(position)
-    words, vectors = [], []
-    for positions in groups.values():
-        start, end = encoding.offsets[positions[0]][0], encoding.offsets[positions[-1]][1]
-        surface = text[start:end]
-        if any(c.isalnum() for c in surface):
-            words.append(surface)
-            vectors.append(hidden[positions].mean(axis=0))
-    matrix = np.asarray(vectors, dtype=np.float32).reshape(-1, hidden.shape[1])
-    return EncodedQuestion(text, _unit(pooled), tuple(words), _unit_rows(matrix))
+    if not tokens.words:
+        return EncodedQuestion(tokens.text, _unit(pooled), (), np.zeros((0, hidden.shape[1]), np.float32))
+    starts, lengths, order = tokens.starts, tokens.lengths, tokens.order
+    depth = np.arange(lengths.max())[None, :]
+    # (words, longest word) token positions, short words padded with a zero row: summing along the row
+    # adds the same states in the same order as `mean` over one word's rows (and + 0.0 changes nothing)
+    at = np.where(
+        depth < lengths[:, None], order[np.minimum(starts[:, None] + depth, len(order) - 1)], len(hidden)
+    )
+    rows = np.concatenate([hidden, np.zeros((1, hidden.shape[1]), hidden.dtype)])
+    matrix = (rows[at].sum(axis=1) / lengths[:, None]).astype(np.float32)
+    return EncodedQuestion(tokens.text, _unit(pooled), tokens.words, _unit_rows(matrix))
+
+
+def _question(text: str, encoding: Any, hidden: np.ndarray) -> EncodedQuestion:
+    return _vectors(_tokens(text, encoding), hidden)
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:

@@ -105,7 +105,9 @@ async def load_embedder(settings: CacheSettings) -> SentenceEmbedder:
         settings.onnx_int8,
         settings.onnx_dir,
     )
-    return SentenceEmbedder(encoder, settings.embedding_batch_size, settings.encoder_nice)
+    from cache.alignment import words_of  # the verifier's per-question tables, made while the worker encodes
+
+    return SentenceEmbedder(encoder, settings.embedding_batch_size, settings.encoder_nice, prepare=words_of)
 
 
 def _semantic_off_reason(settings: CacheSettings) -> str | None:

@@ -8,6 +8,7 @@ first difference found, or returns None; bench/semantic_cache_eval.py still scor
 import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 
 from cache.lexicon import (
     ANTONYMS,
@@ -35,9 +36,15 @@ class Question:
     times: frozenset[str]
     negated: bool
 
-    @property
+    @cached_property
     def content(self) -> tuple[str, ...]:
         return tuple(w for w in self.words if w not in FUNCTION_WORDS)
+
+    @cached_property
+    def relations(self) -> dict[str, int]:
+        """Relation words used once -> their position (what the swap check looks at)."""
+        counts = Counter(self.words)
+        return {w: i for i, w in enumerate(self.words) if w in RELATION_WORDS and counts[w] == 1}
 
 
 def parse(text: str) -> Question:
@@ -208,18 +215,17 @@ def _before(words: tuple[str, ...], x: str, y: str) -> bool:
 def _swapped_around_relation(a: Question, b: Question) -> bool:
     """A shared word moved across a relation word both use once ("convert X to Y" / "convert Y to X")."""
     shared = set(a.content) & set(b.content)
-    for relation in RELATION_WORDS:
-        sides_a, sides_b = _sides(a.words, relation, shared), _sides(b.words, relation, shared)
+    for relation in a.relations.keys() & b.relations.keys():
+        sides_a = _sides(a.words, a.relations[relation], shared)
+        sides_b = _sides(b.words, b.relations[relation], shared)
         if sides_a and sides_b and sides_a != sides_b:
             return True
     return False
 
 
-def _sides(words: tuple[str, ...], relation: str, shared: set[str]) -> frozenset[str] | None:
-    """The shared words before the relation word, if it occurs once with shared words on both sides."""
-    if words.count(relation) != 1:
-        return None
-    at = words.index(relation)
+def _sides(words: tuple[str, ...], at: int, shared: set[str]) -> frozenset[str] | None:
+    """The shared words before the relation word at `at` (used once), if there are shared words on
+    both sides of it."""
     before = frozenset(w for w in words[:at] if w in shared)
     after = frozenset(w for w in words[at + 1 :] if w in shared)
     return before if before and after else None
@@ -239,3 +245,4 @@ _CHECKS = (
     ("swap", _arguments_swapped),
 )
 CHECK_NAMES = tuple(name for name, _ in _CHECKS)
+CHECKS = dict(_CHECKS)  # name -> check(a, b): True when that check tells the questions apart

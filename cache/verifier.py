@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from cache.alignment import FEATURES, pair_features, words_of
+from cache.alignment import FEATURES, candidate_features, words_of
 from cache.encoder import EncodedQuestion
 from cache.guard import conflict
 
@@ -147,7 +147,7 @@ class Verifier:
         """One verdict per stored question, the trees walked once for all of them."""
         if not stored:
             return []
-        probabilities = self.probabilities(np.stack([pair_features(s, new) for s in stored]))
+        probabilities = self.probabilities(candidate_features(stored, new))
         return [
             Verdict(False, 0.0) if exact_conflict(s, new) else Verdict(p >= threshold, float(p))
             for s, p in zip(stored, probabilities, strict=True)
