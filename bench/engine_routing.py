@@ -50,7 +50,8 @@ def start_engine(args: argparse.Namespace, model: str | None) -> Process:
     command = [sys.executable, "-m", "gateway.cli", "engine", "serve", "--port", str(port), "--log-level",
                "warning", "--served-model-name", "m", "--dtype", args.dtype, "--device", args.device,
                "--kv-cache-memory-mb", str(args.kv_mb), "--num-threads", str(args.threads),
-               "--max-model-len", str(args.prefix_tokens * 2 + 256)]  # fmt: skip
+               "--max-model-len", str(args.prefix_tokens * 2 + 256),
+               "--max-num-batched-tokens", str(args.batched_tokens)]  # fmt: skip
     if model:
         command += ["--model", model]
     popen = subprocess.Popen(command, cwd=ROOT)
@@ -237,7 +238,7 @@ async def main_async(args: argparse.Namespace) -> None:
         folder = Path(args.work_dir) / args.random_shape
         model = random_model_folder(args.random_shape, folder, Path(args.tokenizer_dir), args.dtype)
     setup = {k: getattr(args, k) for k in ("device", "dtype", "random_shape", "groups", "clients", "requests",
-                                           "prefix_tokens", "max_tokens", "kv_mb", "threads")}  # fmt: skip
+                                           "prefix_tokens", "max_tokens", "kv_mb", "threads", "batched_tokens")}  # fmt: skip
     setup["model"] = args.random_shape or args.model or "SmolLM2-135M (packaged GGUF)"
     engines = [start_engine(args, model) for _ in range(2)]
     rows: list[dict] = []
@@ -271,6 +272,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--kv-mb", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batched-tokens", type=int, default=256, help="engines' max_num_batched_tokens")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
     parser.add_argument("--name", default="engine_routing_cpu", help="results file name under bench/results")

@@ -17,7 +17,7 @@ from bench.harness import Process
 pytestmark = pytest.mark.slow
 ARGS = argparse.Namespace(
     device="cpu", dtype="int4", kv_mb=32, threads=1, prefix_tokens=96, groups=2, clients=1, requests=6,
-    max_tokens=1, seed=3,
+    max_tokens=1, seed=3, batched_tokens=256,
 )  # fmt: skip
 
 
