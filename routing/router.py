@@ -71,7 +71,9 @@ class Router:
             "prefix_affinity": PrefixAffinity(
                 self.prefixes, s.load_epsilon, s.load_slack, s.metrics_stale_s, rng
             ),
-            "engine_score": EngineScore(self.prefixes, s.score_weights, s.metrics_stale_s, rng),
+            "engine_score": EngineScore(
+                self.prefixes, s.score_weights, s.metrics_stale_s, rng, s.load_epsilon, s.load_slack
+            ),
         }
 
     def set_pools(self, pools: dict[str, list[Backend]]) -> None:

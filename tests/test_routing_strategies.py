@@ -156,6 +156,21 @@ def test_engine_score_prefers_prefix_then_penalises_queue_and_kv() -> None:
     assert first_choice(router, "engine_score", body) == "b"
 
 
+def test_engine_score_spreads_a_hot_prefix_within_the_load_bound() -> None:
+    """60 concurrent requests with one cached prefix: the score alone would keep them all on its home."""
+    router = make_router(["a", "b", "c"], prefix_block_chars=16, load_epsilon=0.25)
+    body = chat("hot prefix shared by everyone " * 8, "q")
+    home = dispatch(router, "engine_score", body)
+    replicas = {r.name: r for r in router.pools["m"]}
+    replicas[home].outstanding = 0
+    for _ in range(60):
+        order, _ = router.plan("m", router.pools["m"], "chat", body, RoutingPolicy(strategy="engine_score"))
+        order[0].outstanding += 1
+    loads = sorted(r.outstanding for r in router.pools["m"])
+    assert loads[-1] <= 25 and loads[0] >= 15
+    assert replicas[home].outstanding == loads[-1]  # the home still takes the most
+
+
 def test_engine_score_is_the_default_for_engine_pools() -> None:
     pools = {"e": [Named("x", backend="local_engine")], "o": [Named("y")]}
     router = Router(pools, RoutingSettings(), {}, RoutingMetrics())
