@@ -11,7 +11,9 @@ from core.models import DeploymentConfig, ModelConfig
 log = logging.getLogger("llmgw.backends")
 
 
-def build_backend(config: DeploymentConfig, engine: EngineSettings, engine_startup_timeout_s: float) -> Backend:
+def build_backend(
+    config: DeploymentConfig, engine: EngineSettings, engine_startup_timeout_s: float
+) -> Backend:
     if config.backend == "local_engine":
         return LocalEngineBackend(config, engine, engine_startup_timeout_s)
     return OpenAICompatBackend(config)

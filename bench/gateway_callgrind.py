@@ -51,7 +51,9 @@ def send(port: int, key: str, connections: int, total: int) -> None:
     request = request_bytes(key)
 
     async def run() -> None:
-        await asyncio.gather(*(_one_connection(port, request, total // connections) for _ in range(connections)))
+        await asyncio.gather(
+            *(_one_connection(port, request, total // connections) for _ in range(connections))
+        )
 
     asyncio.run(run())
 

@@ -93,11 +93,15 @@ def run_tree(tree: str, requests: int, stream: bool, count_calls: bool = False) 
         out = subprocess.run([sys.executable, "-c", code], env=env, cwd="/", capture_output=True, text=True)
         if out.returncode:
             raise SystemExit(f"{tree}: {out.stderr[-2000:]}")
-        return float(next(line for line in out.stdout.splitlines() if line.startswith("µs/request")).split()[1])
+        return float(
+            next(line for line in out.stdout.splitlines() if line.startswith("µs/request")).split()[1]
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("trees", nargs=2, help="source trees: before, after")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=2000)
@@ -121,8 +125,10 @@ def main() -> None:
         calls_before, calls_after = calls[kind]
         rows.append({"answer": kind, "before_us": before, "after_us": after, "runs": by_tree,
                      "before_calls": calls_before, "after_calls": calls_after})  # fmt: skip
-        print(f"{kind:<18}{before:>15.0f}{after:>14.0f}{(after - before) / before:>+9.0%}"
-              f"{calls_before:>18.0f}{calls_after:>17.0f}{(calls_after - calls_before) / calls_before:>+9.0%}")
+        print(
+            f"{kind:<18}{before:>15.0f}{after:>14.0f}{(after - before) / before:>+9.0%}"
+            f"{calls_before:>18.0f}{calls_after:>17.0f}{(calls_after - calls_before) / calls_before:>+9.0%}"
+        )
     print(f"wrote {write_json('pipeline_cpu', {'trees': trees, 'rows': rows})}")
 
 

@@ -29,7 +29,9 @@ def attempt_span(
         return _UNTRACED
     attributes = {"llmgw.deployment": deployment, "llmgw.model": alias, "llmgw.attempt": attempt,
                   "llmgw.retry": attempt > 0}  # fmt: skip
-    return ctx.tracer.start_as_current_span("backend.attempt", kind=trace.SpanKind.CLIENT, attributes=attributes)
+    return ctx.tracer.start_as_current_span(
+        "backend.attempt", kind=trace.SpanKind.CLIENT, attributes=attributes
+    )
 
 
 def inject(headers: dict[str, str]) -> None:

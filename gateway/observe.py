@@ -76,7 +76,9 @@ class ObserveStage:
             ttft = None if timing.first_token is None else timing.first_token - started
             text = None if texts is None else "".join(texts)
             error = None if ending.error is None else _error_text(ending.error)
-            self._finish(ctx, started, status, first_byte=timing.first_chunk, ttft=ttft, error=error, text=text)
+            self._finish(
+                ctx, started, status, first_byte=timing.first_chunk, ttft=ttft, error=error, text=text
+            )
 
         await reply.on_end(finish)
 

@@ -54,4 +54,3 @@ def usage_record(ctx: RequestContext, status: int) -> dict[str, Any]:
         "latency_ms": latency,
         "cache_status": ctx.cache_status,
     }
-

@@ -120,9 +120,7 @@ async def test_same_question_under_another_system_prompt_misses(cache):
         cache, upstream, system="Answer in German.", question="What's the capital of France?"
     )
     assert reply.headers["x-cache-status"] == "miss"
-    _, same = await ask(
-        cache, upstream, system="Answer in French.", question="What's the capital of France?"
-    )
+    _, same = await ask(cache, upstream, system="Answer in French.", question="What's the capital of France?")
     assert same.headers["x-cache-status"] == "semantic-hit"
 
 

@@ -210,7 +210,9 @@ async def test_cache_hits_record_tokens_and_cost_saved_at_the_alias_price() -> N
 
     async def cached(ctx: RequestContext) -> Reply:
         ctx.cache_status = "semantic-hit"  # the cache's contract: usage stays zero, savings in ctx.cache
-        ctx.cache = CacheNote("semantic-hit", saved_prompt_tokens=1000, saved_completion_tokens=2000, similarity=0.97)
+        ctx.cache = CacheNote(
+            "semantic-hit", saved_prompt_tokens=1000, saved_completion_tokens=2000, similarity=0.97
+        )
         return Reply(body={})
 
     handler = chain([h.stage, lambda ctx, _next: cached(ctx)])

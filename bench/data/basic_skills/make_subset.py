@@ -17,7 +17,21 @@ from pathlib import Path
 
 TASKS = ("common_knowledge", "arithmetic")
 PER_TASK = 200
-WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+WORDS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+]
 
 
 def aliases(answer: str) -> list[str]:
@@ -35,7 +49,9 @@ def main(folder: str) -> None:
     out = []
     for task in TASKS:
         docs: dict[str, dict] = {}
-        with gzip.open(Path(folder) / f"basic_skills_{task}" / "rc_5shot" / "requests.jsonl.gz", "rt") as lines:
+        with gzip.open(
+            Path(folder) / f"basic_skills_{task}" / "rc_5shot" / "requests.jsonl.gz", "rt"
+        ) as lines:
             for line in lines:
                 doc = json.loads(line)["doc"]
                 docs.setdefault(doc["id"], doc)
