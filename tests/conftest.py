@@ -4,6 +4,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -11,6 +12,10 @@ from core.models import DeploymentConfig, ModelConfig
 from gateway.app import create_app
 from gateway.settings import Settings
 from tests.fakes import FakeUpstream, ServerThread
+
+if TYPE_CHECKING:
+    from cache.encoder import QuestionEncoder
+    from cache.verifier import Verifier
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 MASTER_KEY = "sk-test-master"
@@ -52,3 +57,23 @@ def gateway_settings(base_url: str, **overrides: object) -> Settings:
 def gateway(upstream: tuple[FakeUpstream, ServerThread]) -> Iterator[ServerThread]:
     with ServerThread(create_app(gateway_settings(upstream[1].url))) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def encoder() -> "QuestionEncoder":
+    """The semantic cache's question encoder as the gateway builds it by default (the shipped
+    calibration was measured with it)."""
+    from cache.config import CacheSettings
+    from cache.encoder import build_encoder
+
+    return build_encoder(None, threads=1, int8=CacheSettings().onnx_int8)
+
+
+@pytest.fixture(scope="module")
+def verifier() -> "Verifier":
+    """The shipped semantic-cache verifier."""
+    from cache.verifier import load_verifier
+
+    loaded = load_verifier()
+    assert loaded is not None, "the verifier weights ship in cache/verifier_model/"
+    return loaded

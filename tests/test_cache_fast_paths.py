@@ -7,11 +7,11 @@ import pytest
 
 from bench.cache_latency import questions
 from cache.alignment import FEATURES, candidate_features, pair_features
-from cache.config import CachePolicy, CacheSettings
+from cache.config import CachePolicy
 from cache.embedder import SentenceEmbedder
-from cache.encoder import EncodedQuestion, QuestionEncoder, _question, build_encoder
+from cache.encoder import EncodedQuestion, QuestionEncoder, _question
 from cache.guard import _swapped_around_relation, parse
-from cache.verifier import Verifier, exact_conflict, load_verifier
+from cache.verifier import exact_conflict
 from tests import cache_reference as reference
 from tests.test_cache_verifier import NEGATIVES, PARAPHRASES
 
@@ -27,18 +27,6 @@ def _texts() -> list[str]:
     stored, asked = questions()
     pairs = [t for pair in [*PARAPHRASES, *NEGATIVES.values()] for t in pair]
     return [*pairs, *ODD, *stored[::23][:120], *asked[::23][:120]]
-
-
-@pytest.fixture(scope="module")
-def encoder() -> QuestionEncoder:
-    return build_encoder(None, threads=1, int8=CacheSettings().onnx_int8)
-
-
-@pytest.fixture(scope="module")
-def verifier() -> Verifier:
-    loaded = load_verifier()
-    assert loaded is not None
-    return loaded
 
 
 @pytest.fixture(scope="module")

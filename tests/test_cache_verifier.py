@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from cache.alignment import FEATURES, pair_features
-from cache.config import CachePolicy, CacheSettings
-from cache.encoder import QuestionEncoder, build_encoder
+from cache.config import CachePolicy
+from cache.encoder import QuestionEncoder
 from cache.verifier import MODEL_DIR, Trees, Verifier, exact_conflict, load_verifier
 
 PARAPHRASES = [
@@ -35,19 +35,6 @@ NEGATIVES = {
     "number": ("What is 15% of 80?", "What is 25% of 80?"),
     "unrelated": ("What is the capital of France?", "How do I bake sourdough bread?"),
 }
-
-
-@pytest.fixture(scope="module")
-def encoder() -> QuestionEncoder:
-    """The encoder the shipped calibration was measured with (the gateway's default)."""
-    return build_encoder(None, threads=1, int8=CacheSettings().onnx_int8)
-
-
-@pytest.fixture(scope="module")
-def verifier() -> Verifier:
-    loaded = load_verifier()
-    assert loaded is not None, "the verifier weights ship in cache/verifier_model/"
-    return loaded
 
 
 def judge(encoder: QuestionEncoder, verifier: Verifier, a: str, b: str) -> tuple[bool, float]:
