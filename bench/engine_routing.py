@@ -27,8 +27,6 @@ import asyncio
 import json
 import random
 import statistics
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -36,8 +34,8 @@ from typing import Any
 
 import aiohttp
 
-from bench.harness import ROOT, Process, free_port, start_gateway, wait_for_port, write_json
-from routing.monitor import parse_engine_metrics
+from bench.engine_serving import EngineServer
+from bench.harness import start_gateway, write_json
 from routing.replica import EngineLoad
 
 KEY = "sk-bench-routing"
@@ -45,36 +43,28 @@ STRATEGIES = ["engine_score", "prefix_affinity", "least_outstanding", "weighted_
 WORDS = ["policy", "account", "ledger", "invoice", "region", "tenant", "quota", "replica", "shard", "cluster", "window", "budget", "latency", "token", "cache", "router", "engine", "stream", "batch", "prefix", "schema", "record", "audit"]  # fmt: skip
 
 
-def start_engine(args: argparse.Namespace, model: str | None) -> Process:
-    port = free_port()
-    command = [sys.executable, "-m", "gateway.cli", "engine", "serve", "--port", str(port), "--log-level",
-               "warning", "--served-model-name", "m", "--dtype", args.dtype, "--device", args.device,
-               "--kv-cache-memory-mb", str(args.kv_mb), "--num-threads", str(args.threads),
-               "--max-model-len", str(args.prefix_tokens * 2 + 256),
-               "--max-num-batched-tokens", str(args.batched_tokens)]  # fmt: skip
-    if model:
-        command += ["--model", model]
-    popen = subprocess.Popen(command, cwd=ROOT)
-    wait_for_port(port, timeout=300)
-    return Process(popen, port)
+def start_engine(args: argparse.Namespace, model: str | None) -> EngineServer:
+    settings = dict(served_model_name="m", dtype=args.dtype, device=args.device, kv_cache_memory_mb=args.kv_mb,
+                    num_threads=args.threads, max_model_len=args.prefix_tokens * 2 + 256,
+                    max_num_batched_tokens=args.batched_tokens)  # fmt: skip
+    return EngineServer(**settings, **({"model": model} if model else {}))
 
 
-async def wait_ready(session: aiohttp.ClientSession, url: str, path: str, timeout: float = 300) -> None:
+async def wait_ready(session: aiohttp.ClientSession, url: str, timeout: float = 60) -> None:
+    """Until the gateway's /health/ready answers 200."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            async with session.get(url + path) as response:
+            async with session.get(url + "/health/ready") as response:
                 if response.status == 200:
                     return
-                if "engine_load_failed" in await response.text():
-                    raise RuntimeError(f"{url}: the engine failed to load (its log above says why)")
         except aiohttp.ClientError:
             pass
-        await asyncio.sleep(0.5)
-    raise RuntimeError(f"{url}{path} never answered 200")
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"{url}/health/ready never answered 200")
 
 
-def gateway_config(engines: list[Process], strategy: str) -> dict[str, Any]:
+def gateway_config(engines: list[EngineServer], strategy: str) -> dict[str, Any]:
     deployments = [
         {"name": f"engine-{i}", "base_url": f"{e.url}/v1", "model": "m", "read_timeout_s": 900}
         for i, e in enumerate(engines)
@@ -105,13 +95,13 @@ def workload(args: argparse.Namespace, salt: str) -> list[tuple[int, str]]:
     return plan
 
 
-async def engine_counters(session: aiohttp.ClientSession, engines: list[Process]) -> EngineLoad:
-    hits = queries = 0.0
-    for engine in engines:
-        async with session.get(engine.url + "/metrics") as response:
-            load = parse_engine_metrics(await response.text(), EngineLoad(), time.monotonic())
-        hits, queries = hits + (load.hits or 0.0), queries + (load.queries or 0.0)
-    return EngineLoad(hits=hits, queries=queries)
+async def engine_counters(engines: list[EngineServer]) -> EngineLoad:
+    """Both engines' prefix-cache counters, summed."""
+    totals = [await engine.counters() for engine in engines]
+    return EngineLoad(
+        hits=sum(t.get("vllm:prefix_cache_hits_total", 0.0) for t in totals),
+        queries=sum(t.get("vllm:prefix_cache_queries_total", 0.0) for t in totals),
+    )
 
 
 async def one_request(session: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int) -> dict:
@@ -136,19 +126,21 @@ async def one_request(session: aiohttp.ClientSession, url: str, prompt: str, max
             "prompt_tokens": usage.get("prompt_tokens", 0), "cached_tokens": cached}  # fmt: skip
 
 
-async def run_strategy(args: argparse.Namespace, engines: list[Process], strategy: str) -> dict[str, Any]:
+async def run_strategy(
+    args: argparse.Namespace, engines: list[EngineServer], strategy: str
+) -> dict[str, Any]:
     gateway = start_gateway(gateway_config(engines, strategy))
     headers = {"authorization": f"Bearer {KEY}"}
     try:
         async with aiohttp.ClientSession(
             headers=headers, timeout=aiohttp.ClientTimeout(total=1800)
         ) as session:
-            for url in [e.url for e in engines]:
-                await wait_ready(session, url, "/health")  # the model is loaded
-            await wait_ready(session, gateway.url, "/health/ready")
+            for engine in engines:
+                await engine.wait_ready()  # the model is loaded
+            await wait_ready(session, gateway.url)
             await asyncio.sleep(1.5)  # the first metrics scrape
             plan = workload(args, salt=strategy)
-            before = await engine_counters(session, engines)
+            before = await engine_counters(engines)
             queue = list(enumerate(plan))
             results: list[dict] = [{} for _ in plan]
 
@@ -161,7 +153,7 @@ async def run_strategy(args: argparse.Namespace, engines: list[Process], strateg
             start = time.perf_counter()
             await asyncio.gather(*(client() for _ in range(args.clients)))
             elapsed = time.perf_counter() - start
-            after = await engine_counters(session, engines)
+            after = await engine_counters(engines)
     finally:
         gateway.stop()
     return summarise(strategy, results, before, after, elapsed)
@@ -204,8 +196,9 @@ def random_model_folder(shape: str, folder: Path, tokenizer_dir: Path, dtype: st
 
     vocab = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
     torch_dtype = torch.bfloat16 if dtype in ("bf16", "int8", "int4") else torch.float32
-    model = build_hf(shape, torch.device("cuda" if torch.cuda.is_available() else "cpu"), vocab_size=vocab)
-    model.to(torch_dtype).save_pretrained(folder, safe_serialization=True)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = build_hf(shape, device, torch_dtype, vocab_size=vocab)
+    model.save_pretrained(folder, safe_serialization=True)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         if (tokenizer_dir / name).exists():
             shutil.copy(tokenizer_dir / name, folder / name)

@@ -128,6 +128,8 @@ class EngineServer:
                     async with http.get(f"{self.url}/health") as response:
                         if response.status == 200:
                             return
+                        if "engine_load_failed" in await response.text():
+                            raise RuntimeError("the engine failed to load (its log says why)")
                 except aiohttp.ClientError:
                     pass
                 await asyncio.sleep(0.2)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench.engine_routing import run_strategy, start_engine
-from bench.harness import Process
+from bench.engine_serving import EngineServer
 
 pytestmark = pytest.mark.slow
 ARGS = argparse.Namespace(
@@ -22,14 +22,16 @@ ARGS = argparse.Namespace(
 
 
 @pytest.fixture(scope="module")
-def engines() -> Iterator[list[Process]]:
+def engines() -> Iterator[list[EngineServer]]:
     started = [start_engine(ARGS, None) for _ in range(2)]
     yield started
     for engine in started:
         engine.stop()
 
 
-def test_engine_score_keeps_each_group_on_the_engine_that_caches_its_prefix(engines: list[Process]) -> None:
+def test_engine_score_keeps_each_group_on_the_engine_that_caches_its_prefix(
+    engines: list[EngineServer],
+) -> None:
     row = asyncio.run(run_strategy(ARGS, engines, "engine_score"))
     assert row["requests"] == ARGS.requests
     assert row["group_affinity"] == 1.0, row["split"]
