@@ -71,6 +71,7 @@ def gateway_config(engines: list[EngineServer], strategy: str) -> dict[str, Any]
     ]
     return {
         "master_key": KEY,
+        "database_url": f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='llmgw-routing-')}/llmgw.db",  # empty
         "models": [{"name": "pool", "deployments": deployments}],
         "routing": {"engine_pools": ["pool"], "strategies": {"pool": strategy}, "scrape_interval_s": 0.5,
                     "health_checks": False},
