@@ -27,6 +27,7 @@ import asyncio
 import json
 import random
 import statistics
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
