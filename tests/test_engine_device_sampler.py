@@ -1,5 +1,6 @@
 """The CUDA engine's batched sampler (device_sampler.py), run on CPU tensors: same semantics as sampler.py."""
 
+import pytest
 import torch
 from test_engine_serving_fakes import FakeDetokenizer, FakeRunner, fake_probs, next_token
 
@@ -97,3 +98,15 @@ def test_engine_samples_plain_steps_through_the_batched_sampler() -> None:
             tokens.append(next_token(tokens))
         assert outputs[seq_id] == tokens[len(prompt) :]
     assert calls and max(calls) == 2  # one batched call per step
+
+
+@pytest.mark.parametrize("vocab", [49152, 128256, 1000, 130])
+def test_two_pass_argmax_matches_argmax_with_ties(vocab: int) -> None:
+    from backends.local_engine.device_sampler import argmax_rows
+
+    generator = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(3, vocab, generator=generator)
+    logits[1, vocab // 3] = logits[1, vocab - 1] = 50.0  # a tie: the first maximum wins
+    logits[2] = 0.0
+    assert torch.equal(argmax_rows(logits), logits.argmax(dim=-1))
+    assert argmax_rows(logits)[1] == vocab // 3 and argmax_rows(logits)[2] == 0

@@ -46,13 +46,32 @@ def _kernels_package() -> AttentionKernel | None:
 
     def run(q: Tensor, pool: Tensor, meta: CudaAttentionMetadata) -> Tensor:
         scale = q.shape[-1] ** -0.5
-        if meta.max_q == 1 and meta.block_tables.shape[0] == q.shape[0]:
-            return module.paged_decode(q, pool, meta.block_tables, meta.page_size, meta.context_lens, scale)
+        seqs, kv_heads = meta.block_tables.shape[0], pool.shape[2]
+        if meta.max_q == 1 and seqs == q.shape[0]:
+            splits = num_splits(seqs * kv_heads)
+            return module.paged_decode(
+                q, pool, meta.block_tables, meta.page_size, meta.context_lens, scale, num_splits=splits
+            )
+        splits = num_splits((q.shape[0] // 16 + seqs) * kv_heads)
         return module.paged_attention(
-            q, pool, meta.block_tables, meta.page_size, meta.context_lens, meta.query_start, scale
-        )
+            q, pool, meta.block_tables, meta.page_size, meta.context_lens, meta.query_start, scale,
+            num_splits=splits,
+        )  # fmt: skip
 
     return run
+
+
+def num_splits(programs: int, target: int = 256, most: int = 8) -> int:
+    """Split-K count for a step of `programs` (query block, KV head) programs: a power of two, at most
+    `most`, until about `target` programs run (the H200 has 132 SMs). It depends on shapes only, not on the
+    context lengths, so a captured graph keeps it; splits left without keys cost an empty program. Steps
+    with few query blocks over long contexts (a prefix-cached prompt's tail, small-batch decode) are
+    otherwise a few dozen programs walking every key tile in turn. LLMGW_ATTENTION_SPLITS=1 turns it off."""
+    limit = int(os.environ.get("LLMGW_ATTENTION_SPLITS", str(most)))
+    splits = 1
+    while splits < limit and programs * splits < target:
+        splits *= 2
+    return splits
 
 
 KERNELS: dict[str, Callable[[], AttentionKernel | None]] = {

@@ -22,32 +22,56 @@ except ImportError:  # pragma: no cover
 _INTERPRET_CONFIG = {"BLOCK_N": 4, "BLOCK_K": 64}
 
 if triton is not None:
-    _CONFIGS = [
-        triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=4, num_stages=s)
-        for n, k, s in ((4, 1024, 3), (8, 512, 3), (8, 1024, 3), (16, 256, 4), (16, 512, 3), (4, 512, 4))
-    ]
+    _CONFIGS = [  # (BLOCK_N, BLOCK_K, warps, stages); int8 rows want wide K tiles for 16-byte loads
+        triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s)
+        for n, k, w, s in ((4, 1024, 4, 3), (8, 512, 4, 3), (8, 1024, 4, 3), (16, 256, 4, 4), (16, 512, 4, 3),
+                           (4, 512, 4, 4), (2, 2048, 4, 3), (4, 2048, 8, 3), (2, 4096, 8, 2), (8, 2048, 8, 3))
+    ]  # fmt: skip
 
-    @triton.autotune(configs=_CONFIGS, key=["N", "K", "INT8"])
+    @triton.autotune(configs=_CONFIGS, key=["N", "K", "INT8", "NORM", "SWIGLU"])
     @triton.jit
     def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, o_ptr, N, K, stride_wn, INT8: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr,
+        x_ptr, w_ptr, s_ptr, o_ptr, nw_ptr, r_ptr, b_ptr, N, K, stride_wn, eps, INT8: tl.constexpr,
+        NORM: tl.constexpr, RESIDUAL: tl.constexpr, SWIGLU: tl.constexpr, BIAS: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):  # fmt: skip
+        act = o_ptr.dtype.element_ty
         rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        row_ok = rows < N
         cols = tl.arange(0, BLOCK_K)
         acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        squares = tl.zeros([BLOCK_K], dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
             ks = k + cols
             x = tl.load(x_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
-            w = tl.load(
-                w_ptr + rows[:, None] * stride_wn + ks[None, :], mask=(rows[:, None] < N) & (ks[None, :] < K),
-                other=0,
-            )  # fmt: skip
+            if NORM:  # W (x rstd w) = rstd W (x w): the row's RMS is summed along and applied at the end
+                squares += x * x
+                x *= tl.load(nw_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
+            mask = row_ok[:, None] & (ks[None, :] < K)
+            w = tl.load(w_ptr + rows[:, None] * stride_wn + ks[None, :], mask=mask, other=0)
             acc += w.to(tl.float32) * x[None, :]
-        out = tl.sum(acc, 1)
+            if SWIGLU:  # the matching "up" rows sit N rows below the "gate" rows
+                up = tl.load(w_ptr + (rows[:, None] + N) * stride_wn + ks[None, :], mask=mask, other=0)
+                acc_up += up.to(tl.float32) * x[None, :]
+        rstd = 1.0
+        if NORM:
+            rstd = 1.0 / tl.sqrt(tl.sum(squares, 0) / K + eps)
+        out = tl.sum(acc, 1) * rstd
         if INT8:
-            out *= tl.load(s_ptr + rows, mask=rows < N, other=0.0).to(tl.float32)
-        tl.store(o_ptr + rows, out.to(o_ptr.dtype.element_ty), mask=rows < N)
+            out *= tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        if BIAS:
+            bias = tl.load(b_ptr + rows, mask=row_ok, other=0.0).to(act).to(tl.float32)
+            out = out.to(act).to(tl.float32) + bias
+        if SWIGLU:
+            up_out = tl.sum(acc_up, 1) * rstd
+            if INT8:
+                up_out *= tl.load(s_ptr + rows + N, mask=row_ok, other=0.0).to(tl.float32)
+            gate = out.to(act).to(tl.float32)
+            out = gate / (1.0 + tl.exp(-gate)) * up_out.to(act).to(tl.float32)
+        if RESIDUAL:
+            out = out.to(act).to(tl.float32) + tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        tl.store(o_ptr + rows, out.to(act), mask=row_ok)
 
     _INT4_CONFIGS = [
         triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=4, num_stages=s)
@@ -98,13 +122,22 @@ def _launch(kernel, n: int, *args, **constants) -> None:  # noqa: ANN001 (Triton
         kernel[grid](*args, **constants)
 
 
-def gemv(x: Tensor, weight: Tensor, scale: Tensor | None = None) -> Tensor:
-    """x [1, K] @ weight[N, K].T (bf16/fp16 weight, or int8 with per-row `scale`) → [1, N] in x's dtype."""
+def gemv(
+    x: Tensor, weight: Tensor, scale: Tensor | None = None, *, bias: Tensor | None = None,
+    norm: Tensor | None = None, eps: float = 0.0, residual: Tensor | None = None, swiglu: bool = False,
+) -> Tensor:  # fmt: skip
+    """x [1, K] @ weight[N, K].T (bf16/fp16 weight, or int8 with per-row `scale`) → [1, N] in x's dtype.
+
+    Fused extras for the batch-1 decode layer (model.py): `norm` applies RMSNorm (that weight, `eps`) to x
+    first; `bias` is added; `swiglu` reads a fused [gate; up] weight of 2N' rows and returns
+    silu(gate) * up [1, N']; `residual` [1, N] is added to the result."""
     x = x.contiguous()
-    out = torch.empty(1, weight.shape[0], dtype=x.dtype, device=x.device)
-    int8 = scale is not None
-    _launch(_gemv_kernel, weight.shape[0], x, weight, scale if int8 else weight, out, weight.shape[0], weight.shape[1],
-            weight.stride(0), INT8=int8)  # fmt: skip
+    rows = weight.shape[0] // 2 if swiglu else weight.shape[0]
+    out = torch.empty(1, rows, dtype=x.dtype, device=x.device)
+    _launch(_gemv_kernel, rows, x, weight, weight if scale is None else scale, out,
+            x if norm is None else norm, x if residual is None else residual, x if bias is None else bias,
+            rows, weight.shape[1], weight.stride(0), eps, INT8=scale is not None, NORM=norm is not None,
+            RESIDUAL=residual is not None, SWIGLU=swiglu, BIAS=bias is not None)  # fmt: skip
     return out
 
 

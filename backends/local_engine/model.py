@@ -5,6 +5,8 @@ On CUDA (steps carrying attention_cuda metadata) the layers run `fused_forward`:
 RoPE + K/V write and SwiGLU are one Triton kernel each (fused_triton.py); the CPU path is unchanged.
 """
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -62,6 +64,35 @@ class DecoderLayer(nn.Module):
         mlp = self.down(silu_mul(self.gate_up(normed)))
         return add_rms_norm(mlp, residual, next_norm, self.eps)
 
+    def gemv_operands(self) -> list[tuple] | None:
+        """The four projections' (weight, scale, bias) when all run gemv_triton's kernel, else None."""
+        linears = (self.qkv, self.o_proj, self.gate_up, self.down)
+        found = [getattr(m, "gemv_operands", lambda: None)() for m in linears]
+        return None if any(item is None for item in found) else found
+
+    def gemv_forward(
+        self, residual: Tensor, positions: Tensor, rotations: Tensor, meta, kv_pool: Tensor, operands: list[tuple],
+        swiglu: bool = True,
+    ) -> Tensor:  # fmt: skip
+        """CUDA, one token: the residual stream in and out in six kernels. RMSNorms run inside the GEMVs
+        that read them, residual adds and SwiGLU in the GEMVs that produce them (gemv_triton.py); with
+        `swiglu` False, SwiGLU stays a kernel of its own (seven kernels)."""
+        from backends.local_engine.attention_cuda import attend
+        from backends.local_engine.fused_triton import rope_write_kv, silu_mul
+        from backends.local_engine.gemv_triton import gemv
+
+        (qkv_w, qkv_s, qkv_b), (o_w, o_s, o_b), (gu_w, gu_s, _), (down_w, down_s, _) = operands
+        qkv = gemv(residual, qkv_w, qkv_s, bias=qkv_b, norm=self.input_norm, eps=self.eps)
+        rope_write_kv(qkv, positions, rotations, meta.slot_mapping, kv_pool, self.heads, self.kv_heads)
+        q = qkv.view(1, self.heads + 2 * self.kv_heads, self.head_dim)[:, : self.heads]
+        attention = attend(q, kv_pool, meta).reshape(1, self.heads * self.head_dim)
+        residual = gemv(attention, o_w, o_s, bias=o_b, residual=residual)
+        if swiglu:
+            mlp = gemv(residual, gu_w, gu_s, norm=self.post_norm, eps=self.eps, swiglu=True)
+        else:
+            mlp = silu_mul(gemv(residual, gu_w, gu_s, norm=self.post_norm, eps=self.eps))
+        return gemv(mlp, down_w, down_s, residual=residual)
+
 
 class Embedding(nn.Module):
     """Token embedding stored dense, or int8 per row (quantized formats) and dequantized on lookup."""
@@ -106,6 +137,14 @@ class LlamaModel(nn.Module):
 
         eps = self.config.rms_norm_eps
         layers = list(self.layers)
+        if input_ids.shape[0] == 1 and self._gemv_operands():
+            residual = self.embed(input_ids)
+            swiglu = os.environ.get("LLMGW_FUSED_GEMV", "1") != "2"
+            for layer, kv_pool, ops in zip(layers, kv_cache.layers, self._gemv_operands(), strict=True):
+                residual = layer.gemv_forward(
+                    residual, positions, self.rotary.rotations, meta, kv_pool, ops, swiglu
+                )
+            return add_rms_norm(residual, None, self.norm, eps)[0]
         normed, residual = add_rms_norm(self.embed(input_ids), None, layers[0].input_norm, eps)
         norms = [layer.input_norm for layer in layers[1:]] + [self.norm]
         rotations = self.rotary.rotations
@@ -114,6 +153,15 @@ class LlamaModel(nn.Module):
                 normed, residual, positions, rotations, meta, kv_pool, next_norm
             )
         return normed
+
+    def _gemv_operands(self) -> list[list[tuple]] | None:
+        """Per layer, the operands of the fused batch-1 path (None when a layer cannot take it, or with
+        LLMGW_FUSED_GEMV=0; =2 keeps SwiGLU out of the GEMV). Looked up once: the weights do not move after load."""
+        if not hasattr(self, "_gemv_cache"):
+            found = [layer.gemv_operands() for layer in self.layers]
+            usable = os.environ.get("LLMGW_FUSED_GEMV", "1") != "0" and all(found)
+            self._gemv_cache = found if usable else None
+        return self._gemv_cache
 
     @torch.inference_mode()
     def logits(self, hidden: Tensor) -> Tensor:

@@ -47,6 +47,10 @@ class DenseLinear(nn.Module):
             return out if self.bias is None else out + self.bias
         return F.linear(x, self.weight, self.bias)
 
+    def gemv_operands(self) -> tuple[Tensor, Tensor | None, Tensor | None] | None:
+        """(weight, scale, bias) for gemv_triton's fused batch-1 kernel, or None when it does not apply."""
+        return (self.weight, None, self.bias) if self.gemv else None
+
 
 def quantize_int8(weight: Tensor) -> tuple[Tensor, Tensor]:
     """Symmetric per-row int8: weight ≈ q * scale[:, None]."""
@@ -129,6 +133,10 @@ class Int8Linear(nn.Module):
 
             out = int8_matmul(x, self.q, self.scale)
         return out if self.bias is None else out + self.bias.to(x.dtype)
+
+    def gemv_operands(self) -> tuple[Tensor, Tensor | None, Tensor | None] | None:
+        """(int8 weight, scale, bias) for gemv_triton's fused batch-1 kernel (CUDA only), else None."""
+        return None if self.q is None or not self.q.is_cuda else (self.q, self.scale, self.bias)
 
 
 class Fp16Linear(nn.Module):

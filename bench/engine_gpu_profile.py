@@ -1,0 +1,149 @@
+"""Where a batch-1 decode step and a prefix-cached prefill step go on the GPU (issue 17), per variant.
+
+    python3 -m bench.engine_gpu_profile [--shapes llama-8b,llama-1b] [--variants fused,unfused,...] [--out DIR]
+
+A variant is a set of environment switches read when the engine is built (CUDA graphs are captured then):
+  fused      the defaults: batch-1 layers in six kernels (norms, SwiGLU, residual adds inside the GEMVs),
+             split-K attention for steps with few programs
+  noswiglu   fused, but SwiGLU a kernel of its own (LLMGW_FUSED_GEMV=2)
+  nosplit    fused, attention without split-K (LLMGW_ATTENTION_SPLITS=1)
+  unfused    split-K attention, separate norm / SwiGLU / residual kernels (LLMGW_FUSED_GEMV=0)
+  old        neither (the engine before both changes)
+For each (shape, format, variant): batch-1 decode tok/s through the engine step beside the bucket-1 decode
+graph replayed alone (its GPU time; the rest of a step is host work), the prefix TTFT (1024-token cached
+prefix + 32 new tokens, bench/engine_gpu.py's measure) beside its prefill graph replayed alone, and the
+top CUDA kernels of ten decode steps under torch.profiler. JSON goes to --out as engine_gpu_profile.json.
+"""
+
+import argparse
+import gc
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from bench.engine_gpu import batch1_decode, copy_bandwidth, prefix_ttft
+from bench.engine_gpu_models import build_hf, build_ours, decode_bytes
+
+VARIANTS = {
+    "fused": {},
+    "noswiglu": {"LLMGW_FUSED_GEMV": "2"},
+    "nosplit": {"LLMGW_ATTENTION_SPLITS": "1"},
+    "unfused": {"LLMGW_FUSED_GEMV": "0"},
+    "old": {"LLMGW_FUSED_GEMV": "0", "LLMGW_ATTENTION_SPLITS": "1"},
+}
+SWITCHES = ("LLMGW_FUSED_GEMV", "LLMGW_ATTENTION_SPLITS")
+
+
+def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 200) -> float:
+    """Mean GPU time of one replay over `repeats` back-to-back replays (events around all)."""
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / repeats
+
+
+def top_kernels(engine, steps: int = 10, count: int = 12) -> dict:
+    """torch.profiler over `steps` decode steps of one request: kernels by total device time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from backends.local_engine.sampling_params import SamplingParams
+
+    engine.add_request(
+        list(range(1, 129)), SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True)
+    )
+    engine.step()
+    engine.step()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            engine.step()
+    while engine.has_work:
+        engine.step()
+    events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    events.sort(key=lambda e: e.device_time_total, reverse=True)
+    total = sum(e.device_time_total for e in events)
+    launches = sum(e.count for e in events)
+    return {
+        "kernel_us_per_step": total / steps,
+        "kernels_per_step": launches / steps,
+        "top": [
+            [e.key[:70], round(e.device_time_total / steps, 2), e.count // steps] for e in events[:count]
+        ],
+    }
+
+
+def measure(hf, shape: str, fmt: str, variant: str, bandwidth: float) -> dict:
+    for name in SWITCHES:
+        os.environ.pop(name, None)
+    os.environ.update(VARIANTS[variant])
+    ours = build_ours(hf, shape, fmt, 4, 8192 if "8b" in shape else 4096)
+    vocab = hf.config.vocab_size
+    steps = ours.runner.cuda_steps
+    tok_s = batch1_decode(ours, vocab)
+    graph_ms = replay_ms(steps.graphs[1][0])
+    row = {
+        "decode_tok_s": tok_s,
+        "pct_roofline": 100 * tok_s * decode_bytes(ours.runner) / bandwidth,
+        "step_ms": 1e3 / tok_s,
+        "decode_graph_ms": graph_ms,
+        "host_ms": 1e3 / tok_s - graph_ms,
+    }
+    if fmt == "bf16":
+        row["prefix"] = prefix_ttft(ours, vocab)
+        # the (32 tokens, 2 sequences) graph still holds the last cached request's inputs
+        row["prefix"]["prefill_graph_ms"] = replay_ms(steps.prefill_graphs[(32, 2)][0])
+    row["profile"] = top_kernels(ours.engine)
+    ours.free()
+    del ours
+    gc.collect()
+    torch.cuda.empty_cache()
+    print(f"{shape:<9} {fmt:<5} {variant:<8} {tok_s:8.1f} tok/s {row['pct_roofline']:5.1f} %  step "
+          f"{row['step_ms']:.3f} ms  graph {graph_ms:.3f} ms  host {row['host_ms']:.3f} ms  "
+          f"kernels/step {row['profile']['kernels_per_step']:.0f}"
+          + (f"  prefix cold {row['prefix']['cold_ms']:.2f} cached {row['prefix']['cached_ms']:.2f} "
+             f"(x{row['prefix']['speedup']:.2f})" if "prefix" in row else ""), flush=True)  # fmt: skip
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="llama-8b,llama-1b")
+    parser.add_argument("--variants", default="fused,noswiglu,unfused,old")
+    parser.add_argument("--formats", default="bf16,int8")
+    parser.add_argument("--int8-variants", default="fused,unfused")
+    parser.add_argument("--out", default="bench/results")
+    args = parser.parse_args()
+    bandwidth = copy_bandwidth()
+    results: dict = {"device": torch.cuda.get_device_name(), "copy_GBps": bandwidth / 1e9, "rows": {}}
+    out = Path(args.out) / "engine_gpu_profile.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for shape in args.shapes.split(","):
+        hf = build_hf(shape, torch.device("cuda"), torch.float32)
+        for fmt in args.formats.split(","):
+            variants = args.variants.split(",") if fmt == "bf16" else args.int8_variants.split(",")
+            for variant in variants:
+                try:
+                    results["rows"][f"{shape} {fmt} {variant}"] = measure(hf, shape, fmt, variant, bandwidth)
+                except Exception as error:  # keep the other rows
+                    import traceback
+
+                    traceback.print_exc()
+                    results["rows"][f"{shape} {fmt} {variant}"] = {"error": repr(error)}
+                out.write_text(json.dumps(results, indent=1))
+        del hf
+        gc.collect()
+        torch.cuda.empty_cache()
+    for key, row in results["rows"].items():
+        for name, us, count in row.get("profile", {}).get("top", [])[:8]:
+            print(f"  {key:<24} {us:9.1f} us/step  x{count:<4} {name}")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
