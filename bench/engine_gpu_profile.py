@@ -49,6 +49,36 @@ def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 200) -> float:
     return start.elapsed_time(end) / repeats
 
 
+def skinny_matmuls(rows_list: tuple[int, ...] = (1, 8, 16, 32)) -> dict:
+    """GB/s of cuBLAS (F.linear) and our GEMV on the 8B projections at a few rows, weights rotated over
+    copies that together exceed the L2, as in a forward pass where every layer's weights are cold."""
+    import torch.nn.functional as F
+    import triton.testing
+
+    from backends.local_engine.gemv_triton import gemv
+
+    shapes = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
+    table: dict = {}
+
+    def rate(fn, x: torch.Tensor, weights: list[torch.Tensor]) -> float:  # noqa: ANN001
+        turn = iter(range(10**9))
+        ms = triton.testing.do_bench(lambda: fn(x, weights[next(turn) % len(weights)]), return_mode="median")
+        return weights[0].numel() * 2 / ms / 1e6
+
+    for name, (n, k) in shapes.items():
+        copies = max(2, -(-400_000_000 // (n * k * 2)))
+        weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
+        for rows in rows_list:
+            x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+            table[f"{name} rows={rows} cublas GB/s"] = rate(F.linear, x, weights)
+            if rows == 1:
+                table[f"{name} rows=1 gemv GB/s"] = rate(gemv, x, weights)
+        del weights
+    for key, value in table.items():
+        print(f"  {key:<32} {value:8.0f}")
+    return table
+
+
 def top_kernels(engine, steps: int = 10, count: int = 12) -> dict:
     """torch.profiler over `steps` decode steps of one request: kernels by total device time."""
     from torch.profiler import ProfilerActivity, profile
@@ -117,12 +147,15 @@ def main() -> None:
     parser.add_argument("--variants", default="fused,noswiglu,unfused,old")
     parser.add_argument("--formats", default="bf16,int8")
     parser.add_argument("--int8-variants", default="fused,unfused")
+    parser.add_argument("--matmuls", action="store_true", help="also time skinny matmuls of the 8B shapes")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
     bandwidth = copy_bandwidth()
     results: dict = {"device": torch.cuda.get_device_name(), "copy_GBps": bandwidth / 1e9, "rows": {}}
     out = Path(args.out) / "engine_gpu_profile.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.matmuls:
+        results["matmuls"] = skinny_matmuls()
     for shape in args.shapes.split(","):
         hf = build_hf(shape, torch.device("cuda"), torch.float32)
         for fmt in args.formats.split(","):
