@@ -9,6 +9,7 @@ A variant is a set of environment switches read when the engine is built (CUDA g
   nosplit    fused, attention without split-K (LLMGW_ATTENTION_SPLITS=1)
   unfused    split-K attention, separate norm / SwiGLU / residual kernels (LLMGW_FUSED_GEMV=0)
   old        neither (the engine before both changes)
+  cublas     fused, but steps of 2-32 rows on cuBLAS instead of quant_triton.skinny_matmul
 For each (shape, format, variant): batch-1 decode tok/s through the engine step beside the bucket-1 decode
 graph replayed alone (its GPU time; the rest of a step is host work), the prefix TTFT (1024-token cached
 prefix + 32 new tokens, bench/engine_gpu.py's measure) beside its prefill graph replayed alone, and the
@@ -32,8 +33,9 @@ VARIANTS = {
     "nosplit": {"LLMGW_ATTENTION_SPLITS": "1"},
     "unfused": {"LLMGW_FUSED_GEMV": "0"},
     "old": {"LLMGW_FUSED_GEMV": "0", "LLMGW_ATTENTION_SPLITS": "1"},
+    "cublas": {"LLMGW_SKINNY_ROWS": "1"},
 }
-SWITCHES = ("LLMGW_FUSED_GEMV", "LLMGW_ATTENTION_SPLITS")
+SWITCHES = ("LLMGW_FUSED_GEMV", "LLMGW_ATTENTION_SPLITS", "LLMGW_SKINNY_ROWS")
 
 
 def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 200) -> float:
