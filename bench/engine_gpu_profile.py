@@ -110,11 +110,11 @@ def top_kernels(engine, steps: int = 10, count: int = 12) -> dict:
     }
 
 
-def measure(hf, shape: str, fmt: str, variant: str, bandwidth: float) -> dict:
+def measure(hf, shape: str, fmt: str, variant: str, bandwidth: float, max_seqs: int = 4) -> dict:
     for name in SWITCHES:
         os.environ.pop(name, None)
     os.environ.update(VARIANTS[variant])
-    ours = build_ours(hf, shape, fmt, 4, 8192 if "8b" in shape else 4096)
+    ours = build_ours(hf, shape, fmt, max_seqs, 8192 if "8b" in shape else 4096)
     vocab = hf.config.vocab_size
     steps = ours.runner.cuda_steps
     tok_s = batch1_decode(ours, vocab)
@@ -149,6 +149,7 @@ def main() -> None:
     parser.add_argument("--variants", default="fused,noswiglu,unfused,old")
     parser.add_argument("--formats", default="bf16,int8")
     parser.add_argument("--int8-variants", default="fused,unfused")
+    parser.add_argument("--max-seqs", type=int, default=4, help="engine max_num_seqs (decode graph buckets)")
     parser.add_argument("--matmuls", action="store_true", help="also time skinny matmuls of the 8B shapes")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
@@ -164,7 +165,9 @@ def main() -> None:
             variants = args.variants.split(",") if fmt == "bf16" else args.int8_variants.split(",")
             for variant in variants:
                 try:
-                    results["rows"][f"{shape} {fmt} {variant}"] = measure(hf, shape, fmt, variant, bandwidth)
+                    results["rows"][f"{shape} {fmt} {variant}"] = measure(
+                        hf, shape, fmt, variant, bandwidth, args.max_seqs
+                    )
                 except Exception as error:  # keep the other rows
                     import traceback
 

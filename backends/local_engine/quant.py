@@ -39,9 +39,10 @@ class DenseLinear(nn.Module):
             and weight.dtype == torch.bfloat16
             and os.environ.get("LLMGW_BF16_GEMV", "1") == "1"
         )
-        # up to this many rows (small decode batches, prefix-cached tails) the Triton tiles of
-        # quant_triton.skinny_matmul run instead of cuBLAS (LLMGW_SKINNY_ROWS=1 turns them off)
-        self.skinny_rows = int(os.environ.get("LLMGW_SKINNY_ROWS", "32"))
+        # up to this many rows the Triton tiles of quant_triton.skinny_matmul run instead of cuBLAS. Off
+        # by default (1): on the H200 the 8B 32-token prefill graph took 5.24 ms with them at 32 against
+        # 5.15 on cuBLAS (bench/README.md); LLMGW_SKINNY_ROWS=32 turns them on
+        self.skinny_rows = int(os.environ.get("LLMGW_SKINNY_ROWS", "1"))
 
     def forward(self, x: Tensor) -> Tensor:
         if self.gemv and x.shape[0] == 1:
