@@ -141,10 +141,13 @@ class StepBuffers:
             "tables": small[2 * s + 1 : 2 * s + 1 + s * w].view(s, w),
         }
 
-    def fill(self, step: HostStep, t: int, s: int, w: int, pad_slot: int) -> None:
-        """Write `step` padded to (t, s, w) (padding rows decode one token into `pad_slot`); copy it over."""
+    def fill(self, step: HostStep, t: int, s: int, w: int, pad_slot: int, used: int | None = None) -> None:
+        """Write `step` padded to (t, s, w) (padding rows decode one token into `pad_slot`); copy it over.
+        With `used`, only the first `used` block-table rows are written and copied (a decode graph of that
+        bucket reads no more: the largest bucket's table is most of the buffer)."""
         n, rows, num = len(step.input_ids), len(step.logit_rows), len(step.context_lens)
-        size = self.words(t, s, w)
+        used = s if used is None else used
+        size = 4 * t + -(-(2 * s + 1 + used * w) // 2)
         if self.pending:  # the previous step's copy may still be reading the pinned buffer
             self.copied.synchronize()
         host = self.host_np
@@ -159,7 +162,7 @@ class StepBuffers:
         small[num:s] = 1
         small[s : s + num + 1] = step.query_start
         small[s + num + 1 : 2 * s + 1] = np.arange(n + 1, n + 1 + s - num)
-        tables = small[2 * s + 1 : 2 * s + 1 + s * w].reshape(s, w)
+        tables = small[2 * s + 1 : 2 * s + 1 + used * w].reshape(used, w)
         tables[:] = 0
         for row, table in enumerate(step.tables):
             tables[row, : len(table)] = table[:w]
@@ -253,7 +256,7 @@ class CudaStepRunner:
             graph, logits = self.prefill_graphs[shape]
             graph.replay()
             return logits[: len(step.logit_rows)].clone() if step.logit_rows else None
-        self.decode_buffers.fill(step, *self.decode_shape, self.pad_slot)
+        self.decode_buffers.fill(step, *self.decode_shape, self.pad_slot, bucket)
         if bucket not in self.graphs:
             return self._decode_forward(bucket)[: len(batch)]
         graph, logits = self.graphs[bucket]
