@@ -117,8 +117,11 @@ def build_ours(hf_model, name: str, dtype: str, max_num_seqs: int, kv_mb: int, *
 
     settings = engine_settings(dtype, max_num_seqs, kv_mb, **extra)
     runner = ModelRunner(settings, checkpoint=checkpoint_of(hf_model, name))
-    sample_fn = DeviceSampler(0).sample if runner.device.type == "cuda" else None
-    return Ours(runner, LLMEngine(settings, runner, probabilities, NullDetokenizer, sample_fn))
+    sampler = DeviceSampler(0) if runner.device.type == "cuda" else None
+    sample_fn, sample_async_fn = (sampler.sample, sampler.sample_async) if sampler else (None, None)
+    return Ours(
+        runner, LLMEngine(settings, runner, probabilities, NullDetokenizer, sample_fn, sample_async_fn)
+    )
 
 
 def decode_bytes(runner: ModelRunner) -> int:

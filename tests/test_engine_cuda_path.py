@@ -191,3 +191,30 @@ def test_batch1_decode_through_fused_gemvs_matches_transformers(model_pair) -> N
         for linear in linears:
             linear.gemv = False
         model.__dict__.pop("_gemv_cache", None)
+
+
+def test_async_decode_through_the_step_runner_matches_plain_decode(model_pair) -> None:
+    """Decode steps fed from the device's sampled tokens (pipeline.py) give the plain loop's greedy tokens."""
+    from backends.local_engine.config import EngineSettings
+    from backends.local_engine.device_sampler import DeviceSampler
+    from backends.local_engine.engine import LLMEngine
+    from backends.local_engine.sampler import probabilities
+    from backends.local_engine.sampling_params import SamplingParams
+    from bench.engine_gpu_models import NullDetokenizer
+
+    _, runner = model_pair
+    outputs = []
+    for async_decode in (False, True):
+        settings = EngineSettings(max_model_len=256, max_num_seqs=4, async_decode=async_decode)
+        sampler = DeviceSampler(0)
+        llm = LLMEngine(
+            settings, runner, probabilities, NullDetokenizer, sampler.sample, sampler.sample_async
+        )
+        ids = [llm.add_request(p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
+               for p, n in ((list(range(30, 41)), 6), (list(range(60, 65)), 4))]  # fmt: skip
+        tokens = {seq_id: [] for seq_id in ids}
+        while llm.has_work:
+            for out in llm.step():
+                tokens[out.seq_id] += out.new_token_ids
+        outputs.append(list(tokens.values()))
+    assert outputs[0] == outputs[1] and [len(t) for t in outputs[0]] == [6, 4]

@@ -22,23 +22,37 @@ class FakeStepOutput:
 
 
 class FakeRunner:
-    def __init__(self, num_blocks: int = 64, block_size: int = 4) -> None:
+    """`device_input`: decode steps may take their input tokens as a tensor (like the CUDA runner's)."""
+
+    def __init__(self, num_blocks: int = 64, block_size: int = 4, device_input: bool = False) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.eos_token_ids = (EOS,)
         self.batches: list[list[tuple[int, int]]] = []
+        self.device_input = device_input
+        self.device_input_steps = 0
 
-    def execute(self, batch: list[ScheduledSeq]) -> list[FakeStepOutput]:
+    def accepts_device_input(self, num_seqs: int) -> bool:
+        return self.device_input
+
+    def execute(
+        self, batch: list[ScheduledSeq], input_tokens: torch.Tensor | None = None
+    ) -> list[FakeStepOutput]:
         self.batches.append([(item.seq.seq_id, item.num_new_tokens) for item in batch])
-        return [self._one(item) for item in batch]
+        if input_tokens is None:
+            return [self._one(item) for item in batch]
+        assert self.device_input and all(item.num_new_tokens == 1 for item in batch)
+        self.device_input_steps += 1
+        return [self._one(item, int(token)) for item, token in zip(batch, input_tokens, strict=True)]
 
-    def _one(self, item: ScheduledSeq) -> FakeStepOutput:
+    def _one(self, item: ScheduledSeq, last: int | None = None) -> FakeStepOutput:
         seq = item.seq
         assert len(seq.block_table) * self.block_size >= seq.num_computed_tokens + item.num_new_tokens
         if seq.num_computed_tokens + item.num_new_tokens < len(seq):
             return FakeStepOutput(None)
+        tokens = seq.token_ids if last is None else [*seq.token_ids[:-1], last]
         first = len(seq) - item.num_logits
-        rows = [self._row(seq.token_ids[: first + i + 1]) for i in range(item.num_logits)]
+        rows = [self._row(tokens[: first + i + 1]) for i in range(item.num_logits)]
         return FakeStepOutput(torch.stack(rows))
 
     @staticmethod

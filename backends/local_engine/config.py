@@ -30,3 +30,6 @@ class EngineSettings(BaseModel):
     served_model_name: str = "smollm2"
     device: str = "cpu"  # "cuda": paged-attention kernels, CUDA graphs for decode steps, on-device sampling
     cuda_graphs: bool = True  # capture one decode graph per batch-size bucket at start (CUDA only)
+    # plain decode steps run one step ahead of the host: the next step reads the sampled tokens on the
+    # device (CUDA only; pipeline.py)
+    async_decode: bool = True

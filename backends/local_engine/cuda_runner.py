@@ -242,10 +242,16 @@ class CudaStepRunner:
         hidden = self.model(views["input_ids"][:bucket], views["positions"][:bucket], meta, self.kv_cache)
         return self.model.logits(hidden)
 
-    def run(self, batch: list[ScheduledSeq]) -> Tensor | None:
-        """Logits [rows needing logits, vocab] float32 of the step, or None when no row needs them."""
+    def accepts_device_input(self, num_seqs: int) -> bool:
+        return bucket_for(num_seqs, self.buckets) is not None
+
+    def run(self, batch: list[ScheduledSeq], input_tokens: Tensor | None = None) -> Tensor | None:
+        """Logits [rows needing logits, vocab] float32 of the step, or None when no row needs them.
+        `input_tokens` (device int64, one per sequence) overrides a decode step's input ids on the device."""
         step = host_step(batch, self.block_size)
         bucket = bucket_for(len(batch), self.buckets) if step.is_decode else None
+        if input_tokens is not None and bucket is None:
+            raise ValueError("device input tokens are for decode steps of a graph bucket")
         if bucket is None:
             shape = prefill_bucket(len(step.input_ids), len(step.context_lens), len(step.logit_rows))
             if shape is None or shape not in self.prefill_graphs:
@@ -257,6 +263,8 @@ class CudaStepRunner:
             graph.replay()
             return logits[: len(step.logit_rows)].clone() if step.logit_rows else None
         self.decode_buffers.fill(step, *self.decode_shape, self.pad_slot, bucket)
+        if input_tokens is not None:  # queued after the input copy: the ids the last step sampled
+            self.decode_views["input_ids"][: len(batch)].copy_(input_tokens)
         if bucket not in self.graphs:
             return self._decode_forward(bucket)[: len(batch)]
         graph, logits = self.graphs[bucket]

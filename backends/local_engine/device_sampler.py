@@ -123,12 +123,17 @@ def argmax_rows(logits: Tensor) -> Tensor:
 
 
 class DeviceSampler:
-    """Next tokens for a batch of sequences, computed where the logits are; one `.tolist()` per call."""
+    """Next tokens for a batch of sequences, computed where the logits are; one `.tolist()` per call
+    (`sample`), or none (`sample_async`, whose tokens the next decode step reads on the device)."""
 
     def __init__(self, seed: int | None = None) -> None:
         self.rng = random.Random(seed)
 
     def sample(self, logits: Tensor, seqs: list[Sequence]) -> list[int]:
+        return self.sample_async(logits, seqs).tolist()
+
+    def sample_async(self, logits: Tensor, seqs: list[Sequence]) -> Tensor:
+        """The next tokens as an int64 tensor on the logits' device, without waiting for them."""
         params = [s.params for s in seqs]
         logits = logits.float()
         if any(_has_penalty(p) for p in params):
@@ -137,10 +142,10 @@ class DeviceSampler:
             logits = penalize_dense(logits, params, prompts, outputs)
         greedy_tokens = argmax_rows(logits)
         if all(p.greedy for p in params):
-            return greedy_tokens.tolist()
+            return greedy_tokens
         probs = torch.softmax(truncate_dense(logits, params), dim=-1)
         keys = [row_key(p, len(s), self.rng) for p, s in zip(params, seqs, strict=True)]
         key_tensor = torch.tensor(keys, dtype=torch.int64).to(logits.device, non_blocking=True)
         sampled = (probs / exponential_noise(key_tensor, logits.shape[-1])).argmax(dim=-1)
         greedy = torch.tensor([p.greedy for p in params]).to(logits.device, non_blocking=True)
-        return torch.where(greedy, greedy_tokens, sampled).tolist()
+        return torch.where(greedy, greedy_tokens, sampled)

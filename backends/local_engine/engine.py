@@ -13,6 +13,7 @@ import torch
 from backends.local_engine.block_manager import BlockManager
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.outputs import RequestOutput, TokenLogprob
+from backends.local_engine.pipeline import PLACEHOLDER, InFlight, pipelinable
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.scheduler import Scheduler
 from backends.local_engine.sequence import ScheduledSeq, Sequence
@@ -24,7 +25,10 @@ class Runner(Protocol):
     block_size: int
     eos_token_ids: Any
 
-    def execute(self, batch: list[ScheduledSeq]) -> list[Any]: ...
+    def execute(self, batch: list[ScheduledSeq], input_tokens: Any = None) -> list[Any]:
+        """Logits per scheduled sequence; `input_tokens` (a device tensor, one per sequence of a decode
+        batch) replaces the last token of each, for runners whose `accepts_device_input` says so."""
+        ...
 
 
 class Detokenizer(Protocol):
@@ -43,6 +47,8 @@ class Detokenizer(Protocol):
 ProbsFn = Callable[[torch.Tensor, list[SamplingParams], list[list[int]], list[list[int]]], torch.Tensor]
 # logits [N, vocab] and the sequence of each row -> one next token per row (device_sampler.DeviceSampler)
 SampleFn = Callable[[torch.Tensor, list[Sequence]], list[int]]
+# the same, left on the device as an int64 tensor (DeviceSampler.sample_async)
+SampleAsyncFn = Callable[[torch.Tensor, list[Sequence]], torch.Tensor]
 DetokenizerFactory = Callable[[list[int], SamplingParams], Detokenizer]
 
 
@@ -70,9 +76,12 @@ class LLMEngine:
         probs_fn: ProbsFn,
         detokenizer: DetokenizerFactory,
         sample_fn: SampleFn | None = None,
+        sample_async_fn: SampleAsyncFn | None = None,
     ) -> None:
         """`sample_fn`, when given, samples steps without speculative drafts or grammars in one batched
-        call (the CUDA engine: one host sync per step); other steps go through `probs_fn`."""
+        call (the CUDA engine: one host sync per step); other steps go through `probs_fn`. With
+        `sample_async_fn` too (and settings.async_decode), plain decode steps run one ahead of the host
+        (pipeline.py)."""
         self.settings = settings
         self.runner = runner
         self.block_manager = BlockManager(
@@ -86,6 +95,8 @@ class LLMEngine:
         )
         self._probs_fn = probs_fn
         self._sample_fn = sample_fn
+        self._sample_async_fn = sample_async_fn if settings.async_decode else None
+        self._inflight: InFlight | None = None
         self._make_detokenizer = detokenizer
         self._eos = set(runner.eos_token_ids)
         self._requests: dict[int, _Request] = {}
@@ -120,7 +131,7 @@ class LLMEngine:
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work
+        return self.scheduler.has_work or self._inflight is not None
 
     @property
     def num_requests(self) -> int:
@@ -129,6 +140,8 @@ class LLMEngine:
     # --- one step --------------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        if self._inflight is not None:
+            return self._continue_pipeline() if self._can_continue() else self._drain()
         if self.proposer is not None:
             self._propose_drafts()
         scheduled = self.scheduler.schedule().scheduled
@@ -142,6 +155,9 @@ class LLMEngine:
             if logits is None:  # a prefill chunk that does not reach the end yet
                 self._advance_chunk(item.seq, item.num_new_tokens)
         if self._sample_fn is not None and self.proposer is None and _plain(sampling):
+            if len(sampling) == len(scheduled) and self._can_start(scheduled):
+                self._launch([item for item, _ in sampling], torch.cat([row for _, row in sampling]))
+                return []
             return self._sample_batch(sampling)
         all_probs = self._probabilities(sampling)
         return [
@@ -161,6 +177,94 @@ class LLMEngine:
             self._advance_chunk(item.seq, item.num_new_tokens)
             outputs.append(self._emit(self._requests[item.seq.seq_id], [token], row))
         return outputs
+
+    # --- asynchronous decode (pipeline.py) ------------------------------------------------------------
+
+    def _async_ok(self, seqs: list[Sequence]) -> bool:
+        """A decode step of `seqs` may run before the host has seen their last tokens: nothing waits
+        for admission, the next step cannot preempt, and every request samples on the device alone."""
+        accepts = getattr(self.runner, "accepts_device_input", None)
+        return (
+            self._sample_async_fn is not None
+            and not self.scheduler.waiting
+            and accepts is not None
+            and accepts(len(seqs))
+            and len(seqs) <= min(self.block_manager.num_free_blocks, self.settings.max_num_batched_tokens)
+            and all(pipelinable(seq.params) for seq in seqs)
+        )
+
+    def _can_start(self, scheduled: list[ScheduledSeq]) -> bool:
+        running = self.scheduler.running
+        return (
+            len(scheduled) == len(running)
+            and all(item.num_new_tokens == 1 and item.num_logits == 1 for item in scheduled)
+            and self._async_ok(running)
+        )
+
+    def _can_continue(self) -> bool:
+        running = self.scheduler.running
+        return (
+            bool(running)
+            and all(self._inflight.has(seq.seq_id) and seq.num_uncomputed_tokens == 1 for seq in running)
+            and self._async_ok(running)
+        )
+
+    def _launch(self, items: list[ScheduledSeq], logits: torch.Tensor) -> InFlight | None:
+        """Sample `items`' next tokens on the device and put the step in flight; returns the step that
+        was in flight before (its tokens not yet known on the host)."""
+        previous, self._inflight = self._inflight, None
+        tokens = self._sample_async_fn(logits, [item.seq for item in items])
+        self._inflight = InFlight.start(items, tokens)
+        if previous is None:  # the inputs of this step were known tokens: account for them now
+            for item in items:
+                self._advance_chunk(item.seq, 1)
+                item.seq.append_token(PLACEHOLDER)
+        return previous
+
+    def _continue_pipeline(self) -> list[RequestOutput]:
+        """Launch the next decode step from the tokens still on the device, then emit the previous one's."""
+        scheduled = self.scheduler.schedule().scheduled  # every running sequence, one token each
+        results = self.runner.execute(scheduled, self._inflight.inputs_for(scheduled))
+        previous = self._launch(scheduled, torch.cat([_logits_of(result) for result in results]))
+        tokens = self._patch(previous)
+        for item in scheduled:  # this step's input tokens are known now: hash blocks with them
+            self._advance_chunk(item.seq, 1)
+            item.seq.append_token(PLACEHOLDER)
+        return [self._emit_known(request, token, pending=1) for request, token in tokens]
+
+    def _drain(self) -> list[RequestOutput]:
+        """Wait for the step in flight and emit its tokens; the next step() runs a plain step."""
+        previous, self._inflight = self._inflight, None
+        return [self._emit_known(request, token, pending=0) for request, token in self._patch(previous)]
+
+    def _patch(self, inflight: InFlight) -> list[tuple["_Request", int]]:
+        """Wait for `inflight`'s tokens and write them over the placeholders of the requests still alive."""
+        alive = []
+        for item, token in zip(inflight.items, inflight.wait(), strict=True):
+            request = self._requests.get(item.seq.seq_id)
+            if request is not None:  # not finished or aborted since; its placeholder is its last token
+                item.seq.token_ids[-1] = token
+                alive.append((request, token))
+        return alive
+
+    def _emit_known(self, request: "_Request", token_id: int, pending: int) -> RequestOutput:
+        """Emit a token already in token_ids, followed by `pending` placeholders of the step in flight."""
+        seq = request.seq
+        out = RequestOutput(
+            seq.seq_id, [token_id], "", [], None, seq.num_prompt_tokens, seq.num_cached_tokens, 0
+        )
+        out.finish_reason = self._stop_reason(seq, token_id)
+        if out.finish_reason is None:
+            out.new_text = request.detokenizer.add(token_id)
+            out.finish_reason = self._length_reason(request, pending)
+        if out.finish_reason is not None:
+            del seq.token_ids[len(seq.token_ids) - pending :]
+            out.new_text += request.detokenizer.flush()
+            self._finish(request, out.finish_reason)
+            pending = 0
+        out.num_output_tokens = len(seq.output_ids) - pending
+        self.counters.num_generation_tokens += 1
+        return out
 
     def _advance_chunk(self, seq: Sequence, num_computed: int) -> None:
         seq.num_computed_tokens += num_computed
@@ -231,11 +335,13 @@ class LLMEngine:
         is_eos = token_id in self._eos and not seq.params.ignore_eos
         return "stop" if is_eos or token_id in seq.params.stop_token_ids else None
 
-    def _length_reason(self, request: _Request) -> str | None:
+    def _length_reason(self, request: _Request, pending: int = 0) -> str | None:
+        """`pending`: placeholders of a step in flight at the end of token_ids, not counted."""
         seq = request.seq
         if request.detokenizer.stopped:
             return "stop"
-        if len(seq.output_ids) >= seq.params.max_tokens or len(seq) >= self.settings.max_model_len:
+        produced = len(seq.output_ids) - pending
+        if produced >= seq.params.max_tokens or len(seq) - pending >= self.settings.max_model_len:
             return "length"
         return None
 

@@ -89,11 +89,17 @@ class ModelRunner:
             if settings.cuda_graphs:
                 self.cuda_steps.capture()
 
-    def execute(self, batch: list[ScheduledSeq]) -> list[StepOutput]:
+    def accepts_device_input(self, num_seqs: int) -> bool:
+        """Whether a decode step of `num_seqs` sequences can take its input tokens as a device tensor."""
+        return self.cuda_steps is not None and self.cuda_steps.accepts_device_input(num_seqs)
+
+    def execute(self, batch: list[ScheduledSeq], input_tokens: Tensor | None = None) -> list[StepOutput]:
         if self.cuda_steps is not None:
             for item in batch:
                 self._check_blocks(item, item.seq.num_computed_tokens + item.num_new_tokens)
-            return self._split(batch, self.cuda_steps.run(batch))
+            return self._split(batch, self.cuda_steps.run(batch, input_tokens))
+        if input_tokens is not None:
+            raise ValueError("device input tokens need the CUDA step runner")
         input_ids: list[int] = []
         positions: list[int] = []
         spans: list[tuple[list[int], int, int]] = []

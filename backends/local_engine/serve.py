@@ -78,12 +78,13 @@ def load_local_engine(settings: EngineSettings) -> LoadedEngine:
     def detokenizer(prompt_ids: list[int], params: Any) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(tokenizer, prompt_ids, params)
 
-    sample_fn = None
+    sample_fn = sample_async_fn = None
     if runner.device.type == "cuda":
         from backends.local_engine.device_sampler import DeviceSampler
 
-        sample_fn = DeviceSampler().sample  # batched on the GPU: one host sync per step
-    engine = LLMEngine(settings, runner, probabilities, detokenizer, sample_fn)
+        sampler = DeviceSampler()  # batched on the GPU: one host sync per step, or none (async decode)
+        sample_fn, sample_async_fn = sampler.sample, sampler.sample_async
+    engine = LLMEngine(settings, runner, probabilities, detokenizer, sample_fn, sample_async_fn)
     metrics = EngineMetrics(engine, settings.served_model_name)
     model = ServedModel(
         settings.served_model_name,
