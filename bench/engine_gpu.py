@@ -92,16 +92,15 @@ def batch1_decode(ours: Ours, vocab: int, new_tokens: int = NEW_TOKENS) -> float
     params = SamplingParams(max_tokens=new_tokens + 1, temperature=0.0, ignore_eos=True)
     engine.add_request(random_prompts(1, 128, 128, vocab, 7)[0], params)
     engine.step()  # prefill + first token
-    steps = 0
+    tokens = 0
 
     def loop() -> None:
-        nonlocal steps
+        nonlocal tokens
         while engine.has_work:
-            engine.step()
-            steps += 1
+            tokens += sum(len(out.new_token_ids) for out in engine.step())
 
     seconds = timed(loop)
-    return steps / seconds
+    return tokens / seconds
 
 
 def ttft(ours: Ours, prompt: list[int]) -> float:

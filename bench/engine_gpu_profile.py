@@ -10,6 +10,7 @@ A variant is a set of environment switches read when the engine is built (CUDA g
   unfused    split-K attention, separate norm / SwiGLU / residual kernels (LLMGW_FUSED_GEMV=0)
   old        neither (the engine before both changes)
   cublas     fused, but steps of 2-32 rows on cuBLAS instead of quant_triton.skinny_matmul
+  sync       fused, but every decode step waits for its tokens (async_decode off; pipeline.py)
 For each (shape, format, variant): batch-1 decode tok/s through the engine step beside the bucket-1 decode
 graph replayed alone (its GPU time; the rest of a step is host work), the prefix TTFT (1024-token cached
 prefix + 32 new tokens, bench/engine_gpu.py's measure) beside its prefill graph replayed alone, and the
@@ -34,7 +35,9 @@ VARIANTS = {
     "unfused": {"LLMGW_FUSED_GEMV": "0"},
     "old": {"LLMGW_FUSED_GEMV": "0", "LLMGW_ATTENTION_SPLITS": "1"},
     "cublas": {"LLMGW_SKINNY_ROWS": "1"},
+    "sync": {},
 }
+SETTINGS = {"sync": {"async_decode": False}}  # engine settings a variant changes
 SWITCHES = ("LLMGW_FUSED_GEMV", "LLMGW_ATTENTION_SPLITS", "LLMGW_SKINNY_ROWS")
 
 
@@ -114,7 +117,7 @@ def measure(hf, shape: str, fmt: str, variant: str, bandwidth: float, max_seqs: 
     for name in SWITCHES:
         os.environ.pop(name, None)
     os.environ.update(VARIANTS[variant])
-    ours = build_ours(hf, shape, fmt, max_seqs, 8192 if "8b" in shape else 4096)
+    ours = build_ours(hf, shape, fmt, max_seqs, 8192 if "8b" in shape else 4096, **SETTINGS.get(variant, {}))
     vocab = hf.config.vocab_size
     steps = ours.runner.cuda_steps
     tok_s = batch1_decode(ours, vocab)
