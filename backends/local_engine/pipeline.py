@@ -36,6 +36,7 @@ class InFlight:
     tokens: Tensor  # [B] int64, on the device
     host: Tensor  # [B] int64, pinned, filled by a copy queued after the sampling
     ready: Any  # torch.cuda.Event recorded after that copy (None on the CPU, where the copy is done)
+    seq_ids: frozenset[int] = frozenset()
 
     @classmethod
     def start(cls, items: list[ScheduledSeq], tokens: Tensor) -> "InFlight":
@@ -46,7 +47,7 @@ class InFlight:
         if cuda:
             ready = torch.cuda.Event()
             ready.record()
-        return cls(items, tokens, host, ready)
+        return cls(items, tokens, host, ready, frozenset(item.seq.seq_id for item in items))
 
     def wait(self) -> list[int]:
         """The step's tokens, once its sampling is done (later steps may still be running)."""
@@ -66,7 +67,7 @@ class InFlight:
         return self.tokens.index_select(0, picks)
 
     def has(self, seq_id: int) -> bool:
-        return any(item.seq.seq_id == seq_id for item in self.items)
+        return seq_id in self.seq_ids
 
 
 def pipelinable(params: SamplingParams) -> bool:
