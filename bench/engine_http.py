@@ -123,5 +123,7 @@ class LlamaServer(EngineServer):
         # its per-request logging goes to a file, off the printed table
         self.log = Path(tempfile.gettempdir(), f"llama_server_{self.port}.log")
         with self.log.open("w") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=llama.env()
+            )
         self.url = f"http://127.0.0.1:{self.port}"
