@@ -2,7 +2,8 @@
 
 Each setting gets its own server; 1 / 4 / 16 / 32 clients each send short text prompts for 64-token answers
 (`ignore_eos`, greedy, streamed), one request per client (at least 4 in all). Also batch-1 decode in-process (the
-engine loop without HTTP) for the default settings. Run through `bench/engine_serving.py --only clients`.
+engine loop without HTTP) for the default settings. With `--llama-server PATH` llama.cpp's server is measured
+first with the same client and prompts (bench/llama_cpp.py). Run through `bench/engine_serving.py --only clients`.
 """
 
 import os
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import aiohttp
 
 LLAMA_SERVER = {1: 114.0, 4: 185.0, 16: 238.0}  # llama-server -np 16 -t 2, SmolLM2-135M Q4_1 (issue 14)
+REFERENCE = "llama-server"  # the label of the measured llama-server rows (bench/llama_cpp.py)
 CLIENTS = (1, 4, 16, 32)
 ANSWER_TOKENS = 64
 TOPICS = ["a lighthouse", "the moon", "a red bicycle", "rain in April", "an old library", "a mountain road",
@@ -67,10 +69,21 @@ async def client_rows(server, setting: str, send, drive) -> list[ClientRow]:
 
 
 def print_client_row(row: ClientRow) -> None:
-    reference = LLAMA_SERVER.get(row.clients)
-    beside = f"{reference:>8.0f}" if reference else f"{'-':>8}"
-    print(f"{row.setting:<10} {row.clients:>7} {row.output_tok_s:>9.1f} {beside} {row.decode_tok_s_per_client:>9.1f} "
+    quoted = LLAMA_SERVER.get(row.clients)
+    beside = f"{quoted:>8.0f}" if quoted else f"{'-':>8}"
+    print(f"{row.setting:<12} {row.clients:>7} {row.output_tok_s:>9.1f} {beside} {row.decode_tok_s_per_client:>9.1f} "
           f"{row.ttft_p50:>8.3f} {row.load:>5.1f}", flush=True)  # fmt: skip
+
+
+def print_pivot(rows: list[ClientRow], labels: list[str]) -> None:
+    """Output tok/s, one column per setting (llama-server's measured one first when it ran), loads beside."""
+    print("\n| clients | llama-server (issue) | " + " | ".join(labels) + " |")
+    print("|---" * (len(labels) + 2) + "|")
+    for clients in CLIENTS:
+        cells = [f"{r.output_tok_s:.1f} ({r.load:.1f})" for label in labels for r in rows
+                 if r.setting == label and r.clients == clients]  # fmt: skip
+        quoted = LLAMA_SERVER.get(clients)
+        print(f"| {clients} | {quoted if quoted else '-'} | " + " | ".join(cells) + " |")
 
 
 def in_process_batch1(settings: dict) -> dict:
@@ -93,18 +106,22 @@ def in_process_batch1(settings: dict) -> dict:
     return {"decode_tok_s": statistics.median(rates), "load": os.getloadavg()[0]}
 
 
-async def clients_scenario(server_factory, send, drive, labels: list[str]) -> dict:
+async def clients_scenario(server_factory, send, drive, labels: list[str], reference=None) -> dict:
+    """The table for each setting in `labels`; `reference()`, if given, starts llama-server (measured first)."""
     print(
-        f"{'setting':<10} {'clients':>7} {'out tok/s':>9} {'llama-sv':>8} {'dec/client':>9} {'ttft p50':>8} {'load':>5}"
+        f"{'setting':<12} {'clients':>7} {'out tok/s':>9} {'issue':>8} {'dec/client':>9} {'ttft p50':>8} {'load':>5}"
     )
     rows: list[ClientRow] = []
-    for label in labels:
-        server = server_factory(**SETTINGS[label])
+    starts = [(REFERENCE, reference)] if reference else []
+    starts += [(label, lambda label=label: server_factory(**SETTINGS[label])) for label in labels]
+    for label, start in starts:
+        server = start()
         try:
             await server.wait_ready()
             rows += await client_rows(server, label, send, drive)
         finally:
             server.stop()
+    print_pivot(rows, [label for label, _ in starts])
     best = max(labels, key=lambda label: _mean_throughput(rows, label))
     batch1 = in_process_batch1(SETTINGS["default"])
     served = next(
@@ -112,9 +129,11 @@ async def clients_scenario(server_factory, send, drive, labels: list[str]) -> di
     )
     print(f"best setting: {best}; batch-1 decode, default settings: in-process {batch1['decode_tok_s']:.1f} tok/s, "
           f"through the server {served or float('nan'):.1f} tok/s (load {batch1['load']:.1f})")  # fmt: skip
+    measured = {r.clients: r.output_tok_s for r in rows if r.setting == REFERENCE}
     return {
         "rows": [asdict(r) for r in rows],
         "llama_server": LLAMA_SERVER,
+        "llama_server_measured": measured or None,
         "best": best,
         "batch1_in_process": batch1,
         "batch1_served_decode_tok_s": served,

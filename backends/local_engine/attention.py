@@ -51,6 +51,10 @@ class PaddedGroup:
     shape: tuple[int, int, int]  # n, max_q, max_context
     # one query per sequence and the group is the batch: q_index and out_index are 0..n-1
     identity: bool = False
+    # a one-sequence group whose context fills pool slots [context_start, context_start + max_context) in
+    # order (its blocks are consecutive, as the block manager usually hands them out): attention reads that
+    # slice of the pool instead of gathering it
+    context_start: int | None = None
 
 
 @dataclass
@@ -102,7 +106,17 @@ def build_metadata(
         _padded_group(rows, slots, computed, new, starts, query_group, whole=len(members) == 1)
         for rows in members
     ]
+    for group, rows in zip(groups, members, strict=True):
+        if len(rows) == 1:
+            table, done, count = spans[rows[0]]
+            group.context_start = _contiguous_start(table, done + count, block_size)
     return AttentionMetadata(slot_mapping, [], groups)
+
+
+def _contiguous_start(table: list[int], context_len: int, block_size: int) -> int | None:
+    """First pool slot of a context whose blocks are consecutive (then its slots are too), else None."""
+    used = table[: -(-context_len // block_size)]
+    return used[0] * block_size if used == list(range(used[0], used[0] + len(used))) else None
 
 
 def _padded_group(
@@ -168,7 +182,10 @@ def _group_attention(q: Tensor, pool: Tensor, group: PaddedGroup) -> Tensor:
         n, max_q, kv_heads, per_kv, head_dim
     )
     queries = queries.transpose(1, 2).reshape(n, kv_heads, max_q * per_kv, head_dim)
-    keys, values = pool.index_select(1, group.context_index).view(2, n, max_context, kv_heads, head_dim)
+    if group.context_start is not None:
+        keys, values = pool[:, group.context_start : group.context_start + max_context].unsqueeze(1)
+    else:
+        keys, values = pool.index_select(1, group.context_index).view(2, n, max_context, kv_heads, head_dim)
     out = F.scaled_dot_product_attention(
         queries, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=group.mask
     )

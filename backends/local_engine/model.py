@@ -23,12 +23,15 @@ from backends.local_engine.rope import RotaryTable, rotate_
 class DecoderLayer(nn.Module):
     def __init__(
         self, config: ModelConfig, norms: tuple[Tensor, Tensor], qkv: nn.Module, o_proj: nn.Module,
-        gate_up: nn.Module, down: nn.Module,
+        gate_up: nn.Module, down: nn.Module, mlp_dtype: torch.dtype | None = None,
     ) -> None:  # fmt: skip
+        """`mlp_dtype`: the MLP runs in this dtype between its two matmuls (bf16 for CPU int4, whose kernel
+        takes and returns bf16: one conversion per MLP instead of four); None: the residual stream's."""
         super().__init__()
         self.input_norm = nn.Parameter(norms[0], requires_grad=False)
         self.post_norm = nn.Parameter(norms[1], requires_grad=False)
         self.qkv, self.o_proj, self.gate_up, self.down = qkv, o_proj, gate_up, down
+        self.mlp_dtype = mlp_dtype
         self.eps = config.rms_norm_eps
         self.heads, self.kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
 
@@ -37,8 +40,9 @@ class DecoderLayer(nn.Module):
     ) -> Tensor:
         """Pre-norm block: residual stream in, residual stream out."""
         residual = residual + self._attention(self._norm(residual, self.input_norm), rotations, meta, kv_pool)
-        gate, up = self.gate_up(self._norm(residual, self.post_norm)).chunk(2, -1)
-        return residual + self.down(F.silu(gate) * up)
+        normed = self._norm(residual, self.post_norm)
+        gate, up = self.gate_up(normed if self.mlp_dtype is None else normed.to(self.mlp_dtype)).chunk(2, -1)
+        return residual + self.down(F.silu(gate) * up)  # a bf16 MLP output is added in float32
 
     def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.rms_norm(x, weight.shape, weight, self.eps)

@@ -127,11 +127,17 @@ class ModelRunner:
             self.config.num_heads // self.config.num_kv_heads,
         )
         hidden = self.model(self._tensor(input_ids), self._tensor(positions), meta, self.kv_cache)
-        logits = self.model.logits(hidden[self._tensor(logit_rows)]) if logit_rows else None
+        logits = None
+        if logit_rows:
+            self._set_threads(None)  # the output layer is large enough for all threads at any row count
+            logits = self.model.logits(hidden[self._tensor(logit_rows)])
+            self._set_threads(len(input_ids))  # the sampler's small ops: as few threads as the step's
         return self._split(batch, logits)
 
-    def _set_threads(self, tokens: int) -> None:
-        threads = 1 if tokens <= self.single_thread_max_tokens else self.num_threads
+    def _set_threads(self, tokens: int | None) -> None:
+        """One thread for steps of few tokens (`tokens` None: all of them)."""
+        few = tokens is not None and tokens <= self.single_thread_max_tokens
+        threads = 1 if few else self.num_threads
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
 

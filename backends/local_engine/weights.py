@@ -85,6 +85,7 @@ class ModelBuilder:
             o_proj=self._linear(t["self_attn.o_proj.weight"]),
             gate_up=self._linear(gate_up),
             down=self._linear(t["mlp.down_proj.weight"]),
+            mlp_dtype=torch.bfloat16 if self.fmt.dtype == "int4" else None,
         )
 
     def finish(self, max_positions: int) -> LlamaModel:

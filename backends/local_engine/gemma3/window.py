@@ -62,4 +62,11 @@ def _windowed_group(group: PaddedGroup, window: int) -> PaddedGroup:
     if mask.dim() == 3:
         mask = mask.unsqueeze(1)  # [n, 1, 1, keys] broadcast over the query rows
     context_index = group.context_index.view(n, max_context)[:, first:].flatten()
-    return replace(group, context_index=context_index, mask=mask, shape=(n, max_q, max_context - first))
+    start = None if group.context_start is None else group.context_start + first
+    return replace(
+        group,
+        context_index=context_index,
+        mask=mask,
+        shape=(n, max_q, max_context - first),
+        context_start=start,
+    )
