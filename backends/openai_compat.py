@@ -81,12 +81,20 @@ class OpenAICompatBackend:
             response.close()
 
     async def health(self) -> bool:
+        probe = await self.probe()
+        return probe is not None and probe[0] == 200
+
+    async def probe(self) -> tuple[int, bytes] | None:
+        """GET /models: its status and body, or None when the server cannot be reached."""
         try:
             response = await self._pool.request("GET", "/models", headers=self._headers, read_timeout=2.0)
-            await response.read()
+            return response.status, await response.read()
         except TransportError:
-            return False
-        return response.status == 200
+            return None
+
+    def unready_reason(self) -> str | None:
+        """Why this deployment can never be ready (None: nothing known; health() tells the rest)."""
+        return None
 
     async def _post(self, endpoint: str, body: dict[str, Any], request_id: str) -> Response:
         payload = orjson.dumps({**body, "model": self.config.model})

@@ -68,6 +68,9 @@ class Services:
         healthy = await asyncio.gather(*(b.health() for b in backends))
         status = {b.name: ok for b, ok in zip(backends, healthy, strict=True)}
         report: dict[str, Any] = {"ready": any(healthy) or not backends, "deployments": status}
+        reasons = {b.name: reason for b in backends if (reason := b.unready_reason()) is not None}
+        if reasons:  # e.g. a local engine whose model failed to load: it will not become ready by itself
+            report["reasons"] = reasons
         if self.cache is not None:
             report["cache"] = self.cache.readiness()  # semantic caching on, or why it is off
         return report
