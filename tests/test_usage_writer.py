@@ -74,3 +74,23 @@ async def test_shutdown_gives_up_after_its_timeout(tmp_path: Path) -> None:
     assert writer.buffered == 0 and USAGE_RECORDS_DROPPED._value.get() == dropped + 4
     assert USAGE_RECORDS_BUFFERED._value.get() == buffered
     await engine.dispose()
+
+
+async def test_a_flush_under_steady_load_ends_and_writes_full_batches(tmp_path: Path) -> None:
+    """Records that arrive while a flush writes wait for the next one (no endless run of tiny batches)."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'usage.db'}")
+    async with engine.begin() as conn:
+        await conn.run_sync(Base.metadata.create_all)
+    writer = UsageWriter(engine, 100, 2, flush_interval_s=60)
+    for i in range(5):
+        writer.submit(record(i))
+    write_head, arrivals = writer._write_head, iter(range(100, 200))
+
+    async def write_while_requests_arrive(at_most: int) -> int:
+        writer.submit(record(next(arrivals)))  # a request ends during every write
+        return await write_head(at_most)
+
+    writer._write_head = write_while_requests_arrive  # type: ignore[method-assign]
+    await asyncio.wait_for(writer.flush(), 5)
+    assert await count_rows(engine) == 5 and writer.buffered == 3  # 3 writes (2 + 2 + 1), 3 arrivals
+    await engine.dispose()
