@@ -9,7 +9,6 @@ A variant is a set of environment switches read when the engine is built (CUDA g
   nosplit    fused, attention without split-K (LLMGW_ATTENTION_SPLITS=1)
   unfused    split-K attention, separate norm / SwiGLU / residual kernels (LLMGW_FUSED_GEMV=0)
   old        neither (the engine before both changes)
-  cublas     fused, but steps of 2-32 rows on cuBLAS instead of quant_triton.skinny_matmul
   sync       fused, but every decode step waits for its tokens (async_decode off; pipeline.py)
 For each (shape, format, variant): batch-1 decode tok/s through the engine step beside the bucket-1 decode
 graph replayed alone (its GPU time; the rest of a step is host work), the prefix TTFT (1024-token cached
@@ -34,11 +33,10 @@ VARIANTS = {
     "nosplit": {"LLMGW_ATTENTION_SPLITS": "1"},
     "unfused": {"LLMGW_FUSED_GEMV": "0"},
     "old": {"LLMGW_FUSED_GEMV": "0", "LLMGW_ATTENTION_SPLITS": "1"},
-    "cublas": {"LLMGW_SKINNY_ROWS": "1"},
     "sync": {},
 }
 SETTINGS = {"sync": {"async_decode": False}}  # engine settings a variant changes
-SWITCHES = ("LLMGW_FUSED_GEMV", "LLMGW_ATTENTION_SPLITS", "LLMGW_SKINNY_ROWS")
+SWITCHES = ("LLMGW_FUSED_GEMV", "LLMGW_ATTENTION_SPLITS")
 
 
 def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 200) -> float:

@@ -144,12 +144,12 @@ class LlamaModel(nn.Module):
 
         eps = self.config.rms_norm_eps
         layers = list(self.layers)
-        if input_ids.shape[0] == 1 and self._gemv_operands():
+        operands = self._gemv_operands() if input_ids.shape[0] == 1 else None
+        if operands is not None:
             residual = self.embed(input_ids)
-            swiglu = os.environ.get("LLMGW_FUSED_GEMV", "1") != "2"
-            for layer, kv_pool, ops in zip(layers, kv_cache.layers, self._gemv_operands(), strict=True):
+            for layer, kv_pool, ops in zip(layers, kv_cache.layers, operands, strict=True):
                 residual = layer.gemv_forward(
-                    residual, positions, self.rotary.rotations, meta, kv_pool, ops, swiglu
+                    residual, positions, self.rotary.rotations, meta, kv_pool, ops, self._gemv_swiglu
                 )
             return add_rms_norm(residual, None, self.norm, eps)[0]
         normed, residual = add_rms_norm(self.embed(input_ids), None, layers[0].input_norm, eps)
@@ -165,9 +165,10 @@ class LlamaModel(nn.Module):
         """Per layer, the operands of the fused batch-1 path (None when a layer cannot take it, or with
         LLMGW_FUSED_GEMV=0; =2 keeps SwiGLU out of the GEMV). Looked up once: the weights do not move after load."""
         if not hasattr(self, "_gemv_cache"):
+            mode = os.environ.get("LLMGW_FUSED_GEMV", "1")
             found = [layer.gemv_operands() for layer in self.layers]
-            usable = os.environ.get("LLMGW_FUSED_GEMV", "1") != "0" and all(found)
-            self._gemv_cache = found if usable else None
+            self._gemv_cache = found if mode != "0" and all(found) else None
+            self._gemv_swiglu = mode != "2"
         return self._gemv_cache
 
     @torch.inference_mode()

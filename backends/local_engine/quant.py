@@ -26,9 +26,9 @@ _INT4_K_TILE = 16
 
 
 class DenseLinear(nn.Module):
-    """F.linear; on CUDA in bf16 one-row inputs (batch-1 decode) use the Triton GEMV (gemv_triton.py) and
-    inputs of up to `skinny_rows` rows its tiled kernel (quant_triton.skinny_matmul): both read narrow
-    weights faster than cuBLAS (LLMGW_BF16_GEMV=0 turns both off)."""
+    """F.linear; on CUDA in bf16 one-row inputs (batch-1 decode) use the Triton GEMV (gemv_triton.py),
+    which reads narrow weights faster than cuBLAS (LLMGW_BF16_GEMV=0 turns it off). A Triton tiled
+    kernel for 2-32 rows was tried and lost to cuBLAS (bench/README.md, "Engine on one GPU")."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
@@ -39,21 +39,12 @@ class DenseLinear(nn.Module):
             and weight.dtype == torch.bfloat16
             and os.environ.get("LLMGW_BF16_GEMV", "1") == "1"
         )
-        # up to this many rows the Triton tiles of quant_triton.skinny_matmul run instead of cuBLAS. Off
-        # by default (1): on the H200 the 8B 32-token prefill graph took 5.24 ms with them at 32 against
-        # 5.15 on cuBLAS (bench/README.md); LLMGW_SKINNY_ROWS=32 turns them on
-        self.skinny_rows = int(os.environ.get("LLMGW_SKINNY_ROWS", "1"))
 
     def forward(self, x: Tensor) -> Tensor:
         if self.gemv and x.shape[0] == 1:
             from backends.local_engine.gemv_triton import gemv
 
             out = gemv(x, self.weight)
-            return out if self.bias is None else out + self.bias
-        if self.gemv and x.shape[0] <= self.skinny_rows:
-            from backends.local_engine.quant_triton import skinny_matmul
-
-            out = skinny_matmul(x, self.weight)
             return out if self.bias is None else out + self.bias
         return F.linear(x, self.weight, self.bias)
 

@@ -37,15 +37,11 @@ if triton is not None:
         triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s)
         for n, k, w, s in ((16, 256, 4, 4), (32, 256, 4, 4), (64, 128, 4, 4), (32, 512, 8, 3))
     ]
-    _SKINNY_CONFIGS = _CONFIGS + [
-        triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s)
-        for n, k, w, s in ((16, 512, 4, 4), (16, 256, 4, 6), (32, 256, 4, 6), (16, 1024, 8, 3))
-    ]
 
-    @triton.autotune(configs=_SKINNY_CONFIGS, key=["N", "K", "BLOCK_M", "INT8"])
+    @triton.autotune(configs=_CONFIGS, key=["N", "K", "BLOCK_M"])
     @triton.jit
-    def _skinny_matmul_kernel(
-        x_ptr, w_ptr, s_ptr, o_ptr, M, N, K, stride_xm, stride_wn, stride_om, INT8: tl.constexpr,
+    def _int8_matmul_kernel(
+        x_ptr, w_ptr, s_ptr, o_ptr, M, N, K, stride_xm, stride_wn, stride_om,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):  # fmt: skip
         pid_n = tl.program_id(0)
@@ -65,9 +61,8 @@ if triton is not None:
                 mask=(cols[:, None] < N) & (ks[None, :] < K), other=0,
             )  # fmt: skip
             acc += tl.dot(a, tl.trans(b.to(a.dtype)))
-        out = acc
-        if INT8:
-            out *= tl.load(s_ptr + cols, mask=cols < N, other=0.0)[None, :].to(tl.float32)
+        scale = tl.load(s_ptr + cols, mask=cols < N, other=0.0)
+        out = acc * scale[None, :].to(tl.float32)
         tl.store(
             o_ptr + rows[:, None] * stride_om + cols[None, :], out.to(o_ptr.dtype.element_ty),
             mask=(rows[:, None] < M) & (cols[None, :] < N),
@@ -131,7 +126,7 @@ def _tiled(kernel, x: Tensor, n: int, weights: tuple, strides: tuple, **constant
     """Launch a tiled kernel (x, *weights, out, M, N, K, stride_xm, *weight strides, stride_om)."""
     rows, inner = x.shape
     out = torch.empty(rows, n, dtype=x.dtype, device=x.device)
-    block_m = 16 if rows <= 16 else 32 if rows <= 32 else MAX_KERNEL_ROWS
+    block_m = 16 if rows <= 16 else MAX_KERNEL_ROWS
 
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(rows, block_m))
@@ -161,12 +156,4 @@ def int8_matmul(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
         return F.linear(x, q.to(x.dtype)) * scale.to(x.dtype)
     if x.shape[0] == 1:
         return gemv(x, q, scale)
-    return _tiled(_skinny_matmul_kernel, x.contiguous(), q.shape[0], (q, scale), (q.stride(0),), INT8=True)
-
-
-def skinny_matmul(x: Tensor, weight: Tensor) -> Tensor:
-    """x [M, K] @ weight[N, K].T for a few rows (2..64) of bf16/fp16: the int8 kernel's tiles on a dense
-    weight. cuBLAS reads the narrow 8B projections at 1.9-2.3 TB/s at 1-32 rows on the H200 (qkv, o;
-    bench/engine_gpu_profile.py --matmuls); these many small N tiles keep more of the memory system busy."""
-    return _tiled(_skinny_matmul_kernel, x.contiguous(), weight.shape[0], (weight, weight), (weight.stride(0),),
-                  INT8=False)  # fmt: skip
+    return _tiled(_int8_matmul_kernel, x.contiguous(), q.shape[0], (q, scale), (q.stride(0),))
