@@ -34,9 +34,10 @@ VARIANTS = {
     "unfused": {"LLMGW_FUSED_GEMV": "0"},
     "old": {"LLMGW_FUSED_GEMV": "0", "LLMGW_ATTENTION_SPLITS": "1"},
     "sync": {},
+    "tinygemm": {"LLMGW_INT4_KERNEL": "tinygemm"},
 }
 SETTINGS = {"sync": {"async_decode": False}}  # engine settings a variant changes
-SWITCHES = ("LLMGW_FUSED_GEMV", "LLMGW_ATTENTION_SPLITS")
+SWITCHES = ("LLMGW_FUSED_GEMV", "LLMGW_ATTENTION_SPLITS", "LLMGW_INT4_KERNEL")
 
 
 def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 200) -> float:
@@ -53,33 +54,80 @@ def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 200) -> float:
 
 
 def skinny_matmuls(rows_list: tuple[int, ...] = (1, 8, 16, 32)) -> dict:
-    """GB/s of cuBLAS (F.linear) and our GEMV on the 8B projections at a few rows, weights rotated over
-    copies that together exceed the L2, as in a forward pass where every layer's weights are cold."""
+    """GB/s of cuBLAS (F.linear) and our kernels on the 8B projections at a few rows, weights rotated over
+    copies that together exceed the L2, as in a forward pass where every layer's weights are cold: bf16
+    cuBLAS and GEMV, int8 (quant_triton.int8_matmul: the GEMV at one row), int4 on the Triton layout
+    (int4_matmul) and on torch's tinygemm layout. Bytes are the weight's bytes (int4: nibbles + bf16 scale
+    and min per group of 32)."""
     import torch.nn.functional as F
     import triton.testing
 
     from backends.local_engine.gemv_triton import gemv
+    from backends.local_engine.quant import Int4Linear, quantize_int8
+    from backends.local_engine.quant_triton import int8_matmul
 
-    shapes = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
+    shapes = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
+              "lm_head": (128256, 4096)}  # fmt: skip
     table: dict = {}
 
-    def rate(fn, x: torch.Tensor, weights: list[torch.Tensor]) -> float:  # noqa: ANN001
+    def rate(fn, x: torch.Tensor, weights: list, nbytes: int) -> float:  # noqa: ANN001
         turn = iter(range(10**9))
         ms = triton.testing.do_bench(lambda: fn(x, weights[next(turn) % len(weights)]), return_mode="median")
-        return weights[0].numel() * 2 / ms / 1e6
+        return nbytes / ms / 1e6
+
+    def int4_layers(n: int, k: int, kernel: str, copies: int) -> list:
+        os.environ["LLMGW_INT4_KERNEL"] = kernel
+        layers = [Int4Linear(torch.randn(n, k, device="cuda") * 0.02, None, 32) for _ in range(copies)]
+        os.environ.pop("LLMGW_INT4_KERNEL")
+        return layers
 
     for name, (n, k) in shapes.items():
         copies = max(2, -(-400_000_000 // (n * k * 2)))
         weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
         for rows in rows_list:
             x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-            table[f"{name} rows={rows} cublas GB/s"] = rate(F.linear, x, weights)
+            table[f"{name} rows={rows} cublas GB/s"] = rate(F.linear, x, weights, n * k * 2)
             if rows == 1:
-                table[f"{name} rows=1 gemv GB/s"] = rate(gemv, x, weights)
+                table[f"{name} rows=1 gemv GB/s"] = rate(gemv, x, weights, n * k * 2)
+        int8 = [quantize_int8(w.float()) for w in weights]
         del weights
+        for rows in rows_list:
+            x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+            table[f"{name} rows={rows} int8 GB/s"] = rate(lambda x, w: int8_matmul(x, *w), x, int8, n * k)
+        del int8
+        for kernel in ("triton", "tinygemm"):
+            layers = int4_layers(n, k, kernel, max(2, -(-400_000_000 // (n * k * 5 // 8))))
+            for rows in rows_list:
+                x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+                table[f"{name} rows={rows} int4 {kernel} GB/s"] = rate(
+                    lambda x, w: w(x), x, layers, n * k * 5 // 8
+                )
+            del layers
+        torch.cuda.empty_cache()
     for key, value in table.items():
-        print(f"  {key:<32} {value:8.0f}")
+        print(f"  {key:<36} {value:8.0f}")
     return table
+
+
+def prefix_host_profile(ours, vocab: int, requests: int = 5) -> list[str]:  # noqa: ANN001
+    """cProfile of `requests` prefix-cached TTFT requests (bench/engine_gpu.py's measure): the host's share."""
+    import cProfile
+    import io
+    import pstats
+
+    from bench.engine_gpu import random_prompts, ttft
+
+    prefix = random_prompts(1, 1024, 1024, vocab, 31)[0]
+    tails = random_prompts(requests + 1, 32, 32, vocab, 32)
+    ttft(ours, prefix + tails[0])
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for tail in tails[1:]:
+        ttft(ours, prefix + tail)
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+    return text.getvalue().splitlines()
 
 
 def top_kernels(engine, steps: int = 10, count: int = 12) -> dict:
@@ -131,6 +179,9 @@ def measure(hf, shape: str, fmt: str, variant: str, bandwidth: float, max_seqs: 
         row["prefix"] = prefix_ttft(ours, vocab)
         # the (32 tokens, 2 sequences) graph still holds the last cached request's inputs
         row["prefix"]["prefill_graph_ms"] = replay_ms(steps.prefill_graphs[(32, 2)][0])
+        if os.environ.get("PREFIX_PROFILE"):
+            row["prefix"]["host_profile"] = prefix_host_profile(ours, vocab)
+            print("\n".join(row["prefix"]["host_profile"][:45]), flush=True)
     row["profile"] = top_kernels(ours.engine)
     ours.free()
     del ours
@@ -150,6 +201,7 @@ def main() -> None:
     parser.add_argument("--variants", default="fused,noswiglu,unfused,old")
     parser.add_argument("--formats", default="bf16,int8")
     parser.add_argument("--int8-variants", default="fused,unfused")
+    parser.add_argument("--int4-variants", default="fused,tinygemm")
     parser.add_argument("--max-seqs", type=int, default=4, help="engine max_num_seqs (decode graph buckets)")
     parser.add_argument("--matmuls", action="store_true", help="also time skinny matmuls of the 8B shapes")
     parser.add_argument("--out", default="bench/results")
@@ -163,7 +215,9 @@ def main() -> None:
     for shape in args.shapes.split(","):
         hf = build_hf(shape, torch.device("cuda"), torch.float32)
         for fmt in args.formats.split(","):
-            variants = args.variants.split(",") if fmt == "bf16" else args.int8_variants.split(",")
+            variants = {"bf16": args.variants, "int8": args.int8_variants, "int4": args.int4_variants}[
+                fmt
+            ].split(",")
             for variant in variants:
                 try:
                     results["rows"][f"{shape} {fmt} {variant}"] = measure(

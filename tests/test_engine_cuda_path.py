@@ -114,7 +114,7 @@ def test_int8_and_int4_kernels_match_their_dequantized_weights(rows: int) -> Non
     assert rel(int8_matmul(x, q, scale), x @ (q.float() * scale[:, None]).T) < 1e-5
     q4, scales_and_zeros = quantize_int4(weight, 32)
     scale4, zero4 = scales_and_zeros.unbind(-1)
-    out = int4_matmul(x, pack_int4(q4), scale4.t().contiguous(), (zero4 - 8 * scale4).t().contiguous(), 32)
+    out = int4_matmul(x, pack_int4(q4), torch.stack([scale4.t(), (zero4 - 8 * scale4).t()]).contiguous(), 32)
     assert rel(out, x @ dequantize_int4(q4, scales_and_zeros, 32).T) < 1e-5
 
 
@@ -145,26 +145,39 @@ def test_fused_kernels_match_torch() -> None:
     assert rel(pool[1, slots], expected[:, heads + kv_heads :]) < 1e-6
 
 
-@pytest.mark.parametrize("int8", [False, True])
-def test_fused_gemv_matches_the_unfused_ops(int8: bool) -> None:
+def _gemv_weights(weight: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """(weight, scale) as gemv takes them for `fmt`, and the dense weight they stand for."""
+    if fmt == "int8":
+        q, scale = quantize_int8(weight)
+        return q, scale, q.float() * scale[:, None]
+    if fmt == "int4":
+        q4, scales_and_zeros = quantize_int4(weight, 32)
+        scale4, zero4 = scales_and_zeros.unbind(-1)
+        scales_mins = torch.stack([scale4.t(), (zero4 - 8 * scale4).t()]).contiguous()
+        return pack_int4(q4), scales_mins, dequantize_int4(q4, scales_and_zeros, 32)
+    return weight, None, weight
+
+
+@pytest.mark.parametrize("fmt", ["float", "int8", "int4"])
+def test_fused_gemv_matches_the_unfused_ops(fmt: str) -> None:
     """gemv_triton's batch-1 extras (RMSNorm in, bias, SwiGLU, residual out) against plain torch."""
     from backends.local_engine.gemv_triton import gemv
 
-    generator = torch.Generator().manual_seed(int(int8))
+    generator = torch.Generator().manual_seed(len(fmt))
     x, residual, norm, bias = (
-        torch.randn(shape, generator=generator).to(DEVICE) for shape in ((1, 96), (1, 40), (96,), (40,))
+        torch.randn(shape, generator=generator).to(DEVICE) for shape in ((1, 128), (1, 40), (128,), (40,))
     )
-    weight = (torch.randn(80, 96, generator=generator) * 0.05).to(DEVICE)
-    q, scale = quantize_int8(weight)
-    w, s = (q, scale) if int8 else (weight, None)
-    dense = q.float() * scale[:, None] if int8 else weight
-    normed = torch.nn.functional.rms_norm(x, (96,), norm, 1e-5)
+    weight = (torch.randn(80, 128, generator=generator) * 0.05).to(DEVICE)
+    w, s, dense = _gemv_weights(weight, fmt)
+    top = None if s is None else (s[:, :40] if fmt == "int4" else s[:40])  # the first 40 rows' scales
+    normed = torch.nn.functional.rms_norm(x, (128,), norm, 1e-5)
+    assert rel(gemv(x, w, s), x @ dense.T) < 1e-5
     assert rel(gemv(x, w, s, norm=norm, eps=1e-5), normed @ dense.T) < 1e-5
-    assert rel(gemv(x, w[:40], None if s is None else s[:40], bias=bias), x @ dense[:40].T + bias) < 1e-5
+    assert rel(gemv(x, w[:40], top, bias=bias), x @ dense[:40].T + bias) < 1e-5
     gate, up = (normed @ dense.T).chunk(2, -1)
     swiglu = gemv(x, w, s, norm=norm, eps=1e-5, swiglu=True)
     assert swiglu.shape == (1, 40) and rel(swiglu, torch.nn.functional.silu(gate) * up) < 1e-5
-    out = gemv(x, w[:40], None if s is None else s[:40], residual=residual)
+    out = gemv(x, w[:40], top, residual=residual)
     assert rel(out, x @ dense[:40].T + residual) < 1e-5
 
 

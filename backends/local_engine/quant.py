@@ -186,8 +186,9 @@ def dequantize_int4(q: Tensor, scales_and_zeros: Tensor, group_size: int) -> Ten
 class Int4Linear(nn.Module):
     """The packed int4 kernel at every row count (CPU: `_weight_int4pack_mm_for_cpu`, bf16 activations).
 
-    CUDA: torch's `_weight_int4pack_mm` (tinygemm), or with LLMGW_INT4_KERNEL=triton the Triton kernel of
-    quant_triton.py on nibble-packed bytes with bf16 (scale, min) per group.
+    CUDA: torch's `_weight_int4pack_mm` (tinygemm), or with LLMGW_INT4_KERNEL=triton the Triton kernels of
+    quant_triton.py / gemv_triton.py on nibble-packed bytes with bf16 (scale, min) per group; at batch 1 these
+    run inside the fused decode layer (model.py `gemv_forward`).
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None, group_size: int) -> None:
@@ -201,8 +202,7 @@ class Int4Linear(nn.Module):
 
             scale, zero = scales_and_zeros.unbind(-1)  # [K / group, N] each; zero is min + 8 * scale
             self.register_buffer("packed", pack_int4(q))
-            self.register_buffer("scales", scale.t().contiguous().bfloat16())
-            self.register_buffer("mins", (zero - 8.0 * scale).t().contiguous().bfloat16())
+            self.register_buffer("scales_mins", torch.stack([scale.t(), (zero - 8.0 * scale).t()]).bfloat16())
             return
         self.register_buffer("packed", _pack_int4(q))
         self.register_buffer("scales_and_zeros_bf16", scales_and_zeros.bfloat16())
@@ -211,7 +211,7 @@ class Int4Linear(nn.Module):
         if self.triton:
             from backends.local_engine.quant_triton import int4_matmul
 
-            out = int4_matmul(x, self.packed, self.scales, self.mins, self.group_size)
+            out = int4_matmul(x, self.packed, self.scales_mins, self.group_size)
             return out if self.bias is None else out + self.bias.to(x.dtype)
         kernel = (
             torch.ops.aten._weight_int4pack_mm_for_cpu
@@ -220,6 +220,10 @@ class Int4Linear(nn.Module):
         )
         out = kernel(x.bfloat16(), self.packed, self.group_size, self.scales_and_zeros_bf16).to(x.dtype)
         return out if self.bias is None else out + self.bias.to(x.dtype)
+
+    def gemv_operands(self) -> tuple[Tensor, Tensor | None, Tensor | None] | None:
+        """(packed int4 weight, [scales; mins], bias) for gemv_triton's fused batch-1 kernel (Triton layout)."""
+        return (self.packed, self.scales_mins, self.bias) if self.triton else None
 
 
 def _pack_int4(q: Tensor) -> Tensor:
@@ -239,9 +243,9 @@ def cuda_inner_k_tiles(in_features: int) -> int:
 
 def cuda_quant_kernel(dtype: str) -> str:
     """Which kernel CUDA int8 / int4 layers use. LLMGW_INT8_KERNEL: "own" (quant_triton.py, default) or
-    "kernels" (the kernels/ package). LLMGW_INT4_KERNEL: "tinygemm" (torch's packed kernel, default),
-    "triton" (quant_triton.py) or "kernels". Defaults: the fastest exact ones on the H200 (bench/README.md)."""
-    default = {"int8": "own", "int4": "tinygemm"}[dtype]
+    "kernels" (the kernels/ package). LLMGW_INT4_KERNEL: "triton" (quant_triton.py, default), "tinygemm"
+    (torch's packed kernel) or "kernels". Defaults: the fastest exact ones on the H200 (bench/README.md)."""
+    default = {"int8": "own", "int4": "triton"}[dtype]
     return os.environ.get(f"LLMGW_{dtype.upper()}_KERNEL") or default
 
 

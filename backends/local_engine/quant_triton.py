@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from backends.local_engine.gemv_triton import gemv, gemv_int4
+from backends.local_engine.gemv_triton import gemv
 
 try:
     import triton
@@ -138,14 +138,15 @@ def _tiled(kernel, x: Tensor, n: int, weights: tuple, strides: tuple, **constant
     return out
 
 
-def int4_matmul(x: Tensor, packed: Tensor, scales: Tensor, zeros: Tensor, group: int) -> Tensor:
-    """x [M, K], packed [N, K / 2] uint8, scales / zeros [N, K / group] → [M, N] in x's dtype."""
+def int4_matmul(x: Tensor, packed: Tensor, scales_mins: Tensor, group: int) -> Tensor:
+    """x [M, K], packed [N, K / 2] uint8, scales_mins [2, N, K / group] (w = q * scale + min) → [M, N]."""
+    scales, mins = scales_mins[0], scales_mins[1]
     if x.shape[0] > MAX_KERNEL_ROWS or triton is None:
-        return F.linear(x, dequantize_packed_int4(packed, scales, zeros, group, x.dtype))
+        return F.linear(x, dequantize_packed_int4(packed, scales, mins, group, x.dtype))
     if x.shape[0] == 1:
-        return gemv_int4(x, packed, scales, zeros, group)
+        return gemv(x, packed, scales_mins)
     return _tiled(
-        _int4_matmul_kernel, x.contiguous(), packed.shape[0], (packed, scales, zeros),
+        _int4_matmul_kernel, x.contiguous(), packed.shape[0], (packed, scales, mins),
         (packed.stride(0), scales.stride(0)), GROUP=group,
     )  # fmt: skip
 
