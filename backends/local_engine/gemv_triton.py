@@ -34,7 +34,8 @@ if triton is not None:
         triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s)
         for n, k, w, s in ((4, 1024, 4, 3), (8, 512, 4, 3), (8, 1024, 4, 3), (16, 256, 4, 4), (16, 512, 4, 3),
                            (4, 512, 4, 4), (2, 2048, 4, 3), (4, 2048, 8, 3), (2, 4096, 8, 2), (8, 2048, 8, 3),
-                           (16, 1024, 8, 3), (32, 512, 8, 3))
+                           (16, 1024, 8, 3), (32, 512, 8, 3), (1, 4096, 4, 2), (2, 4096, 4, 2), (4, 4096, 8, 2),
+                           (8, 4096, 8, 2), (4, 2048, 4, 4), (8, 1024, 2, 4))
     ]  # fmt: skip
 
     @triton.jit
@@ -201,4 +202,3 @@ def gemv(
     _launch(_gemv_kernel, rows, _INTERPRET_CONFIG, x, weight, weight if scale is None else scale, out, *extras,
             rows, weight.shape[1], weight.stride(0), eps, INT8=scale is not None, **flags)  # fmt: skip
     return out
-
