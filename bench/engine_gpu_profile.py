@@ -35,9 +35,10 @@ VARIANTS = {
     "old": {"LLMGW_FUSED_GEMV": "0", "LLMGW_ATTENTION_SPLITS": "1"},
     "sync": {},
     "tinygemm": {"LLMGW_INT4_KERNEL": "tinygemm"},
+    "kernels": {"LLMGW_INT8_KERNEL": "kernels", "LLMGW_INT4_KERNEL": "kernels"},
 }
 SETTINGS = {"sync": {"async_decode": False}}  # engine settings a variant changes
-SWITCHES = ("LLMGW_FUSED_GEMV", "LLMGW_ATTENTION_SPLITS", "LLMGW_INT4_KERNEL")
+SWITCHES = ("LLMGW_FUSED_GEMV", "LLMGW_ATTENTION_SPLITS", "LLMGW_INT4_KERNEL", "LLMGW_INT8_KERNEL")
 
 
 def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 200) -> float:
