@@ -63,6 +63,7 @@ class RateLimitStage:
         self._default_max_tokens = default_max_tokens
         self._leases = LeaseKeeper(limiter, lease_s)
         self._estimate_cost = estimate_cost
+        self._plans = plan.PlanCache()
 
     async def drain(self) -> None:
         """Wait for settlements still on their way to the limiter (tests)."""
@@ -98,8 +99,8 @@ class RateLimitStage:
         default = ctx.policy.default_max_tokens or self._default_max_tokens
         completion = estimate.completion_tokens(ctx.endpoint, ctx.body, default)
         cost = self._estimate_cost(ctx.model, prompt, completion)
-        now = datetime.now(UTC)
-        buckets = plan.admission_buckets(ctx.principal, ctx.policy, ctx.model, prompt + completion, now, cost)
+        admitting = self._plans.get(ctx.principal, ctx.policy, ctx.model)
+        buckets = admitting.buckets(prompt + completion, datetime.now(UTC), cost)
         if not buckets:
             return admission
         mode = ctx.policy.redis_failure_mode
