@@ -1,15 +1,19 @@
-"""The admission plan cache (policies/ratelimit/plan.py) and the limiter's key names: built once per key,
-policy and model, yet every request gets its own reservation, budget periods and a reloaded policy's limits."""
+"""What an admission is made of, cached where it can be: the plan (policies/ratelimit/plan.py) and the
+limiter's key names, built once per key, policy and model, yet every request gets its own reservation,
+budget periods and a reloaded policy's limits; the rate-limit headers; the budget reservation's price."""
 
 from datetime import UTC, datetime
 
 from core.context import Principal
+from core.models import ModelConfig
 from policies.policy import Budget, Limits, Policy
 from policies.ratelimit import redis_limiter
-from policies.ratelimit.buckets import Bucket
+from policies.ratelimit.buckets import Bucket, BucketState, Decision
+from policies.ratelimit.factory import cost_estimator
 from policies.ratelimit.plan import PlanCache
 from policies.ratelimit.redis_limiter import RedisLimiter
 from policies.ratelimit.resp import RespPool
+from policies.ratelimit.responses import rate_headers
 
 KEY = Principal(tenant_id="acme", key_id="key_1", key_prefix="sk-1")
 NOW = datetime(2026, 12, 3, 22, 0, tzinfo=UTC)
@@ -90,3 +94,49 @@ def test_limiter_key_names_are_cached_and_bounded(monkeypatch):
         assert keys == expected
         assert args == ["member", 60_000, 30_000, "R 5 1 L 5 3 B 1.0 0.1"]
     assert len(limiter._key_names) <= 2
+
+
+def test_rate_headers_describe_the_tightest_bucket_of_each_kind():
+    key_rpm = Bucket("requests", "k:a:rpm", "acme", 10, 1)
+    tenant_rpm = Bucket("requests", "t:rpm", "acme", 100, 1)
+    tenant_tpm = Bucket("tokens", "t:tpm", "acme", 1000, 50)
+    tie = Bucket("tokens", "k:a:tpm", "acme", 600, 50)
+    states = [
+        BucketState(Bucket("concurrency", "t:inflight", "acme", 1, 1), 1, 0.0, 0.0),  # no headers
+        BucketState(key_rpm, 4, 30.0, 0.0),  # 6 left
+        BucketState(tenant_rpm, 97, 0.5, 0.0),  # 3 left: the tightest
+        BucketState(tenant_tpm, 500, 2.0, 0.0),  # 500 left, first of two
+        BucketState(tie, 100, 75.0, 0.0),  # 500 left too
+    ]
+    headers = rate_headers(Decision(True, states))
+    assert list(headers.items()) == [
+        ("x-ratelimit-limit-requests", "100"),
+        ("x-ratelimit-remaining-requests", "3"),
+        ("x-ratelimit-reset-requests", "500ms"),
+        ("x-ratelimit-limit-tokens", "1000"),
+        ("x-ratelimit-remaining-tokens", "500"),
+        ("x-ratelimit-reset-tokens", "2s"),
+    ]
+    assert rate_headers(Decision(True, states[:1])) == {}
+
+
+def test_cost_estimate_follows_the_current_aliases():
+    def alias(name: str, *prices: float) -> ModelConfig:
+        deployments = [
+            {
+                "name": f"{name}-{i}",
+                "base_url": "http://x/v1",
+                "model": "u",
+                "input_price_per_1m": p,
+                "output_price_per_1m": 2 * p,
+            }  # fmt: skip
+            for i, p in enumerate(prices)
+        ]
+        return ModelConfig.model_validate({"name": name, "deployments": deployments})
+
+    current = [alias("m", 1.0, 3.0), alias("m", 100.0)]  # the first alias of a name wins, as before
+    estimate = cost_estimator(lambda: current)
+    assert estimate("m", 1_000_000, 1_000_000) == 3.0 + 6.0  # the dearest deployment
+    assert estimate("unknown", 1_000_000, 0) == 0.0
+    current = [alias("m", 10.0)]  # a reload: a new list
+    assert estimate("m", 1_000_000, 0) == 10.0

@@ -153,10 +153,10 @@ def _bucket_keys(kind: str, key: str) -> tuple[str, ...]:
 
 def _decision(buckets: list[Bucket], reply: list) -> Decision:
     states = [
-        BucketState(
-            bucket, float(reply[2 + 3 * i]), int(reply[3 + 3 * i]) / 1000, int(reply[4 + 3 * i]) / 1000
+        BucketState(bucket, float(used), int(reset_ms) / 1000, int(retry_ms) / 1000)
+        for bucket, used, reset_ms, retry_ms in zip(
+            buckets, reply[2::3], reply[3::3], reply[4::3], strict=False
         )
-        for i, bucket in enumerate(buckets)
     ]
     failed_index = int(reply[1])
     failed = states[failed_index - 1] if failed_index else None
