@@ -124,15 +124,9 @@ class Response:
         self._done = False
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
-        conn = self._conn
         try:
-            while True:
-                while conn.chunks:
-                    yield conn.chunks.popleft()
-                if conn.complete:
-                    self._finish(reuse=True)
-                    return
-                await conn.wait(self._read_timeout)
+            while (chunk := await self._next_chunk()) is not None:
+                yield chunk
         finally:
             self._finish(reuse=False)
 
@@ -142,7 +136,29 @@ class Response:
             pass
 
     async def read(self) -> bytes:
-        return b"".join([chunk async for chunk in self.iter_chunks()])
+        """The whole body (no async generator: the event loop registers each one it sees)."""
+        chunks = []
+        try:
+            while (chunk := await self._next_chunk()) is not None:
+                chunks.append(chunk)
+        finally:
+            self._finish(reuse=False)  # (a no-op once the body was read whole)
+        return b"".join(chunks)
+
+    async def _next_chunk(self) -> bytes | None:
+        """The next piece of the body; None at its end, when the connection goes back to the pool. A
+        failure or cancellation while waiting drops the connection."""
+        conn = self._conn
+        try:
+            while not conn.chunks:
+                if conn.complete:
+                    self._finish(reuse=True)
+                    return None
+                await conn.wait(self._read_timeout)
+        except BaseException:
+            self._finish(reuse=False)
+            raise
+        return conn.chunks.popleft()
 
     async def iter_lines(self) -> AsyncIterator[bytes]:
         buffer = b""

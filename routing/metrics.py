@@ -10,6 +10,7 @@ class RoutingMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         registry = registry or CollectorRegistry()
         self.registry = registry
+        self._outstanding: dict[str, Gauge] = {}
         self.breaker_state = Gauge(
             "llmgw_deployment_circuit_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.",
             ["deployment"], registry=registry,
@@ -43,6 +44,14 @@ class RoutingMetrics:
             "the model's probability; logprob methods: the answer's geometric-mean token probability).",
             ["model", "outcome"], buckets=QUALITY_BUCKETS, registry=registry,
         )  # fmt: skip
+
+    def set_outstanding(self, deployment: str, count: int) -> None:
+        """The deployment's in-flight gauge; its child is looked up once (labels() costs microseconds, and
+        every request sets it twice)."""
+        child = self._outstanding.get(deployment)
+        if child is None:
+            child = self._outstanding[deployment] = self.outstanding.labels(deployment)
+        child.set(count)
 
     def set_breaker(self, deployment: str, state: str) -> None:
         self.breaker_state.labels(deployment).set(BREAKER_STATES[state])

@@ -204,7 +204,7 @@ class _Call:
         self._started = self._router.clock()
         self._replica.outstanding += 1
         self._replica.breaker.on_dispatch()
-        self._router.metrics.outstanding.labels(self._replica.name).set(self._replica.outstanding)
+        self._router.metrics.set_outstanding(self._replica.name, self._replica.outstanding)
 
     async def _first_chunk(self, chunks: AsyncIterator[dict[str, Any]]) -> dict[str, Any] | None:
         try:
@@ -251,4 +251,4 @@ class _Call:
         if not self._released:
             self._released = True
             self._replica.outstanding -= 1
-            self._router.metrics.outstanding.labels(self._replica.name).set(self._replica.outstanding)
+            self._router.metrics.set_outstanding(self._replica.name, self._replica.outstanding)

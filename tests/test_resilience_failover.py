@@ -168,3 +168,22 @@ async def test_policy_max_attempts_limits_tries(cluster: Cluster) -> None:
     with pytest.raises(UpstreamError):
         await stage(request(policy=type("P", (), {"routing": RoutingPolicy(max_attempts=2)})()), nobody)
     assert len(cluster.upstreams["only"].requests) == 2
+
+
+async def test_outstanding_gauge_counts_the_calls_in_flight(cluster: Cluster) -> None:
+    stage, router = await cluster.build({"m": ["a"]})
+
+    def outstanding() -> float | None:
+        labels = {"deployment": "a"}
+        return router.metrics.registry.get_sample_value("llmgw_deployment_outstanding_requests", labels)
+
+    await stage(request(), nobody)
+    assert outstanding() == 0
+    streaming = await stage(request(stream=True), nobody)
+    assert outstanding() == 1  # until the stream ends
+    await collect(streaming)
+    assert outstanding() == 0
+    cluster.upstreams["a"].mode = "error_400"
+    with pytest.raises(UpstreamError):
+        await stage(request(), nobody)
+    assert outstanding() == 0

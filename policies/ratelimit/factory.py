@@ -2,7 +2,7 @@
 
 from collections.abc import Callable
 
-from core.models import ModelConfig, cost_usd
+from core.models import DeploymentConfig, ModelConfig, cost_usd
 from policies.config import PoliciesSettings
 from policies.ratelimit.buckets import Limiter
 from policies.ratelimit.failover import FailoverLimiter
@@ -29,9 +29,15 @@ def build_limiter(config: PoliciesSettings, redis_url: str | None) -> Limiter:
 def cost_estimator(models: Callable[[], list[ModelConfig]]) -> CostEstimate:
     """The reservation on budgets: the tokens at the dearest prices among the alias's deployments."""
 
+    seen: list[ModelConfig] | None = None
+    by_name: dict[str, list[DeploymentConfig]] = {}
+
     def estimate(model: str, prompt_tokens: int, completion_tokens: int) -> float:
-        config = next((m for m in models() if m.name == model), None)
-        deployments = config.deployments if config else []
+        nonlocal seen, by_name
+        current = models()
+        if current is not seen:  # aliases changed (a reload makes a new list): index them again
+            seen, by_name = current, {m.name: m.deployments for m in reversed(current)}  # first one wins
+        deployments = by_name.get(model, [])
         return max((cost_usd(d, prompt_tokens, completion_tokens) for d in deployments), default=0.0)
 
     return estimate

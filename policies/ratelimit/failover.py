@@ -95,7 +95,8 @@ class FailoverLimiter:
         by_primary = self._admitted_by.pop(member, self._primary) is self._primary
         if (outage := self._outage.get(member)) is not None:
             outage.tokens = tokens
-        await self._fallback.settle(member, [] if by_primary else buckets, tokens, spends)
+        if spends or not by_primary:  # (a no-op otherwise)
+            await self._fallback.settle(member, [] if by_primary else buckets, tokens, spends)
         if by_primary or self._breaker.state == CLOSED:  # spends reach Redis whoever admitted
             await self._primary.settle(member, buckets if by_primary else [], tokens, spends)
 

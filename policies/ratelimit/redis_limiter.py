@@ -20,6 +20,7 @@ from policies.ratelimit.resp import LuaScript, RespPool
 log = logging.getLogger(__name__)
 _SCRIPTS = Path(__file__).parent
 _CODES = {"requests": "R", "tokens": "L", "concurrency": "C", "budget": "B"}
+KEY_NAMES_CACHED = 10_000
 
 
 class RedisLimiter:
@@ -33,6 +34,7 @@ class RedisLimiter:
         self._renew = LuaScript(pool, (_SCRIPTS / "renew.lua").read_text())
         self._replay = LuaScript(pool, (_SCRIPTS / "replay.lua").read_text())
         self._pending: set[asyncio.Future[Any]] = set()
+        self._key_names: dict[tuple[str, str, str], tuple[str, ...]] = {}  # (kind, scope, name) -> its keys
 
     async def admit(self, member: str, buckets: list[Bucket], failure_mode: str | None = None) -> Decision:
         keys, args = self.admission_call(member, buckets)
@@ -130,21 +132,31 @@ class RedisLimiter:
     def _key(self, scope: str, name: str) -> str:
         return f"{self._prefix}{{{scope}}}:{name}"
 
-    def _keys(self, kind: str, scope: str, name: str) -> list[str]:
-        key = self._key(scope, name)
-        if kind == "tokens":
-            return [key + ":log", key + ":w"]
-        if kind == "budget":  # spend counter, reservation leases, reservation weights
-            return [key, key + ":r", key + ":rw"]
-        return [key]
+    def _keys(self, kind: str, scope: str, name: str) -> tuple[str, ...]:
+        """A bucket's Redis keys, named once per bucket (the cache is emptied when it grows past
+        KEY_NAMES_CACHED: budget names change with their period)."""
+        keys = self._key_names.get((kind, scope, name))
+        if keys is None:
+            if len(self._key_names) >= KEY_NAMES_CACHED:
+                self._key_names.clear()
+            keys = self._key_names[kind, scope, name] = _bucket_keys(kind, self._key(scope, name))
+        return keys
+
+
+def _bucket_keys(kind: str, key: str) -> tuple[str, ...]:
+    if kind == "tokens":
+        return (key + ":log", key + ":w")
+    if kind == "budget":  # spend counter, reservation leases, reservation weights
+        return (key, key + ":r", key + ":rw")
+    return (key,)
 
 
 def _decision(buckets: list[Bucket], reply: list) -> Decision:
     states = [
-        BucketState(
-            bucket, float(reply[2 + 3 * i]), int(reply[3 + 3 * i]) / 1000, int(reply[4 + 3 * i]) / 1000
+        BucketState(bucket, float(used), int(reset_ms) / 1000, int(retry_ms) / 1000)
+        for bucket, used, reset_ms, retry_ms in zip(
+            buckets, reply[2::3], reply[3::3], reply[4::3], strict=False
         )
-        for i, bucket in enumerate(buckets)
     ]
     failed_index = int(reply[1])
     failed = states[failed_index - 1] if failed_index else None

@@ -46,7 +46,7 @@ class _Connection(asyncio.Protocol):
     """Many commands in flight; replies resolve their futures in order."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[], None]) -> None:
-        self._loop = loop
+        self.loop = loop  # its own: asyncio.get_running_loop() makes a getpid() syscall on each call (3.11)
         self._on_lost = on_lost
         self._reader = hiredis.Reader(replyError=_ErrorReply)
         self._waiting: deque[asyncio.Future[Any]] = deque()
@@ -61,7 +61,7 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        self.last_data_at = self._loop.time()
+        self.last_data_at = self.loop.time()
         self._reader.feed(data)
         while self._waiting:
             try:
@@ -92,14 +92,14 @@ class _Connection(asyncio.Protocol):
         self._on_lost()
 
     def send(self, command: bytes, lazy: bool = False) -> "asyncio.Future[Any]":
-        future = self._loop.create_future()
+        future = self.loop.create_future()
         self._waiting.append(future)
         self._outgoing.append(command)
         if not lazy and not self._flush_soon:
             self._flush_soon = True
-            self._loop.call_soon(self._flush)
+            self.loop.call_soon(self._flush)
         elif lazy and not self._flush_soon and self._flush_later is None:
-            self._flush_later = self._loop.call_later(LAZY_FLUSH_S, self._flush)
+            self._flush_later = self.loop.call_later(LAZY_FLUSH_S, self._flush)
         return future
 
     def _flush(self) -> None:
@@ -160,14 +160,13 @@ class RespPool:
         bounded by timeout_s; `lazy` lets it wait up to LAZY_FLUSH_S to share the next command's write. A caller that stops waiting leaves the connection usable (its reply is read
         and dropped in turn). Without a connection: the first one is waited for (bounded by the connect
         timeout); a lost one is reopened in the background while calls fail at once."""
-        loop = asyncio.get_running_loop()
         conn = self._connection
         if conn is not None and not conn.closed:
             reply = conn.send(encode(*parts), lazy)
-            return _bounded(loop.time() + self._timeout_s, self._timeout_s, conn, reply)
+            return _bounded(conn.loop.time() + self._timeout_s, self._timeout_s, conn, reply)
         connecting = self._reconnect()
         if self._ever_connected:
-            failed = loop.create_future()
+            failed = asyncio.get_running_loop().create_future()
             failed.set_exception(ConnectionError(f"not connected to Redis at {self._where} (reconnecting)"))
             return failed
         return asyncio.ensure_future(self._send_when_connected(connecting, parts))
@@ -247,9 +246,8 @@ def _bounded(
     is answering, but a burst queued ahead of this call). A reply already received when a timer fires
     wins: the event loop hands a turn's socket data to data_received before it runs that turn's timers.
     """
-    loop = asyncio.get_running_loop()
     last_chance = deadline + (PROGRESS_CAP - 1) * timeout_s
-    timer = loop.call_at(deadline, _expire, conn, reply, timeout_s, last_chance)
+    timer = conn.loop.call_at(deadline, _expire, conn, reply, timeout_s, last_chance)
     reply.add_done_callback(lambda _: timer.cancel())
     return reply
 
@@ -258,10 +256,9 @@ def _expire(conn: _Connection, reply: "asyncio.Future[Any]", timeout_s: float, l
     """A reply that did not come: drop the connection (later replies would be misattributed)."""
     if reply.done():
         return
-    loop = asyncio.get_running_loop()
     progressing_until = conn.last_data_at + timeout_s
-    if loop.time() < min(progressing_until, last_chance):
-        timer = loop.call_at(
+    if conn.loop.time() < min(progressing_until, last_chance):
+        timer = conn.loop.call_at(
             min(progressing_until, last_chance), _expire, conn, reply, timeout_s, last_chance
         )
         reply.add_done_callback(lambda _: timer.cancel())
@@ -287,7 +284,8 @@ class LuaScript:
     def send(self, keys: list[str], args: list[Any], lazy: bool = False) -> "asyncio.Future[Any]":
         """Queues the call at once (see RespPool.send); the future resolves to its reply. No task is made:
         settlement sends one of these per request (lazy: sharing the next admission's round trip)."""
-        result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        first = self._pool.send("EVALSHA", self._sha, len(keys), *keys, *args, lazy=lazy)
+        result: asyncio.Future[Any] = first.get_loop().create_future()
 
         def evalsha_done(first: "asyncio.Future[Any]") -> None:
             if not first.cancelled() and isinstance(first.exception(), NoScriptError):
@@ -296,7 +294,6 @@ class LuaScript:
             else:
                 _copy(first, result)
 
-        first = self._pool.send("EVALSHA", self._sha, len(keys), *keys, *args, lazy=lazy)
         first.add_done_callback(evalsha_done)
         return result
 

@@ -12,19 +12,26 @@ from core.errors import OpenAIError
 from policies.ratelimit.buckets import BucketState, Decision
 
 _UNITS = {"requests": ("requests per min (RPM)", "requests"), "tokens": ("tokens per min (TPM)", "tokens")}
+_HEADERS = {
+    kind: tuple(f"x-ratelimit-{field}-{unit}" for field in ("limit", "remaining", "reset"))
+    for kind, (_, unit) in _UNITS.items()
+}
 
 
 def rate_headers(decision: Decision) -> dict[str, str]:
+    tightest: dict[str, BucketState] = {}  # per kind, the first state with the least room left
+    for state in decision.states:
+        kind = state.bucket.kind
+        if kind in _UNITS:
+            best = tightest.get(kind)
+            if best is None or state.bucket.limit - state.used < best.bucket.limit - best.used:
+                tightest[kind] = state
     headers: dict[str, str] = {}
-    for kind, suffix in _UNITS.items():
-        states = [s for s in decision.states if s.bucket.kind == kind]
-        if states:
-            tightest = min(states, key=lambda s: s.bucket.limit - s.used)
-            headers[f"x-ratelimit-limit-{suffix[1]}"] = str(int(tightest.bucket.limit))
-            headers[f"x-ratelimit-remaining-{suffix[1]}"] = str(
-                max(0, int(tightest.bucket.limit - tightest.used))
-            )
-            headers[f"x-ratelimit-reset-{suffix[1]}"] = duration(tightest.reset_s)
+    for kind, (limit, remaining, reset) in _HEADERS.items():
+        if (state := tightest.get(kind)) is not None:
+            headers[limit] = str(int(state.bucket.limit))
+            headers[remaining] = str(max(0, int(state.bucket.limit - state.used)))
+            headers[reset] = duration(state.reset_s)
     return headers
 
 

@@ -63,6 +63,7 @@ class RateLimitStage:
         self._default_max_tokens = default_max_tokens
         self._leases = LeaseKeeper(limiter, lease_s)
         self._estimate_cost = estimate_cost
+        self._plans = plan.PlanCache()
 
     async def drain(self) -> None:
         """Wait for settlements still on their way to the limiter (tests)."""
@@ -92,23 +93,22 @@ class RateLimitStage:
 
     async def _admit(self, ctx: RequestContext) -> Admission:
         prompt = estimate.prompt_tokens(ctx.endpoint, ctx.body)
-        admission = Admission(new_member(), [], {}, prompt)
+        member = new_member()
         if ctx.policy is None or ctx.principal is None:
-            return admission
+            return Admission(member, [], {}, prompt)
         default = ctx.policy.default_max_tokens or self._default_max_tokens
         completion = estimate.completion_tokens(ctx.endpoint, ctx.body, default)
         cost = self._estimate_cost(ctx.model, prompt, completion)
-        now = datetime.now(UTC)
-        buckets = plan.admission_buckets(ctx.principal, ctx.policy, ctx.model, prompt + completion, now, cost)
+        admitting = self._plans.get(ctx.principal, ctx.policy, ctx.model)
+        buckets = admitting.buckets(prompt + completion, datetime.now(UTC), cost)
         if not buckets:
-            return admission
-        mode = ctx.policy.redis_failure_mode
-        decision = await self._limiter.admit(admission.member, buckets, mode)
+            return Admission(member, [], {}, prompt)
+        decision = await self._limiter.admit(member, buckets, ctx.policy.redis_failure_mode)
         if decision.failed is not None:
             RATE_LIMITED.labels(kind=decision.failed.bucket.kind).inc()
             raise rejection(decision)
-        self._leases.hold(admission.member, buckets)
-        return Admission(admission.member, buckets, rate_headers(decision), prompt)
+        self._leases.hold(member, buckets)
+        return Admission(member, buckets, rate_headers(decision), prompt)
 
     async def _settle(self, ctx: RequestContext, admission: Admission, status: int) -> None:
         principal = ctx.principal
