@@ -242,11 +242,12 @@ def cuda_inner_k_tiles(in_features: int) -> int:
 
 
 def cuda_quant_kernel(dtype: str) -> str:
-    """Which kernel CUDA int8 / int4 layers use. LLMGW_INT8_KERNEL: "own" (quant_triton.py, default) or
-    "kernels" (the kernels/ package). LLMGW_INT4_KERNEL: "tinygemm" (torch's packed kernel,
-    default: at 8B batch 1 300.9 tok/s against 201.2 for the fused Triton GEMV), "triton" (quant_triton.py)
-    or "kernels". Defaults: the fastest exact ones on the H200 (bench/README.md)."""
-    default = {"int8": "own", "int4": "tinygemm"}[dtype]
+    """Which kernel CUDA int8 / int4 layers use. LLMGW_INT8_KERNEL: "kernels" (the kernels/ package,
+    default: 8B batch 1 346 tok/s, 61 % of roofline, against 323 for the fused own GEMV; two A/B rounds in one
+    H200 call, bench/results/engine_gpu_profile_int8_ab.json) or "own" (quant_triton.py / gemv_triton.py).
+    LLMGW_INT4_KERNEL: "tinygemm" (torch's packed kernel, default: at 8B batch 1 300.9 tok/s against 201.2
+    for the fused Triton GEMV), "triton" (quant_triton.py) or "kernels". Defaults: the fastest exact ones on the H200 (bench/README.md)."""
+    default = {"int8": "kernels", "int4": "tinygemm"}[dtype]
     return os.environ.get(f"LLMGW_{dtype.upper()}_KERNEL") or default
 
 
