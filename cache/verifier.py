@@ -104,24 +104,32 @@ class Verifier:
         calibration: list[CalibrationPoint],
         candidate_threshold: float,
         encoder: str = "onnx-fp32",
+        normalise_text: bool = False,
+        width: int = len(FEATURES),
     ) -> None:
-        self._session = trees.session(len(FEATURES))
+        self._session = trees.session(width)
+        self.width = width  # the first `width` FEATURES: weights trained before later features were added
         self.calibration = sorted(calibration, key=lambda p: p.threshold)
         self.candidate_threshold = candidate_threshold
         self.encoder = encoder  # the vectors the calibration was measured on: "onnx-int8" or "onnx-fp32"
+        self.normalise_text = normalise_text  # trained on cache.encoder.normalise'd text: encode it so
 
     @classmethod
     def load(cls, folder: Path = MODEL_DIR) -> "Verifier":
         weights = np.load(folder / "verifier.npz")
         meta = json.loads((folder / "verifier.json").read_text())
-        if tuple(meta["features"]) != FEATURES:
+        width = len(meta["features"])
+        if tuple(meta["features"]) != FEATURES[:width]:
             raise ValueError(
                 "verifier weights were trained on other features; re-run bench/train_verifier.py"
             )
         names = ("feature", "threshold", "left", "right", "missing_left", "leaf", "value")
         trees = Trees(*(weights[n] for n in names), baseline=float(meta["baseline"]))
         points = [CalibrationPoint(**p) for p in meta["calibration"]]
-        return cls(trees, points, float(meta["candidate_threshold"]), meta.get("encoder", "onnx-fp32"))
+        return cls(
+            trees, points, float(meta["candidate_threshold"]), meta.get("encoder", "onnx-fp32"),
+            bool(meta.get("normalise_text", False)), width,
+        )  # fmt: skip
 
     def threshold_for(self, min_precision: float) -> float:
         """The lowest probability threshold whose calibration precision reaches the target (and stays
@@ -134,7 +142,8 @@ class Verifier:
         return passing
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
-        (sums,) = self._session.run(None, {"x": np.ascontiguousarray(features, dtype=np.float64)})
+        columns = features[:, : self.width]
+        (sums,) = self._session.run(None, {"x": np.ascontiguousarray(columns, dtype=np.float64)})
         raw = sums[:, 0].astype(np.float64)
         return 1.0 / (1.0 + np.exp(-raw))
 

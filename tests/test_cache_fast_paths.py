@@ -10,7 +10,7 @@ from cache.alignment import FEATURES, candidate_features, pair_features
 from cache.config import CachePolicy
 from cache.embedder import SentenceEmbedder
 from cache.encoder import EncodedQuestion, QuestionEncoder, _question
-from cache.guard import _swapped_around_relation, parse
+from cache.guard import parse, swapped_around_relation
 from cache.verifier import exact_conflict
 from tests import cache_reference as reference
 from tests.test_cache_verifier import NEGATIVES, PARAPHRASES
@@ -109,7 +109,7 @@ def test_swap_check_equals_the_reference():
     pairs += [(a, b) for a in parsed[-8:] for b in parsed[-8:]]
     swapped = 0
     for a, b in pairs:
-        assert _swapped_around_relation(a, b) == reference.swapped_around_relation(a, b)
+        assert swapped_around_relation(a, b) == reference.swapped_around_relation(a, b)
         swapped += reference.swapped_around_relation(a, b)
     assert swapped >= 2  # the set has swaps to find, so the equality above means something
 
