@@ -98,8 +98,9 @@ def curve(prob: np.ndarray, labels: np.ndarray, eligible: np.ndarray) -> list[di
         hit = eligible & (prob >= t)
         tp, fp = int((hit & (labels == 1)).sum()), int((hit & (labels == 0)).sum())
         points.append(
-            {"threshold": float(t), "precision": tp / (tp + fp) if tp + fp else 1.0, "recall": tp / positives}
-        )
+            {"threshold": float(t), "precision": tp / (tp + fp) if tp + fp else 1.0, "recall": tp / positives,
+             "hits": tp + fp, "false_hits": fp}
+        )  # fmt: skip
     return points
 
 

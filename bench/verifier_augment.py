@@ -32,7 +32,7 @@ from bench import verifier_templates as T
 from bench.verifier_pairs import Pair
 
 NOISE_SHARE = 0.35  # of train pairs that get a noisy copy of their new question (and half as many, stored)
-FRAME_SHARE = 0.5  # of train questions that get a framed paraphrase when a frame applies
+FRAME_SHARE = 0.2  # of train questions that get a framed paraphrase when a frame applies
 EDIT_SHARE = 0.3  # of train questions that get each kind of extra look-alike when it applies
 
 TRAILERS = [" please", ", please", "??", " ?", "?!", "..."]  # function words and marks only (see below)
