@@ -60,11 +60,31 @@ async def test_a_paraphrase_is_a_semantic_hit(cache):
 
 
 @pytest.mark.parametrize(
+    "variant",
+    [
+        "What is the capital of France",  # no question mark
+        "what is the capital of france?",  # lower case
+        "What is  the capital of France ?",  # spacing
+        "Which city is the capital of France?",
+        "Tell me the capital of France.",
+        "Do you know what the capital of France is?",
+    ],
+)
+async def test_surface_variants_and_other_frames_are_semantic_hits(cache, variant):
+    upstream = Upstream()
+    await ask(cache, upstream, question="What is the capital of France?")
+    _, reply = await ask(cache, upstream, question=variant)
+    assert reply.headers["x-cache-status"] == "semantic-hit" and upstream.calls == 1
+
+
+@pytest.mark.parametrize(
     "negative",
     [
         "What is the capital of Germany?",  # entity
         "What is not the capital of France?",  # negation
         "What is the capital of France? Answer in French.",  # constraint
+        "What is the former capital of France?",  # scope
+        "What is the largest city of France?",  # intent
     ],
 )
 async def test_hard_negatives_miss(cache, negative):
