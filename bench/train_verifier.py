@@ -1,14 +1,14 @@
 """Trains the semantic-cache verifier and writes its weights and calibration to cache/verifier_model/.
 
 1. builds the labeled pairs (bench/verifier_pairs.py: templates + MMLU stems, grouped train / calib /
-   heldout splits);
-2. encodes every question once with the shipped MiniLM (sentence + word vectors) and computes the
-   alignment features (cache/alignment.py);
+   heldout splits) and adds train-only pairs (bench/verifier_augment.py);
+2. encodes every question once, one per forward pass and in its normalised form (cache.encoder.normalise),
+   with the shipped MiniLM (sentence + word vectors) and computes the alignment features (cache/alignment.py);
 3. fits gradient-boosted trees (scikit-learn) on the train split only, exported to numpy arrays (run
    as one ONNX tree ensemble by cache/verifier.py);
 4. calibration table: precision and recall of the whole lookup (cosine ≥ candidate threshold, exact rules
-   (numbers, units) agree, verifier ≥ t) on the calib split for every t; the gateway picks t from it per
-   precision target;
+   (numbers, units) agree, verifier ≥ t) on the calib split for every t, with its counts; the gateway picks
+   t from it per precision target (cache.verifier.threshold_for);
 5. prints the held-out split at the default target (never used for any choice above).
 
     LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.train_verifier [--per-subject 20]
@@ -66,16 +66,23 @@ def _form(encoder: QuestionEncoder, text: str) -> str:
     return normalise(text) if encoder.normalise_text else text
 
 
+CACHE_FORMAT = "one-per-pass, keyed by encoded form"  # pickles of other layouts are not reused
+
+
 def _encoded(pairs: list[Pair], cache: Path | None) -> dict[str, EncodedQuestion]:
-    """Encodings of every question of `pairs`; `cache` keeps them by encoded form between runs."""
+    """Encodings of every question of `pairs`; `cache` keeps them by encoded form between runs (a pickle
+    written by an older version of this script, batched or keyed by raw text, is ignored)."""
     encoder = shipped_encoder()
     texts = {t for p in pairs for t in (p.a, p.b)}
-    known: dict[str, EncodedQuestion] = pickle.loads(cache.read_bytes()) if cache and cache.exists() else {}
+    stored = pickle.loads(cache.read_bytes()) if cache and cache.exists() else {}
+    known: dict[str, EncodedQuestion] = (
+        stored.get("encoded", {}) if stored.get("format") == CACHE_FORMAT else {}
+    )
     missing = [t for t in texts if _form(encoder, t) not in known]
     if missing:
         known.update({q.text: q for q in encode_all(encoder, missing).values()})
         if cache:
-            cache.write_bytes(pickle.dumps(known))
+            cache.write_bytes(pickle.dumps({"format": CACHE_FORMAT, "encoded": known}))
     return {t: known[_form(encoder, t)] for t in texts}
 
 
