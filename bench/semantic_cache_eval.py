@@ -15,6 +15,10 @@ Sets (none of them is used for training or for choosing any threshold):
 Precision, recall and each kind's false-hit rate come with 95 % bootstrap intervals (pairs resampled).
 
     LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.semantic_cache_eval [--pairs FILE ...]
+        [--model DIR] [--compare DIR ...]
+--model: the verifier to evaluate (default: the shipped cache/verifier_model/); --compare: other verifiers
+(e.g. the previous one, `git show`n into a folder) in the same run, their rows prefixed with the folder's
+name. Each verifier reads questions encoded as it was trained (normalised text or not).
 Writes bench/results/semantic_cache_eval.json.
 """
 
@@ -44,19 +48,28 @@ def load_set(path: Path) -> list[dict]:
 
 
 def decisions(
-    rows: list[dict], encoded: dict[str, EncodedQuestion], verifier: Verifier, policy: CachePolicy
+    rows: list[dict],
+    encoded: dict[str, EncodedQuestion],
+    verifier: Verifier,
+    policy: CachePolicy,
+    prefix: str = "",
 ) -> dict[str, np.ndarray]:
+    """Hits per lookup; the baselines (cosine, old guard) only for the verifier without a prefix."""
     cosine = np.array([float(encoded[r["a"]].vector @ encoded[r["b"]].vector) for r in rows])
     guard_ok = np.array([conflict(parse(r["a"]), parse(r["b"])) is None for r in rows])
     rules_ok = np.array([not exact_conflict(encoded[r["a"]], encoded[r["b"]]) for r in rows])
     prob = verifier.probabilities(np.stack([pair_features(encoded[r["a"]], encoded[r["b"]]) for r in rows]))
     candidate = (cosine >= policy.similarity_threshold) & rules_ok
-    shipped = {"verifier": candidate & (prob >= verifier.threshold_for(policy.semantic_min_precision))}
+    shipped = {
+        f"{prefix}verifier": candidate & (prob >= verifier.threshold_for(policy.semantic_min_precision))
+    }
     stricter = {
-        f"verifier@{target}": candidate & (prob >= verifier.threshold_for(target))
+        f"{prefix}verifier@{target}": candidate & (prob >= verifier.threshold_for(target))
         for target in OTHER_TARGETS
         if target != policy.semantic_min_precision
     }
+    if prefix:
+        return {**shipped, **stricter}
     return {
         **shipped,
         **stricter,
@@ -94,10 +107,11 @@ def print_set(name: str, results: dict[str, dict]) -> None:
     first = next(iter(results.values()))
     kinds = [k for k in first if k.startswith("fhr_")]
     print(f"\n== {name}: {first['pairs']} pairs ==")
-    print(f"{'lookup':14} {'precision':>20} {'recall':>20}  false-hit rate by kind")
+    width = max(14, *(len(lookup) for lookup in results))
+    print(f"{'lookup':{width}} {'precision':>20} {'recall':>20}  false-hit rate by kind")
     for lookup, r in results.items():
         cells = "  ".join(f"{k[4:]}={r[k]['value']:.2f}" for k in kinds if not np.isnan(r[k]["value"]))
-        print(f"{lookup:14} {_fmt(r['precision']):>20} {_fmt(r['recall']):>20}  {cells}")
+        print(f"{lookup:{width}} {_fmt(r['precision']):>20} {_fmt(r['recall']):>20}  {cells}")
 
 
 def _fmt(cell: dict) -> str:
@@ -110,7 +124,7 @@ def main() -> None:
     parser.add_argument(
         "--pairs", type=Path, nargs="*", default=sorted((ROOT / "bench/data").glob("*/pairs.jsonl"))
     )
-    trained = json.loads((MODEL_DIR / "verifier.json").read_text())["trained"]
+    trained = json.loads((MODEL_DIR / "verifier.json").read_text())["trained"]  # the held-out split's size
     parser.add_argument(
         "--per-subject",
         type=int,
@@ -118,6 +132,8 @@ def main() -> None:
         help="default: as the shipped verifier was trained",
     )
     parser.add_argument("--min-precision", type=float, default=CachePolicy().semantic_min_precision)
+    parser.add_argument("--model", type=Path, default=MODEL_DIR, help="the verifier (default: shipped)")
+    parser.add_argument("--compare", type=Path, nargs="*", default=[], help="other verifiers, same run")
     args = parser.parse_args()
     sets = {
         "heldout": [{"a": p.a, "b": p.b, "label": p.label, "kind": p.kind} for p in build(0, args.per_subject) if p.split == "heldout"],
@@ -125,20 +141,28 @@ def main() -> None:
     }  # fmt: skip
     for path in args.pairs:
         sets[path.parent.name] = load_set(path)
-    encoder = shipped_encoder()
-    verifier, policy = Verifier.load(), CachePolicy(semantic_min_precision=args.min_precision)
+    policy = CachePolicy(semantic_min_precision=args.min_precision)
+    verifiers = {"": Verifier.load(args.model), **{f"{d.name}:": Verifier.load(d) for d in args.compare}}
+    encoders = {flag: shipped_encoder(flag) for flag in {v.normalise_text for v in verifiers.values()}}
     rng = np.random.default_rng(0)
-    report: dict[str, object] = {"threshold": verifier.threshold_for(policy.semantic_min_precision),
-                                 "min_precision": policy.semantic_min_precision}  # fmt: skip
+    report: dict[str, object] = {
+        "model": str(args.model), "min_precision": policy.semantic_min_precision,
+        **{f"{prefix}threshold": v.threshold_for(policy.semantic_min_precision) for prefix, v in verifiers.items()},
+    }  # fmt: skip
     for name, rows in sets.items():
-        encoded = encode_all(encoder, [t for r in rows for t in (r["a"], r["b"])])
         labels, kinds = np.array([r["label"] for r in rows]), np.array([r["kind"] for r in rows])
-        hits = decisions(rows, encoded, verifier, policy)
+        texts = [t for r in rows for t in (r["a"], r["b"])]
+        encoded = {flag: encode_all(encoder, texts) for flag, encoder in encoders.items()}
+        hits = {
+            lookup: hit
+            for prefix, v in verifiers.items()
+            for lookup, hit in decisions(rows, encoded[v.normalise_text], v, policy, prefix).items()
+        }
         report[name] = {lookup: scores(hit, labels, kinds, rng) for lookup, hit in hits.items()}
         print_set(name, report[name])
-    print(
-        f"\nverifier threshold {report['threshold']:.2f} for precision target {policy.semantic_min_precision}"
-    )
+    for prefix, v in verifiers.items():
+        print(f"\n{prefix or args.model.name + ':'} threshold {v.threshold_for(policy.semantic_min_precision):.2f}"
+              f" for precision target {policy.semantic_min_precision}")  # fmt: skip
     out = ROOT / "bench/results/semantic_cache_eval.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))

@@ -1,14 +1,14 @@
 """Trains the semantic-cache verifier and writes its weights and calibration to cache/verifier_model/.
 
 1. builds the labeled pairs (bench/verifier_pairs.py: templates + MMLU stems, grouped train / calib /
-   heldout splits);
-2. encodes every question once with the shipped MiniLM (sentence + word vectors) and computes the
-   alignment features (cache/alignment.py);
+   heldout splits) and adds train-only pairs (bench/verifier_augment.py);
+2. encodes every question once, one per forward pass and in its normalised form (cache.encoder.normalise),
+   with the shipped MiniLM (sentence + word vectors) and computes the alignment features (cache/alignment.py);
 3. fits gradient-boosted trees (scikit-learn) on the train split only, exported to numpy arrays (run
    as one ONNX tree ensemble by cache/verifier.py);
 4. calibration table: precision and recall of the whole lookup (cosine ≥ candidate threshold, exact rules
-   (numbers, units) agree, verifier ≥ t) on the calib split for every t; the gateway picks t from it per
-   precision target;
+   (numbers, units) agree, verifier ≥ t) on the calib split for every t, with its counts; the gateway picks
+   t from it per precision target (cache.verifier.threshold_for);
 5. prints the held-out split at the default target (never used for any choice above).
 
     LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.train_verifier [--per-subject 20]
@@ -25,10 +25,11 @@ from pathlib import Path
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 
+from bench.verifier_augment import augment
 from bench.verifier_pairs import Pair, build
 from cache.alignment import FEATURES, pair_features
 from cache.config import CachePolicy, CacheSettings
-from cache.encoder import EncodedQuestion, QuestionEncoder, build_encoder
+from cache.encoder import EncodedQuestion, QuestionEncoder, build_encoder, normalise
 from cache.verifier import MODEL_DIR, exact_conflict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,33 +38,52 @@ DEFAULT_TARGET = CachePolicy().semantic_min_precision
 ENCODER = "onnx-int8" if CacheSettings().onnx_int8 else "onnx-fp32"  # what the calibration was measured on
 
 
-def shipped_encoder() -> QuestionEncoder:
+def shipped_encoder(normalise_text: bool = True) -> QuestionEncoder:
     """The encoder the gateway uses by default (ONNX Runtime, int8 as CacheSettings says, one thread)."""
     return build_encoder(
-        None, threads=1, int8=CacheSettings().onnx_int8, onnx_dir=os.environ.get("LLMGW_CACHE__ONNX_DIR")
-    )
+        None, threads=1, int8=CacheSettings().onnx_int8, onnx_dir=os.environ.get("LLMGW_CACHE__ONNX_DIR"),
+        normalise_text=normalise_text,
+    )  # fmt: skip
 
 
-def encode_all(encoder: QuestionEncoder, texts: list[str], batch: int = 64) -> dict[str, EncodedQuestion]:
-    ordered = sorted(set(texts), key=len)  # similar lengths per batch: less padding
+def encode_all(encoder: QuestionEncoder, texts: list[str], batch: int = 1) -> dict[str, EncodedQuestion]:
+    """Each text's encoding; texts of one encoded form (`normalise`) are encoded once. One text per forward
+    pass by default, as the gateway encodes a lone lookup: the int8 encoder quantises activations per
+    batch, so batch-mates change a question's vectors (batches of 64: cosine 0.992 on average, 0.978 at
+    worst, to the vectors alone), and which texts share a batch changed from run to run."""
+    forms = {t: _form(encoder, t) for t in texts}
+    ordered = sorted(set(forms.values()), key=lambda f: (len(f), f))
     encoded: dict[str, EncodedQuestion] = {}
     for start in range(0, len(ordered), batch):
         chunk = ordered[start : start + batch]
         encoded.update(zip(chunk, encoder.encode(chunk), strict=True))
-        if start % (batch * 20) == 0:
+        if start % (batch * 1280) == 0:
             print(f"encoded {start}/{len(ordered)}", flush=True)
-    return encoded
+    return {t: encoded[form] for t, form in forms.items()}
+
+
+def _form(encoder: QuestionEncoder, text: str) -> str:
+    return normalise(text) if encoder.normalise_text else text
+
+
+CACHE_FORMAT = "one-per-pass, keyed by encoded form"  # pickles of other layouts are not reused
 
 
 def _encoded(pairs: list[Pair], cache: Path | None) -> dict[str, EncodedQuestion]:
-    texts = [t for p in pairs for t in (p.a, p.b)]
-    known: dict[str, EncodedQuestion] = pickle.loads(cache.read_bytes()) if cache and cache.exists() else {}
-    missing = [t for t in set(texts) if t not in known]
+    """Encodings of every question of `pairs`; `cache` keeps them by encoded form between runs (a pickle
+    written by an older version of this script, batched or keyed by raw text, is ignored)."""
+    encoder = shipped_encoder()
+    texts = {t for p in pairs for t in (p.a, p.b)}
+    stored = pickle.loads(cache.read_bytes()) if cache and cache.exists() else {}
+    known: dict[str, EncodedQuestion] = (
+        stored.get("encoded", {}) if stored.get("format") == CACHE_FORMAT else {}
+    )
+    missing = [t for t in texts if _form(encoder, t) not in known]
     if missing:
-        known.update(encode_all(shipped_encoder(), missing))
+        known.update({q.text: q for q in encode_all(encoder, missing).values()})
         if cache:
-            cache.write_bytes(pickle.dumps(known))
-    return known
+            cache.write_bytes(pickle.dumps({"format": CACHE_FORMAT, "encoded": known}))
+    return {t: known[_form(encoder, t)] for t in texts}
 
 
 def featurize(
@@ -88,12 +108,18 @@ def curve(prob: np.ndarray, labels: np.ndarray, eligible: np.ndarray) -> list[di
         hit = eligible & (prob >= t)
         tp, fp = int((hit & (labels == 1)).sum()), int((hit & (labels == 0)).sum())
         points.append(
-            {"threshold": float(t), "precision": tp / (tp + fp) if tp + fp else 1.0, "recall": tp / positives}
-        )
+            {"threshold": float(t), "precision": tp / (tp + fp) if tp + fp else 1.0, "recall": tp / positives,
+             "hits": tp + fp, "false_hits": fp}
+        )  # fmt: skip
     return points
 
 
-def export(model: HistGradientBoostingClassifier, calibration: list[dict[str, float]], info: dict) -> None:
+def export(
+    model: HistGradientBoostingClassifier,
+    calibration: list[dict[str, float]],
+    info: dict,
+    folder: Path = MODEL_DIR,
+) -> None:
     """The trees as padded arrays (trees × nodes) for cache.verifier.Trees."""
     trees = [predictors[0].nodes for predictors in model._predictors]
     width = max(len(t) for t in trees)
@@ -110,12 +136,12 @@ def export(model: HistGradientBoostingClassifier, calibration: list[dict[str, fl
         "missing_left": padded("missing_go_to_left", bool), "leaf": padded("is_leaf", bool),
         "value": padded("value", np.float64),
     }  # fmt: skip
-    MODEL_DIR.mkdir(exist_ok=True)
-    np.savez_compressed(MODEL_DIR / "verifier.npz", **arrays)
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(folder / "verifier.npz", **arrays)
     meta = {"features": list(FEATURES), "baseline": float(np.ravel(model._baseline_prediction)[0]),
-            "candidate_threshold": CANDIDATE_THRESHOLD, "encoder": ENCODER,
+            "candidate_threshold": CANDIDATE_THRESHOLD, "encoder": ENCODER, "normalise_text": True,
             "calibration": calibration, "trained": info}  # fmt: skip
-    (MODEL_DIR / "verifier.json").write_text(json.dumps(meta, indent=1))
+    (folder / "verifier.json").write_text(json.dumps(meta, indent=1))
 
 
 def main() -> None:
@@ -125,9 +151,15 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, help="keep the encodings in this pickle between runs")
+    parser.add_argument(
+        "--out", type=Path, default=MODEL_DIR, help="where to write the weights (shipped: default)"
+    )
+    parser.add_argument("--no-augment", action="store_true", help="without bench/verifier_augment.py's pairs")
     args = parser.parse_args()
     started = time.time()
     pairs = build(args.seed, args.per_subject)
+    augmented = [] if args.no_augment else augment(pairs, args.seed)  # train split only
+    pairs += augmented
     encoded = _encoded(pairs, args.cache)
     encoded_s = time.time() - started
     features, labels, eligible = featurize(pairs, encoded)
@@ -141,11 +173,12 @@ def main() -> None:
     calib = split == "calib"
     calibration = curve(prob[calib], labels[calib], eligible[calib])
     info = {"pairs": {s: int((split == s).sum()) for s in ("train", "calib", "heldout")}, "seed": args.seed,
+            "augmented": len(augmented),
             "per_subject": args.per_subject, "encode_s": round(encoded_s, 1), "total_s": round(time.time() - started, 1)}  # fmt: skip
-    export(model, calibration, info)
+    export(model, calibration, info, args.out)
     from cache.verifier import Verifier
 
-    shipped = Verifier.load()
+    shipped = Verifier.load(args.out)
     assert np.allclose(shipped.probabilities(features[:500]), prob[:500], atol=1e-6), (
         "export differs from sklearn"
     )
@@ -164,10 +197,14 @@ def main() -> None:
         print(
             f"{name:8} t={threshold:.2f} P={report[name]['precision']:.3f} R={report[name]['recall']:.3f} FP={fp}"
         )
-    out = ROOT / "bench/results/train_verifier.json"
+    out = (
+        ROOT / "bench/results/train_verifier.json"
+        if args.out == MODEL_DIR
+        else args.out / "train_verifier.json"
+    )
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
-    print(f"wrote {MODEL_DIR} and {out} in {time.time() - started:.0f}s (encoding {encoded_s:.0f}s)")
+    print(f"wrote {args.out} and {out} in {time.time() - started:.0f}s (encoding {encoded_s:.0f}s)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,12 @@
 """What the verifier reads about a pair of questions: how well each word of one finds a counterpart in
 the other (contextual MiniLM word vectors), which words are left over, whether shared words kept their
 order and role, and a few closed-class facts (negation, units, capitalised names, question words).
-Every feature is symmetric in the two questions. Numbers are not a feature: differing numbers are an
+Every feature is symmetric in the two questions. Five of the last six (added for issue 13) read the words left
+over once spelling slips are forgiven: a content word without its stem opposite but one edit away from
+an unmatched word there ("mercruy" / "mercury", same first letter, both ≥ 5 letters) counts as matched,
+and words that only wrap a question ("thanks", "quick question") or ask for another form (instruction
+words) are left out of the plain count; the sixth tells a swap across a directional word ("from X to Y",
+"X than Y") from a reordering that keeps the meaning ("between X and Y"). Numbers are not a feature: differing numbers are an
 exact rule (cache/verifier.py). What depends on one question alone (stems, parse, closed-class words) is
 computed once per question text and kept (`words_of`), so a lookup pays it once, not per candidate:
 four candidates took 6.5 ms p50 before and about a third of that after (bench/README.md, "Caching")."""
@@ -14,8 +19,8 @@ from functools import lru_cache
 import numpy as np
 
 from cache.encoder import EncodedQuestion
-from cache.guard import CHECKS, Question, parse, stem
-from cache.lexicon import FUNCTION_WORDS, INSTRUCTION_WORDS, NEGATIONS
+from cache.guard import CHECKS, Question, parse, stem, swapped_around_relation
+from cache.lexicon import COURTESY_WORDS, FUNCTION_WORDS, INSTRUCTION_WORDS, NEGATIONS
 
 _QUESTION_WORDS = frozenset(["what", "which", "who", "whom", "whose", "when", "where", "why", "how"])
 
@@ -33,6 +38,10 @@ FEATURES = (
     "deficit_sum_max",  # sum of (1 - best match) over content words, the worse side
     "unmatched_instruction_words",  # words asking for another form of answer, on one side only
     "arguments_swapped", "antonym_swapped", "time_differs",  # the old rule guard's checks, now only evidence
+    "typo_matches",  # content words matched only by a one-edit spelling variant, both sides
+    "unmatched_plain_max", "unmatched_plain_min",  # unmatched content words: no typo, courtesy or instruction word
+    "worst_match_typo_min", "worst_match_typo_max",  # worst content match, typo matches as 1, courtesy left out
+    "relation_swapped",  # a shared word moved across a directional word ("from X to Y"), not just reordered
 )  # fmt: skip
 
 
@@ -113,8 +122,52 @@ def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
         max(side_a.deficit, side_b.deficit),
         len(wa.instructions ^ wb.instructions),
         *(float(check(pa, pb)) for check in _EVIDENCE_CHECKS),
+        *_leftovers(best_a, best_b, wa, wb),
+        float(swapped_around_relation(pa, pb)),
     ]  # fmt: skip
     return np.asarray(values, dtype=np.float32)
+
+
+def _leftovers(best_a: np.ndarray, best_b: np.ndarray, wa: Words, wb: Words) -> list[float]:
+    """typo_matches, unmatched_plain max/min, worst_match_typo min/max (see the module's docstring)."""
+    left_a = [(i, s) for i, s in wa.content_words if s not in wb.stem_set]
+    left_b = [(i, s) for i, s in wb.content_words if s not in wa.stem_set]
+    typo_a = {i for i, s in left_a if any(_one_edit(s, t) for _, t in left_b)}
+    typo_b = {i for i, s in left_b if any(_one_edit(s, t) for _, t in left_a)}
+    plain_a = sum(1 for i, s in left_a if i not in typo_a and s not in _WRAPPING)
+    plain_b = sum(1 for i, s in left_b if i not in typo_b and s not in _WRAPPING)
+    worst_a, worst_b = _worst_forgiving(best_a, wa, typo_a), _worst_forgiving(best_b, wb, typo_b)
+    return [
+        float(len(typo_a) + len(typo_b)), float(max(plain_a, plain_b)), float(min(plain_a, plain_b)),
+        min(worst_a, worst_b), max(worst_a, worst_b),
+    ]  # fmt: skip
+
+
+_WRAPPING = COURTESY_WORDS | INSTRUCTION_WORDS
+
+
+def _worst_forgiving(best: np.ndarray, words: Words, typos: set[int]) -> float:
+    scores = [
+        1.0 if i in typos else float(best[i]) for i, s in words.content_words if s not in COURTESY_WORDS
+    ]
+    return min(scores, default=1.0)
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """One deletion, insertion, substitution or swap of neighbours apart; both ≥ 5 letters, same first letter."""
+    if len(a) < 5 or len(b) < 5 or a[0] != b[0] or a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and a[diff[0]] == b[diff[1]]
+            and a[diff[1]] == b[diff[0]]
+        )
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    i = next((k for k in range(len(short)) if short[k] != long[k]), len(short))
+    return short[i:] == long[i + 1 :]
 
 
 _EVIDENCE_CHECKS = tuple(CHECKS[name] for name in ("swap", "antonym", "time"))  # evidence, not rules

@@ -6,6 +6,7 @@ available (see cache/onnx_export.py), else on torch; both read the shipped all-M
 import importlib.util
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -71,19 +72,37 @@ class OnnxTransformer:
         return self._session.run(["last_hidden_state"], feeds)[0]
 
 
+_SPACES = re.compile(r"\s+")
+_FINAL_MARKS = re.compile(r"[\s?.!。？！]+$")
+
+
+def normalise(text: str) -> str:
+    """The form a question is encoded in: runs of whitespace as one space, no final ?, . or ! (the
+    tokenizer lower-cases already). "What is the capital of France" and "What is  the capital of France?"
+    then give the same vectors; a text of marks only stays as it is."""
+    flat = _SPACES.sub(" ", text).strip()
+    return _FINAL_MARKS.sub("", flat) or flat
+
+
 class QuestionEncoder:
-    def __init__(self, model_path: Path, transformer: Transformer, max_tokens: int = 128) -> None:
+    def __init__(
+        self, model_path: Path, transformer: Transformer, max_tokens: int = 128, normalise_text: bool = True
+    ) -> None:
         from tokenizers import Tokenizer  # comes with the semantic extra (transformers)
 
         self._tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_tokens)
         self._transformer = transformer
+        # False: the raw text, as verifiers trained before normalisation saw it
+        self.normalise_text = normalise_text
         self.dim = 384
 
     def tokenize(self, texts: list[str]) -> list["Tokens"]:
-        """The tokens and words of each text: all an encoding needs that is not the transformer."""
-        return [_tokens(t, e) for t, e in zip(texts, self._tokenizer.encode_batch(texts), strict=True)]
+        """The tokens and words of each text (`normalise`d unless told otherwise; `Tokens.text` is the
+        form encoded): all an encoding needs that is not the transformer."""
+        forms = [normalise(t) for t in texts] if self.normalise_text else texts
+        return [_tokens(t, e) for t, e in zip(forms, self._tokenizer.encode_batch(forms), strict=True)]
 
     def encode(self, texts: list[str]) -> list[EncodedQuestion]:
         return self.encode_tokens(self.tokenize(texts))
@@ -172,15 +191,17 @@ def build_encoder(
     onnx: bool = True,
     int8: bool = False,
     onnx_dir: str | None = None,
+    normalise_text: bool = True,
 ) -> QuestionEncoder:
-    """ONNX Runtime when asked for and installed (the model is exported on first use), else torch."""
+    """ONNX Runtime when asked for and installed (the model is exported on first use), else torch.
+    `normalise_text`: encode `normalise`d text (as the verifier was trained: `Verifier.normalise_text`)."""
     path = Path(model_path) if model_path else default_model_path()
     if onnx and all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx")):
         from cache.onnx_export import default_onnx_dir, onnx_model
 
         try:
             exported = onnx_model(path, Path(onnx_dir) if onnx_dir else default_onnx_dir(), int8)
-            return QuestionEncoder(path, OnnxTransformer(exported, threads))
+            return QuestionEncoder(path, OnnxTransformer(exported, threads), normalise_text=normalise_text)
         except Exception:
             log.warning("cache: ONNX export failed; encoding with torch", exc_info=True)
-    return QuestionEncoder(path, TorchTransformer(path, threads))
+    return QuestionEncoder(path, TorchTransformer(path, threads), normalise_text=normalise_text)

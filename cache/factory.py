@@ -79,7 +79,7 @@ async def create_cache(
             )
     semantic = reason is None
     if semantic and embedder is None:
-        embedder = await load_embedder(settings)
+        embedder = await load_embedder(settings, normalise_text=verifier is None or verifier.normalise_text)
     index = _index(settings, embedder) if semantic else None
     shadow = (
         ShadowChecker(embedder, settings.shadow_sample_rate, settings.shadow_agreement)
@@ -96,7 +96,8 @@ async def create_cache(
     return CacheComponents(service, stages, redis, reason)
 
 
-async def load_embedder(settings: CacheSettings) -> SentenceEmbedder:
+async def load_embedder(settings: CacheSettings, normalise_text: bool = True) -> SentenceEmbedder:
+    """`normalise_text`: encode questions in the form the verifier was trained on (cache.encoder.normalise)."""
     encoder = await asyncio.to_thread(
         build_encoder,
         settings.embedding_model,
@@ -104,6 +105,7 @@ async def load_embedder(settings: CacheSettings) -> SentenceEmbedder:
         settings.onnx,
         settings.onnx_int8,
         settings.onnx_dir,
+        normalise_text,
     )
     from cache.alignment import words_of  # the verifier's per-question tables, made while the worker encodes
 

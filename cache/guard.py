@@ -182,7 +182,7 @@ def _antonyms(a: Question, b: Question) -> bool:
 
 
 def _arguments_swapped(a: Question, b: Question) -> bool:
-    return _reordered(a.content, b.content) or _swapped_around_relation(a, b) or _names_swapped(a, b)
+    return _reordered(a.content, b.content) or swapped_around_relation(a, b) or _names_swapped(a, b)
 
 
 def _reordered(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
@@ -212,7 +212,7 @@ def _before(words: tuple[str, ...], x: str, y: str) -> bool:
     return words.index(x) < words.index(y)
 
 
-def _swapped_around_relation(a: Question, b: Question) -> bool:
+def swapped_around_relation(a: Question, b: Question) -> bool:
     """A shared word moved across a relation word both use once ("convert X to Y" / "convert Y to X")."""
     shared = set(a.content) & set(b.content)
     for relation in a.relations.keys() & b.relations.keys():

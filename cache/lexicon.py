@@ -88,3 +88,7 @@ INSTRUCTION_WORDS = frozenset(
     haiku limerick song tweet rhyme formal informal funny joke pirate shakespeare sarcastic tone style
     source sources reference references cite citation example examples step steps reasoning diagram""")
 )  # words that ask for another form of answer (language, format, length, audience, style, extras)
+COURTESY_WORDS = frozenset(
+    _words("""thanks thank thx cheers pls plz question quick curious wondering wonder tell know help dear kindly
+    sorry bother anyone idea appreciate advance happen""")
+)  # words that wrap a question without changing what it asks ("Quick question: …", "… Thanks!")

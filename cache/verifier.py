@@ -14,6 +14,7 @@ encoder), so scikit-learn is not needed at run time. Measured in-process at load
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,35 @@ class CalibrationPoint:
     threshold: float
     precision: float
     recall: float
+    hits: int | None = None  # calibration pairs served at this threshold (tables written since issue 13)
+    false_hits: int | None = None
+
+    def precision_bound(self) -> float:
+        """One-sided 95 % lower confidence bound on the precision (Wilson score) when the table has the
+        counts; the point estimate for older tables."""
+        if not self.hits or self.false_hits is None:
+            return self.precision
+        n, p, z2 = self.hits, 1 - self.false_hits / self.hits, Z_95 * Z_95
+        centre = p + z2 / (2 * n)
+        spread = Z_95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+        return (centre - spread) / (1 + z2 / n)
+
+
+Z_95 = 1.6449  # one-sided 95 %
+
+
+def threshold_for(calibration: list[CalibrationPoint], min_precision: float) -> float:
+    """The lowest probability threshold whose calibration precision reaches the target and stays there
+    for every stricter threshold, and whose precision's lower confidence bound reaches it too (so that a
+    flat stretch of the table measured on a few false hits is not read as a guarantee); 1.01 (nothing
+    passes) when none does. `calibration` sorted by threshold."""
+    passing = 1.01
+    for point in reversed(calibration):
+        if point.precision < min_precision:
+            break
+        if point.precision_bound() >= min_precision:
+            passing = point.threshold
+    return passing
 
 
 @dataclass(frozen=True)
@@ -104,37 +134,39 @@ class Verifier:
         calibration: list[CalibrationPoint],
         candidate_threshold: float,
         encoder: str = "onnx-fp32",
+        normalise_text: bool = False,
+        width: int = len(FEATURES),
     ) -> None:
-        self._session = trees.session(len(FEATURES))
+        self._session = trees.session(width)
+        self.width = width  # the first `width` FEATURES: weights trained before later features were added
         self.calibration = sorted(calibration, key=lambda p: p.threshold)
         self.candidate_threshold = candidate_threshold
         self.encoder = encoder  # the vectors the calibration was measured on: "onnx-int8" or "onnx-fp32"
+        self.normalise_text = normalise_text  # trained on cache.encoder.normalise'd text: encode it so
 
     @classmethod
     def load(cls, folder: Path = MODEL_DIR) -> "Verifier":
         weights = np.load(folder / "verifier.npz")
         meta = json.loads((folder / "verifier.json").read_text())
-        if tuple(meta["features"]) != FEATURES:
+        width = len(meta["features"])
+        if tuple(meta["features"]) != FEATURES[:width]:
             raise ValueError(
                 "verifier weights were trained on other features; re-run bench/train_verifier.py"
             )
         names = ("feature", "threshold", "left", "right", "missing_left", "leaf", "value")
         trees = Trees(*(weights[n] for n in names), baseline=float(meta["baseline"]))
         points = [CalibrationPoint(**p) for p in meta["calibration"]]
-        return cls(trees, points, float(meta["candidate_threshold"]), meta.get("encoder", "onnx-fp32"))
+        return cls(
+            trees, points, float(meta["candidate_threshold"]), meta.get("encoder", "onnx-fp32"),
+            bool(meta.get("normalise_text", False)), width,
+        )  # fmt: skip
 
     def threshold_for(self, min_precision: float) -> float:
-        """The lowest probability threshold whose calibration precision reaches the target (and stays
-        there for every stricter threshold); 1.01 (nothing passes) when none does."""
-        passing = 1.01
-        for point in reversed(self.calibration):
-            if point.precision < min_precision:
-                break
-            passing = point.threshold
-        return passing
+        return threshold_for(self.calibration, min_precision)
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
-        (sums,) = self._session.run(None, {"x": np.ascontiguousarray(features, dtype=np.float64)})
+        columns = features[:, : self.width]
+        (sums,) = self._session.run(None, {"x": np.ascontiguousarray(columns, dtype=np.float64)})
         raw = sums[:, 0].astype(np.float64)
         return 1.0 / (1.0 + np.exp(-raw))
 

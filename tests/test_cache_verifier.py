@@ -66,6 +66,38 @@ def test_features_are_symmetric(encoder):
     assert np.allclose(pair_features(a, b), pair_features(b, a), atol=1e-5)
 
 
+def test_spelling_slips_count_as_matched_and_directional_swaps_are_told_apart(encoder):
+    def feature(name: str, a: str, b: str) -> float:
+        return float(pair_features(*encoder.encode([a, b]))[FEATURES.index(name)])
+
+    slip = ("What is the melting point of mercury?", "What is the mleting point of mercruy?")
+    assert feature("typo_matches", *slip) == 4 and feature("unmatched_plain_max", *slip) == 0
+    assert feature("worst_match_typo_min", *slip) > feature("worst_content_match_min", *slip) + 0.2
+    other = ("What is the capital of Gambia?", "What is the capital of Zambia?")  # first letter: no slip
+    assert feature("typo_matches", *other) == 0 and feature("unmatched_plain_max", *other) == 1
+    wrapped = ("Who wrote Hamlet?", "Quick question: who wrote Hamlet? Thanks")
+    assert feature("unmatched_plain_max", *wrapped) == 0 < feature("unmatched_content_max", *wrapped)
+    assert (
+        feature("relation_swapped", "How do I fly from Oslo to Rome?", "How do I fly from Rome to Oslo?") == 1
+    )
+    assert feature("relation_swapped", "What separates Oslo and Rome?", "What separates Rome and Oslo?") == 0
+
+
+def test_question_marks_spaces_and_case_do_not_change_the_encoding(encoder):
+    plain, *variants = encoder.encode(
+        [
+            "What is the capital of France?",
+            "What is  the capital of France",
+            "what is the capital of france ?!",
+        ]
+    )
+    for variant in variants:
+        assert [w.lower() for w in variant.words] == [w.lower() for w in plain.words]
+        assert np.array_equal(variant.vector, plain.vector)
+        assert np.array_equal(variant.word_vectors, plain.word_vectors)
+    assert encoder.encode(["What?"])[0].text == "What" and encoder.encode(["?!"])[0].text == "?!"
+
+
 def test_a_stricter_target_never_lowers_the_threshold(verifier):
     thresholds = [verifier.threshold_for(p) for p in (0.9, 0.95, 0.98, 0.99, 1.0)]
     assert thresholds == sorted(thresholds)
