@@ -10,8 +10,9 @@ fbgemm quantizes the activations of a whole call with one (scale, zero point); `
 every row affinely onto exactly [-1, 1] (x = s * x' + c) and adds `c * W·1` back, so each row is quantized
 on its own range: quality stays per-row and a row's result does not depend on the rows batched with it
 (integer accumulation is exact), which keeps speculative verification identical to one-token decode.
-CUDA (bf16 activations): int8 runs a Triton kernel that reads the int8 weight (quant_triton.py; many
-rows dequantize once per call into cuBLAS), int4 torch's packed `_weight_int4pack_mm` (tinygemm).
+CUDA (bf16 activations): int8 runs the kernels/ package's Triton linear by default, or our own kernels
+(quant_triton.py / gemv_triton.py, fused into the batch-1 layer); int4 torch's packed `_weight_int4pack_mm`
+(tinygemm). `cuda_quant_kernel` says which and why (measured on the H200).
 """
 
 import os
