@@ -180,8 +180,8 @@ def shape_section(shape: str, only: set[str], bandwidth: float) -> None:
         reference = [p + out for p, out in zip(prompts, hf_static(hf, prompts, 1, 32), strict=True)]
         ref_logits = [hf_logits(hf, ids)[len(ids) - 33 : -1] for ids in reference]
         ours = build_ours(hf, shape, "fp32", 4, 512)
-        prefill = max(float((teacher_forced_logits(ours, ids, len(ids) - 32) - ref).abs().max())
-                      for ids, ref in zip(reference, ref_logits, strict=True))  # fmt: skip
+        ours_rows = [teacher_forced_logits(ours, ids, len(ids) - 32) for ids in reference]
+        prefill = max(float((row - ref).abs().max()) for row, ref in zip(ours_rows, ref_logits, strict=True))
         decode = max(float((decode_logits(ours, ids, len(ids) - 32) - ref).abs().max())
                      for ids, ref in zip(reference[:2], ref_logits[:2], strict=True))  # fmt: skip
         eager = max(float((decode_logits(ours, ids, len(ids) - 32, graphs=False) - ref).abs().max())
@@ -193,6 +193,8 @@ def shape_section(shape: str, only: set[str], bandwidth: float) -> None:
         )
         record(shape, "fp32 logit scale (max |logit|)", float(max(r.abs().max() for r in ref_logits)))
         ours.free()
+        record(shape, "fp32 noise floor: max |logit diff| vs HF in float64 (HF fp32, ours fp32)",
+               float64_floor(hf, reference, ref_logits, ours_rows))  # fmt: skip
     for fmt in ("bf16", "int8", "int4"):
         try:
             ours_format(hf, shape, fmt, only, bandwidth, reference, ref_logits if reference else [])
@@ -207,6 +209,22 @@ def shape_section(shape: str, only: set[str], bandwidth: float) -> None:
     del hf
     gc.collect()
     torch.cuda.empty_cache()
+
+
+def float64_floor(
+    hf, reference: list[list[int]], ref_logits: list[torch.Tensor], ours_rows: list[torch.Tensor]
+) -> list[float]:
+    """How far HF's own fp32 logits are from the same model in float64 (the rounding floor of fp32 at this
+    depth), beside ours; hf goes back to fp32 after (fp32 → fp64 → fp32 is exact)."""
+    hf.double()
+    try:
+        exact = [hf_logits(hf, ids, torch.float64)[len(ids) - 33 : -1] for ids in reference]
+        return [
+            max(float((r.double() - e).abs().max()) for r, e in zip(rows, exact, strict=True))
+            for rows in (ref_logits, ours_rows)
+        ]
+    finally:
+        hf.float()
 
 
 def ours_format(hf, shape: str, fmt: str, only: set[str], bandwidth: float, reference, ref_logits) -> None:

@@ -187,7 +187,7 @@ def hf_static(hf_model, prompts: list[list[int]], batch: int, new_tokens: int) -
     return outputs
 
 
-def hf_logits(hf_model, ids: list[int]) -> Tensor:
+def hf_logits(hf_model, ids: list[int], dtype: torch.dtype = torch.float32) -> Tensor:
     device = next(hf_model.parameters()).device
     with torch.no_grad():
-        return hf_model(torch.tensor([ids], device=device)).logits[0].float()
+        return hf_model(torch.tensor([ids], device=device)).logits[0].to(dtype)

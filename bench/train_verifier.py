@@ -154,10 +154,15 @@ def main() -> None:
     parser.add_argument(
         "--out", type=Path, default=MODEL_DIR, help="where to write the weights (shipped: default)"
     )
+    parser.add_argument(
+        "--hand",
+        action="store_true",
+        help="add bench/data/verifier_hand/ (train + calib; not in the shipped weights)",
+    )
     parser.add_argument("--no-augment", action="store_true", help="without bench/verifier_augment.py's pairs")
     args = parser.parse_args()
     started = time.time()
-    pairs = build(args.seed, args.per_subject)
+    pairs = build(args.seed, args.per_subject, args.hand)
     augmented = [] if args.no_augment else augment(pairs, args.seed)  # train split only
     pairs += augmented
     encoded = _encoded(pairs, args.cache)

@@ -315,9 +315,25 @@ _QUESTION_STARTS = frozenset(
 )
 
 
-def build(seed: int = 0, per_subject: int = 8) -> list[Pair]:
+HAND = Path(__file__).parent / "data" / "verifier_hand"
+
+
+def hand_pairs(folder: Path = HAND) -> Iterator[Pair]:
+    """Pairs written by hand by several authors (bench/data/verifier_hand/README.md). A quarter of each
+    file's stored questions, chosen by a hash of the text, go to calib with all their pairs; the rest train."""
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                calib = int(hashlib.sha256(row["a"].encode()).hexdigest(), 16) % 4 == 0
+                yield Pair(row["a"], row["b"], int(row["label"]), row["kind"], f"hand:{path.stem}",
+                           "calib" if calib else "train")  # fmt: skip
+
+
+def build(seed: int = 0, per_subject: int = 8, hand: bool = False) -> list[Pair]:
     rng = random.Random(seed)
     pairs = [*template_pairs(rng), *relation_pairs(rng), *unit_pairs(rng), *mmlu_pairs(rng, per_subject)]
+    pairs += hand_pairs() if hand else []
     unique = {(p.a, p.b): p for p in pairs if p.a.strip() != p.b.strip()}
     return list(unique.values())
 

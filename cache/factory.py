@@ -67,7 +67,10 @@ async def create_cache(
     if reason is None:
         from cache.verifier import MODEL_DIR, load_verifier
 
-        verifier = load_verifier(Path(settings.verifier_dir) if settings.verifier_dir else MODEL_DIR)
+        verifier = load_verifier(
+            Path(settings.verifier_dir) if settings.verifier_dir else MODEL_DIR,
+            Path(settings.onnx_dir) if settings.onnx_dir else None,
+        )
         reason = None if verifier is not None else "verifier weights unavailable"
         encoder = "onnx-int8" if settings.onnx and settings.onnx_int8 else "onnx-fp32"  # torch: fp32 vectors
         if verifier is not None and verifier.encoder != encoder:

@@ -7,6 +7,7 @@ Nothing large is committed: the files are made from the installed weights into a
 import hashlib
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("llmgw.cache")
@@ -17,18 +18,25 @@ def default_onnx_dir() -> Path:
 
 
 def onnx_model(model_path: Path, folder: Path, int8: bool) -> Path:
-    """The exported model for these weights, made now when it is missing."""
+    """The exported encoder for these weights, made now when it is missing."""
     weights = model_path / "model.safetensors"
     tag = hashlib.sha256(
         f"{weights}:{weights.stat().st_size}:{weights.stat().st_mtime_ns}".encode()
     ).hexdigest()[:12]
-    fp32 = folder / f"minilm-{tag}.onnx"
-    target = folder / f"minilm-{tag}-int8pc.onnx" if int8 else fp32
+    return cached_onnx(folder, f"minilm-{tag}", int8, lambda out: _export(model_path, out))
+
+
+def cached_onnx(folder: Path, name: str, int8: bool, export: Callable[[Path], None]) -> Path:
+    """`folder/name.onnx` (made by `export` when missing), or its int8 per-channel copy."""
+    fp32 = folder / f"{name}.onnx"
+    target = folder / f"{name}-int8pc.onnx" if int8 else fp32
     if target.exists():
         return target
     folder.mkdir(parents=True, exist_ok=True)
     if not fp32.exists():
-        _export(model_path, fp32)
+        partial = fp32.with_suffix(".partial")
+        export(partial)
+        partial.replace(fp32)
     if int8:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -40,28 +48,30 @@ def onnx_model(model_path: Path, folder: Path, int8: bool) -> Path:
 
 def _export(model_path: Path, out: Path) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
-    import torch
     from transformers import AutoModel
 
     log.info("cache: exporting %s to ONNX at %s (first use)", model_path, out)
     model = _HiddenStates(AutoModel.from_pretrained(str(model_path), local_files_only=True).eval())
-    ids = torch.ones((1, 8), dtype=torch.long)
-    partial = out.with_suffix(".partial")
+    export_module(model, out, "last_hidden_state", {0: "batch", 1: "tokens"})
+
+
+def export_module(model: object, out: Path, output: str, output_axes: dict[int, str]) -> None:
+    """ONNX of a module called with (input_ids, attention_mask, token_type_ids), batch and length dynamic."""
+    import torch
+
+    ids = torch.ones((2, 8), dtype=torch.long)
+    inputs = ("input_ids", "attention_mask", "token_type_ids")
     with torch.inference_mode():
         torch.onnx.export(
             model,
             (ids, torch.ones_like(ids), torch.zeros_like(ids)),
-            str(partial),
-            input_names=["input_ids", "attention_mask", "token_type_ids"],
-            output_names=["last_hidden_state"],
-            dynamic_axes={
-                n: {0: "batch", 1: "tokens"}
-                for n in ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")
-            },
+            str(out),
+            input_names=list(inputs),
+            output_names=[output],
+            dynamic_axes={n: {0: "batch", 1: "tokens"} for n in inputs} | {output: output_axes},
             opset_version=17,
             dynamo=False,
         )
-    partial.replace(out)
 
 
 def _hidden_states_module() -> type:

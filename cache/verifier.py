@@ -17,13 +17,16 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cache.alignment import FEATURES, candidate_features, words_of
 from cache.encoder import EncodedQuestion
 from cache.guard import conflict
+
+if TYPE_CHECKING:
+    from cache.cross_encoder import CrossEncoder
 
 log = logging.getLogger("llmgw.cache")
 MODEL_DIR = Path(__file__).parent / "verifier_model"
@@ -130,14 +133,16 @@ class Trees:
 class Verifier:
     def __init__(
         self,
-        trees: Trees,
+        trees: Trees | None,
         calibration: list[CalibrationPoint],
         candidate_threshold: float,
         encoder: str = "onnx-fp32",
         normalise_text: bool = False,
         width: int = len(FEATURES),
+        cross: "CrossEncoder | None" = None,
     ) -> None:
-        self._session = trees.session(width)
+        self._session = trees.session(width) if trees is not None else None
+        self.cross = cross  # the cross-encoder reads both texts instead of the trees reading features
         self.width = width  # the first `width` FEATURES: weights trained before later features were added
         self.calibration = sorted(calibration, key=lambda p: p.threshold)
         self.candidate_threshold = candidate_threshold
@@ -145,9 +150,17 @@ class Verifier:
         self.normalise_text = normalise_text  # trained on cache.encoder.normalise'd text: encode it so
 
     @classmethod
-    def load(cls, folder: Path = MODEL_DIR) -> "Verifier":
-        weights = np.load(folder / "verifier.npz")
+    def load(cls, folder: Path = MODEL_DIR, onnx_dir: Path | None = None) -> "Verifier":
         meta = json.loads((folder / "verifier.json").read_text())
+        if meta.get("model") == "cross-encoder":
+            from cache.cross_encoder import load_cross_encoder
+
+            return cls(
+                None, [CalibrationPoint(**p) for p in meta["calibration"]], float(meta["candidate_threshold"]),
+                meta["encoder"], bool(meta["normalise_text"]), 0,
+                load_cross_encoder(folder / "cross_encoder.npz", onnx_dir),
+            )  # fmt: skip
+        weights = np.load(folder / "verifier.npz")
         width = len(meta["features"])
         if tuple(meta["features"]) != FEATURES[:width]:
             raise ValueError(
@@ -170,6 +183,12 @@ class Verifier:
         raw = sums[:, 0].astype(np.float64)
         return 1.0 / (1.0 + np.exp(-raw))
 
+    def scores(self, stored: list[EncodedQuestion], new: EncodedQuestion) -> np.ndarray:
+        """The probability that the answer stored for each of `stored` serves `new` (no exact rules)."""
+        if self.cross is not None:
+            return self.cross.probabilities([(s.text, new.text) for s in stored])
+        return self.probabilities(candidate_features(stored, new))
+
     def judge(self, stored: EncodedQuestion, new: EncodedQuestion, threshold: float) -> Verdict:
         return self.judge_all([stored], new, threshold)[0]
 
@@ -179,7 +198,7 @@ class Verifier:
         """One verdict per stored question, the trees walked once for all of them."""
         if not stored:
             return []
-        probabilities = self.probabilities(candidate_features(stored, new))
+        probabilities = self.scores(stored, new)
         return [
             Verdict(False, 0.0) if exact_conflict(s, new) else Verdict(p >= threshold, float(p))
             for s, p in zip(stored, probabilities, strict=True)
@@ -193,10 +212,10 @@ def exact_conflict(a: EncodedQuestion, b: EncodedQuestion) -> bool:
     )
 
 
-def load_verifier(folder: Path = MODEL_DIR) -> Verifier | None:
+def load_verifier(folder: Path = MODEL_DIR, onnx_dir: Path | None = None) -> Verifier | None:
     """None (and a warning) when the weights are missing or unreadable: semantic caching then stays off."""
     try:
-        return Verifier.load(folder)
+        return Verifier.load(folder, onnx_dir)
     except (OSError, ValueError, KeyError) as error:
         log.warning("semantic cache off: verifier weights unavailable in %s (%s)", folder, error)
         return None
