@@ -23,7 +23,7 @@ rows; false-hit rate per kind = false hits / rows of that kind; each with a 95 %
 
     python -m bench.semantic_cache_http [--pairs FILE ...] [--name NAME] [--limit N]
         [--env LLMGW_CACHE__DEFAULTS__SEMANTIC_MIN_PRECISION=0.95 ...]
-Default files: bench/data/indep_questions/pairs.jsonl (when present), tests/data/semantic_pairs.jsonl,
+Default files: bench/data/indep_questions2/ and indep_questions/ pairs.jsonl (when present), tests/data/semantic_pairs.jsonl,
 bench/data/paws_sample/pairs.jsonl. --env sets the gateway's environment (e.g. another threshold).
 Writes bench/results/semantic_cache_http.json (semantic_cache_http_NAME.json with --name).
 """
@@ -43,8 +43,12 @@ from bench.harness import ROOT, start_fake_upstream, start_gateway, write_json
 
 BOOTSTRAP = 1000
 HITS = ("hit", "semantic-hit")
-DEFAULT_FILES = ("bench/data/indep_questions/pairs.jsonl", "tests/data/semantic_pairs.jsonl",
-                 "bench/data/paws_sample/pairs.jsonl")  # fmt: skip
+DEFAULT_FILES = (
+    "bench/data/indep_questions2/pairs.jsonl",
+    "bench/data/indep_questions/pairs.jsonl",
+    "tests/data/semantic_pairs.jsonl",
+    "bench/data/paws_sample/pairs.jsonl",
+)
 
 
 def outcomes(rows: list[dict], replies: dict[str, dict], answers: dict[str, str]) -> dict[str, np.ndarray]:

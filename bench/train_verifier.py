@@ -1,7 +1,8 @@
 """Trains the semantic-cache verifier and writes its weights and calibration to cache/verifier_model/.
 
 1. builds the labeled pairs (bench/verifier_pairs.py: templates + MMLU stems, grouped train / calib /
-   heldout splits) and adds train-only pairs (bench/verifier_augment.py);
+   heldout splits; the hand-written pairs of bench/data/verifier_hand/ in train and calib) and adds
+   train-only pairs (bench/verifier_augment.py);
 2. encodes every question once, one per forward pass and in its normalised form (cache.encoder.normalise),
    with the shipped MiniLM (sentence + word vectors) and computes the alignment features (cache/alignment.py);
 3. fits gradient-boosted trees (scikit-learn) on the train split only, exported to numpy arrays (run
@@ -155,14 +156,14 @@ def main() -> None:
         "--out", type=Path, default=MODEL_DIR, help="where to write the weights (shipped: default)"
     )
     parser.add_argument(
-        "--hand",
+        "--no-hand",
         action="store_true",
-        help="add bench/data/verifier_hand/ (train + calib; not in the shipped weights)",
+        help="without bench/data/verifier_hand/'s pairs (train + calib; the shipped weights have them)",
     )
     parser.add_argument("--no-augment", action="store_true", help="without bench/verifier_augment.py's pairs")
     args = parser.parse_args()
     started = time.time()
-    pairs = build(args.seed, args.per_subject, args.hand)
+    pairs = build(args.seed, args.per_subject, not args.no_hand)
     augmented = [] if args.no_augment else augment(pairs, args.seed)  # train split only
     pairs += augmented
     encoded = _encoded(pairs, args.cache)

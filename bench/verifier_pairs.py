@@ -1,7 +1,8 @@
 """Labeled question pairs for the semantic-cache verifier, generated (never committed).
 
 Sources: the intent templates and relations of bench/verifier_templates.py, and the question stems of
-the MMLU prompts in ../shared/routellm_eval/mmlu (read in place). Every pair is (stored question, new
+the MMLU prompts in ../shared/routellm_eval/mmlu (read in place), and the pairs four authors wrote by
+hand in bench/data/verifier_hand/ (train and calib only, `hand_pairs`). Every pair is (stored question, new
 question, label 1 = one answer serves both). Kinds: paraphrase, and the look-alikes that need another
 answer: intent, entity, scope, constraint, unit, swap, negation, number, nearby (another question on the
 same topic).
@@ -330,7 +331,7 @@ def hand_pairs(folder: Path = HAND) -> Iterator[Pair]:
                            "calib" if calib else "train")  # fmt: skip
 
 
-def build(seed: int = 0, per_subject: int = 8, hand: bool = False) -> list[Pair]:
+def build(seed: int = 0, per_subject: int = 8, hand: bool = True) -> list[Pair]:
     rng = random.Random(seed)
     pairs = [*template_pairs(rng), *relation_pairs(rng), *unit_pairs(rng), *mmlu_pairs(rng, per_subject)]
     pairs += hand_pairs() if hand else []

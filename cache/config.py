@@ -20,11 +20,12 @@ class CachePolicy(BaseModel):
         description="cosine (MiniLM) a neighbour needs to be checked by the verifier",
     )
     semantic_min_precision: float = Field(
-        default=0.99,
+        default=0.97,
         ge=0.5,
         le=1.0,
-        description="precision the verifier's threshold reaches on its calibration split; 0.99 because held-out "
-        "precision runs several points below calibration (at 0.98: 0.93 held out; at 0.99: 0.99, recall 0.59)",
+        description="precision the verifier's threshold reaches on its calibration split (with its 95 % lower "
+        "bound); that split holds hand-written pairs (bench/data/verifier_hand). 0.97 leaves a margin for "
+        "held-out text (bench/README.md, 'Caching'); 0.99 certifies nothing",
     )
     guard: bool = Field(default=True, description="ignored: the learned verifier checks every candidate")
     ttl_s: int = Field(default=3600, ge=1)

@@ -46,7 +46,7 @@ def test_repeat_is_an_exact_hit_and_upstream_is_not_called(client: openai.OpenAI
 
 def test_paraphrase_is_a_semantic_hit_and_a_hard_negative_is_not(client: openai.OpenAI) -> None:
     ask(client, "What is the capital city of Australia?")
-    answer, headers = ask(client, "Tell me the capital city of Australia.")
+    answer, headers = ask(client, "Can you tell me the capital city of Australia?")
     assert headers["x-cache-status"] == "semantic-hit" and float(headers["x-cache-similarity"]) > 0.6
     assert answer == "echo: What is the capital city of Australia?"
     other, headers = ask(client, "What is the capital city of Austria?")

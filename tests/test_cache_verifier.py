@@ -46,8 +46,8 @@ def judge(encoder: QuestionEncoder, verifier: Verifier, a: str, b: str) -> tuple
 
 
 def test_paraphrases_are_accepted(encoder, verifier):
-    """All but at most one: at the default target the verifier's recall is about 0.57 on held-out pairs
-    (bench/README.md), and the shipped one puts "Which city is the capital of France?" just below it."""
+    """All but at most one: at the default target the verifier's recall is about 0.63 on held-out pairs
+    (bench/README.md); the shipped one accepts all five today, the weakest at p 0.876 against 0.84."""
     verdicts = {(a, b): judge(encoder, verifier, a, b) for a, b in PARAPHRASES}
     rejected = {pair: round(p, 3) for pair, (accepted, p) in verdicts.items() if not accepted}
     assert len(rejected) <= 1, rejected
