@@ -7,7 +7,8 @@ the fake upstream. The cache is first filled with `--fill` questions; then, inte
                   rejected, sent upstream (rows whose status was a hit are counted, not timed);
   bypass        — the same question at temperature 0.7: the cache stays out (no embedding).
 The difference of the two p50s (and p99s) is the semantic lookup's cost on a miss. Then the bypass p50
-alone, and again while another client sends semantic misses back to back beside it.
+alone, beside another client sending bypass requests back to back (any concurrent traffic on 2 cores), and
+beside one sending semantic misses (what embedding and verifying add to that).
 
     python -m bench.cache_latency [--requests 300] [--fill 500] [--name NAME]
 Writes bench/results/cache_latency.json (cache_latency_NAME.json with --name).
@@ -92,25 +93,31 @@ def interleaved(client: httpx.Client, asked: list[str]) -> dict[str, Any]:
 
 
 def beside(url: str, asked: list[str]) -> dict[str, Any]:
-    """Bypass p50 alone, then while another client keeps semantic lookups running."""
+    """Bypass p50 alone, then while another client keeps sending requests back to back: bypass requests
+    (what any concurrent traffic costs on 2 cores), then semantic lookups (what embedding and verifying
+    add on top)."""
+    report: dict[str, Any] = {}
     with httpx.Client(base_url=url, headers={"authorization": f"Bearer {KEY}"}, timeout=60) as client:
-        alone = percentiles([timed(client, q, 0.7)[0] for q in asked])
-        stop = threading.Event()
+        report["bypass_alone"] = percentiles([timed(client, q, 0.7)[0] for q in asked])
+        for name, temperature in (("bypass", 0.7), ("semantic", 0.0)):
+            stop = threading.Event()
 
-        def semantic_load() -> None:
-            with httpx.Client(base_url=url, headers={"authorization": f"Bearer {KEY}"}, timeout=60) as other:
-                i = 0
-                while not stop.is_set():
-                    timed(other, f"{asked[i % len(asked)]} (variant {i})", 0)
-                    i += 1
+            def load(temperature: float = temperature, stop: threading.Event = stop) -> None:
+                with httpx.Client(
+                    base_url=url, headers={"authorization": f"Bearer {KEY}"}, timeout=60
+                ) as other:
+                    i = 0
+                    while not stop.is_set():
+                        timed(other, f"{asked[i % len(asked)]} (variant {i})", temperature)
+                        i += 1
 
-        thread = threading.Thread(target=semantic_load, daemon=True)
-        thread.start()
-        time.sleep(0.5)
-        loaded = percentiles([timed(client, q, 0.7)[0] for q in asked])
-        stop.set()
-        thread.join(timeout=60)
-    return {"bypass_alone": alone, "bypass_beside_semantic": loaded}
+            thread = threading.Thread(target=load, daemon=True)
+            thread.start()
+            time.sleep(0.5)
+            report[f"bypass_beside_{name}"] = percentiles([timed(client, q, 0.7)[0] for q in asked])
+            stop.set()
+            thread.join(timeout=60)
+    return report
 
 
 def components(asked: list[str], stored: list[str]) -> dict[str, Any]:
@@ -162,6 +169,7 @@ def main() -> None:
         "semantic_miss",
         "bypass",
         "bypass_alone",
+        "bypass_beside_bypass",
         "bypass_beside_semantic",
         "encode_one",
         "verify_one_candidate",
