@@ -158,27 +158,28 @@ def train(data: Path, device: str, epochs: int, rank: int, lr: float, batch: int
 
 
 def calibrate(adapter: Path, data: Path, out: Path) -> None:
-    from bench.train_verifier import CANDIDATE_THRESHOLD, DEFAULT_TARGET, ENCODER, _encoded, curve
+    from bench.train_verifier import (
+        CANDIDATE_THRESHOLD,
+        DEFAULT_TARGET,
+        ENCODER,
+        _encoded,
+        curve,
+        featurize,
+        split_reports,
+    )  # fmt: skip
     from bench.verifier_pairs import Pair
     from cache.cross_encoder import load_cross_encoder
-    from cache.verifier import CalibrationPoint, exact_conflict, threshold_for
+    from cache.verifier import CalibrationPoint, threshold_for
 
     rows = [json.loads(line) for line in (data / "pairs.jsonl").read_text().splitlines()]
-    rows = [r for r in rows if r["split"] in ("calib", "heldout")]
-    pairs = [Pair(r["raw_a"], r["raw_b"], r["label"], r["kind"], "", r["split"]) for r in rows]
+    pairs = [Pair(r["raw_a"], r["raw_b"], r["label"], r["kind"], "", r["split"]) for r in rows
+             if r["split"] in ("calib", "heldout")]  # fmt: skip
     encoded = _encoded(pairs, None)
-    eligible = np.array(
-        [
-            float(encoded[p.a].vector @ encoded[p.b].vector) >= CANDIDATE_THRESHOLD
-            and not exact_conflict(encoded[p.a], encoded[p.b])
-            for p in pairs
-        ]
-    )
+    _, labels, eligible = featurize(pairs, encoded)  # the lookup asks the verifier only for these
     cross = load_cross_encoder(adapter)
     prob = np.concatenate(
         [cross.probabilities([(encoded[p.a].text, encoded[p.b].text)]) for p in pairs]
     )  # one pair per call, as a lookup with one candidate
-    labels = np.array([p.label for p in pairs])
     split = np.array([p.split for p in pairs])
     calib = split == "calib"
     table = curve(prob[calib], labels[calib], eligible[calib])
@@ -192,17 +193,9 @@ def calibrate(adapter: Path, data: Path, out: Path) -> None:
     }  # fmt: skip
     (out / "verifier.json").write_text(json.dumps(meta, indent=1))
     threshold = threshold_for([CalibrationPoint(**p) for p in table], DEFAULT_TARGET)
-    report: dict = {"threshold": threshold}
+    report = {"threshold": threshold, **split_reports(prob, labels, eligible, split, threshold)}
     for name in ("calib", "heldout"):
-        mask = split == name
-        hit = eligible[mask] & (prob[mask] >= threshold)
-        y = labels[mask]
-        tp, fp = int((hit & (y == 1)).sum()), int((hit & (y == 0)).sum())
-        report[name] = {"precision": tp / max(tp + fp, 1), "recall": tp / max(int(y.sum()), 1), "false_hits": fp,
-                        "auroc": auroc(prob[mask], y)}  # fmt: skip
-        print(
-            f"{name:8} t={threshold:.2f} P={report[name]['precision']:.3f} R={report[name]['recall']:.3f} FP={fp}"
-        )
+        report[name]["auroc"] = auroc(prob[split == name], labels[split == name])
     (out / "calibrate_report.json").write_text(json.dumps(report, indent=1))
     print(f"wrote {out}")
 

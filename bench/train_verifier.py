@@ -115,6 +115,27 @@ def curve(prob: np.ndarray, labels: np.ndarray, eligible: np.ndarray) -> list[di
     return points
 
 
+def split_reports(
+    prob: np.ndarray, labels: np.ndarray, eligible: np.ndarray, split: np.ndarray, threshold: float
+) -> dict[str, dict[str, float]]:
+    """Precision, recall and false hits of the whole lookup at `threshold` on calib and heldout (printed)."""
+    report = {}
+    for name in ("calib", "heldout"):
+        mask = split == name
+        hit = eligible[mask] & (prob[mask] >= threshold)
+        y = labels[mask]
+        tp, fp = int((hit & (y == 1)).sum()), int((hit & (y == 0)).sum())
+        report[name] = {
+            "precision": tp / max(tp + fp, 1),
+            "recall": tp / max(int(y.sum()), 1),
+            "false_hits": fp,
+        }
+        print(
+            f"{name:8} t={threshold:.2f} P={report[name]['precision']:.3f} R={report[name]['recall']:.3f} FP={fp}"
+        )
+    return report
+
+
 def export(
     model: HistGradientBoostingClassifier,
     calibration: list[dict[str, float]],
@@ -189,20 +210,7 @@ def main() -> None:
         "export differs from sklearn"
     )
     threshold = shipped.threshold_for(DEFAULT_TARGET)
-    held = split == "heldout"
-    report = {"info": info, "threshold": threshold}
-    for name, mask in (("calib", calib), ("heldout", held)):
-        hit = eligible[mask] & (prob[mask] >= threshold)
-        y = labels[mask]
-        tp, fp = int((hit & (y == 1)).sum()), int((hit & (y == 0)).sum())
-        report[name] = {
-            "precision": tp / max(tp + fp, 1),
-            "recall": tp / max(int(y.sum()), 1),
-            "false_hits": fp,
-        }
-        print(
-            f"{name:8} t={threshold:.2f} P={report[name]['precision']:.3f} R={report[name]['recall']:.3f} FP={fp}"
-        )
+    report = {"info": info, "threshold": threshold, **split_reports(prob, labels, eligible, split, threshold)}
     out = (
         ROOT / "bench/results/train_verifier.json"
         if args.out == MODEL_DIR

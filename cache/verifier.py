@@ -216,6 +216,6 @@ def load_verifier(folder: Path = MODEL_DIR, onnx_dir: Path | None = None) -> Ver
     """None (and a warning) when the weights are missing or unreadable: semantic caching then stays off."""
     try:
         return Verifier.load(folder, onnx_dir)
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, ValueError, KeyError, ImportError) as error:  # ImportError: a cross-encoder, no torch
         log.warning("semantic cache off: verifier weights unavailable in %s (%s)", folder, error)
         return None

@@ -68,3 +68,22 @@ def test_onnx_int8_export_matches_torch(trained: object, tmp_path: Path) -> None
     assert load_cross_encoder(adapter, tmp_path / "onnx").path == next(
         (tmp_path / "onnx").glob("cross-*-int8pc.onnx")
     )
+
+
+def test_a_cross_encoder_folder_that_cannot_load_turns_semantic_caching_off(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import json
+
+    import cache.cross_encoder
+    from cache.verifier import load_verifier
+
+    meta = {"model": "cross-encoder", "candidate_threshold": 0.6, "encoder": "onnx-int8", "normalise_text": True,
+            "calibration": []}  # fmt: skip
+    (tmp_path / "verifier.json").write_text(json.dumps(meta))
+
+    def missing(*_: object) -> None:
+        raise ImportError("no torch")
+
+    monkeypatch.setattr(cache.cross_encoder, "load_cross_encoder", missing)
+    assert load_verifier(tmp_path) is None
