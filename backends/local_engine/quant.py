@@ -28,8 +28,9 @@ _INT4_K_TILE = 16
 
 class DenseLinear(nn.Module):
     """F.linear; on CUDA in bf16 one-row inputs (batch-1 decode) use the Triton GEMV (gemv_triton.py),
-    which reads narrow weights faster than cuBLAS (LLMGW_BF16_GEMV=0 turns it off). A Triton tiled
-    kernel for 2-32 rows was tried and lost to cuBLAS (bench/README.md, "Engine on one GPU")."""
+    which reads narrow weights faster than cuBLAS (LLMGW_BF16_GEMV=0 turns it off), and inputs of 2 up to
+    LLMGW_SKINNY_ROWS rows (default 1: off until measured) the skinny Triton matmul (skinny_triton.py) for
+    the weight shapes where it measured faster than cuBLAS (`skinny_triton.config_for`)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
@@ -40,6 +41,7 @@ class DenseLinear(nn.Module):
             and weight.dtype == torch.bfloat16
             and os.environ.get("LLMGW_BF16_GEMV", "1") == "1"
         )
+        self.skinny_rows = int(os.environ.get("LLMGW_SKINNY_ROWS", "1")) if self.gemv else 1
 
     def forward(self, x: Tensor) -> Tensor:
         if self.gemv and x.shape[0] == 1:
@@ -47,6 +49,13 @@ class DenseLinear(nn.Module):
 
             out = gemv(x, self.weight)
             return out if self.bias is None else out + self.bias
+        if 1 < x.shape[0] <= self.skinny_rows:
+            from backends.local_engine.skinny_triton import config_for, skinny_matmul
+
+            config = config_for(x.shape[0], *self.weight.shape)
+            if config is not None:
+                out = skinny_matmul(x, self.weight, config)
+                return out if self.bias is None else out + self.bias
         return F.linear(x, self.weight, self.bias)
 
     def gemv_operands(self) -> tuple[Tensor, Tensor | None, Tensor | None] | None:
