@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover
     triton = None
 
 MAX_ROWS = 64
-_WORKSPACE_FLOATS = 1 << 21  # 8 MiB of fp32 partials per device; a split that needs more is not taken
+_WORKSPACE_FLOATS = 1 << 22  # 16 MiB of fp32 partials per device; a split that needs more is not taken
 _COUNTERS = 1 << 14
 
 
