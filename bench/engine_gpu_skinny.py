@@ -217,58 +217,77 @@ def confirm(table: dict, rows_list: list[int], results: dict) -> None:
             torch.cuda.empty_cache()
 
 
-def engine_ab(shape: str, rounds: int, deadline: float, results: dict, save) -> None:  # noqa: ANN001
+def engine_variant(hf, shape: str, variant: str, ids: list[int], reference: torch.Tensor) -> dict:  # noqa: ANN001
     from bench.engine_gpu import prefix_ttft, run_closed_loop, teacher_forced_logits
-    from bench.engine_gpu_models import build_hf, build_ours, hf_logits, random_prompts
+    from bench.engine_gpu_models import build_ours, random_prompts
     from bench.engine_gpu_profile import replay_ms
 
-    hf = build_hf(shape, torch.device("cuda"), torch.float32)
     vocab = hf.config.vocab_size
-    ids = random_prompts(1, 32, 32, vocab, 5)[0]
-    reference = hf_logits(hf, ids)[7:-1]
-    for round_ in range(rounds):
-        for variant in ("cublas", "skinny"):
-            if time.perf_counter() - _T0 > deadline:
-                log(f"deadline: {shape} round {round_ + 1} {variant} skipped")
-                continue
-            os.environ["LLMGW_SKINNY_ROWS"] = "1" if variant == "cublas" else "64"
-            ours = build_ours(hf, shape, "bf16", 32, 8192 if "8b" in shape else 4096)
-            steps = ours.runner.cuda_steps
-            row = prefix_ttft(ours, vocab)
-            row["prefill_graph_ms"] = replay_ms(steps.prefill_graphs[(32, 2)][0])
-            row["prefill_graph_64x2_ms"] = replay_ms(steps.prefill_graphs[(64, 2)][0])
-            for bucket in (2, 8, 32):
-                row[f"decode_graph_{bucket}_ms"] = replay_ms(steps.graphs[bucket][0])
-            for clients in (8, 32):
-                prompts = random_prompts(2 * clients, 64, 128, vocab, 9)
-                row[f"clients_{clients}_tok_s"] = run_closed_loop(ours, prompts, clients, 64)["output_tok_s"]
-            logits = teacher_forced_logits(ours, ids, 8)
-            row["logits_max_abs_diff_vs_hf_fp32"] = float((logits - reference).abs().max())
-            agree = (logits.argmax(-1) == reference.argmax(-1)).float().mean()
-            row["top1_agreement_vs_hf_fp32"] = float(agree)
-            ours.free()
-            del ours
-            gc.collect()
-            torch.cuda.empty_cache()
-            results["engine"][f"{shape} {variant} round{round_ + 1}"] = row
-            save()
-            log(f"{shape} {variant:<6} cold {row['cold_ms']:.2f} cached {row['cached_ms']:.2f} ms "
-                f"(x{row['speedup']:.2f})  prefill graph {row['prefill_graph_ms']:.3f} ms  decode graph 2/8/32 "
-                f"{row['decode_graph_2_ms']:.3f}/{row['decode_graph_8_ms']:.3f}/{row['decode_graph_32_ms']:.3f}"
-                f"  8/32 clients {row['clients_8_tok_s']:.0f}/{row['clients_32_tok_s']:.0f} tok/s  logits "
-                f"{row['logits_max_abs_diff_vs_hf_fp32']:.3g} top1 {row['top1_agreement_vs_hf_fp32']:.3f}")  # fmt: skip
-    del hf
+    os.environ["LLMGW_SKINNY_ROWS"] = "1" if variant == "cublas" else "64"
+    ours = build_ours(hf, shape, "bf16", 32, 8192 if "8b" in shape else 4096)
+    steps = ours.runner.cuda_steps
+    row = prefix_ttft(ours, vocab)
+    row["prefill_graph_ms"] = replay_ms(steps.prefill_graphs[(32, 2)][0])
+    row["prefill_graph_64x2_ms"] = replay_ms(steps.prefill_graphs[(64, 2)][0])
+    for bucket in (2, 8, 32):
+        row[f"decode_graph_{bucket}_ms"] = replay_ms(steps.graphs[bucket][0])
+    for clients in (8, 32):
+        prompts = random_prompts(2 * clients, 64, 128, vocab, 9)
+        row[f"clients_{clients}_tok_s"] = run_closed_loop(ours, prompts, clients, 64)["output_tok_s"]
+    logits = teacher_forced_logits(ours, ids, 8)
+    row["logits_max_abs_diff_vs_hf_fp32"] = float((logits - reference).abs().max())
+    row["top1_agreement_vs_hf_fp32"] = float((logits.argmax(-1) == reference.argmax(-1)).float().mean())
+    ours.free()
+    del ours
     gc.collect()
     torch.cuda.empty_cache()
+    log(f"{shape} {variant:<6} cold {row['cold_ms']:.2f} cached {row['cached_ms']:.2f} ms "
+        f"(x{row['speedup']:.2f})  prefill graph {row['prefill_graph_ms']:.3f} ms  decode graph 2/8/32 "
+        f"{row['decode_graph_2_ms']:.3f}/{row['decode_graph_8_ms']:.3f}/{row['decode_graph_32_ms']:.3f}"
+        f"  8/32 clients {row['clients_8_tok_s']:.0f}/{row['clients_32_tok_s']:.0f} tok/s  logits "
+        f"{row['logits_max_abs_diff_vs_hf_fp32']:.3g} top1 {row['top1_agreement_vs_hf_fp32']:.3f}")  # fmt: skip
+    return row
+
+
+def engine_ab(shapes: list[str], rounds: int, deadline: float, results: dict, save) -> None:  # noqa: ANN001
+    """Rounds of (cuBLAS, kernel) per shape; a variant is skipped when the last one of its shape, started
+    now, would end past `deadline` seconds (the first of a shape is assumed to take 120 s)."""
+    from bench.engine_gpu_models import build_hf, hf_logits, random_prompts
+
+    models = {}
+    for shape in shapes:
+        hf = build_hf(shape, torch.device("cuda"), torch.float32)
+        ids = random_prompts(1, 32, 32, hf.config.vocab_size, 5)[0]
+        models[shape] = (hf, ids, hf_logits(hf, ids)[7:-1])
+    took = dict.fromkeys(shapes, 120.0)
+    for round_ in range(rounds):
+        for shape in shapes:
+            for variant in ("cublas", "skinny"):
+                key = f"{shape} {variant} round{round_ + 1}"
+                if time.perf_counter() - _T0 + took[shape] > deadline:
+                    log(f"deadline: {key} skipped")
+                    continue
+                start = time.perf_counter()
+                try:
+                    results["engine"][key] = engine_variant(
+                        models[shape][0], shape, variant, *models[shape][1:]
+                    )
+                except Exception as error:  # keep what was measured
+                    import traceback
+
+                    traceback.print_exc()
+                    results["engine"][key] = {"error": repr(error)}
+                took[shape] = time.perf_counter() - start
+                save()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="32,2,8,16,64")
-    parser.add_argument("--engine", default="llama-1b,llama-8b", help="engine A/B shapes ('' for none)")
+    parser.add_argument("--engine", default="llama-8b,llama-1b", help="engine A/B shapes ('' for none)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-sweep", action="store_true", help="use skinny_triton's committed table")
-    parser.add_argument("--deadline", type=float, default=540.0, help="seconds after which A/B rounds stop")
+    parser.add_argument("--deadline", type=float, default=560.0, help="A/B variants must end by then (s)")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     args = parser.parse_args()
     from bench.engine_gpu import copy_bandwidth
@@ -301,15 +320,9 @@ def main() -> None:
         save()
     confirm(dict(sk._TABLE), rows_list, results)
     save()
-    for shape in filter(None, args.engine.split(",")):
-        try:
-            engine_ab(shape, args.rounds, args.deadline, results, save)
-        except Exception as error:  # keep what was measured
-            import traceback
-
-            traceback.print_exc()
-            results["engine"][f"{shape} error"] = repr(error)
-        save()
+    shapes = [shape for shape in args.engine.split(",") if shape]
+    if shapes:
+        engine_ab(shapes, args.rounds, args.deadline, results, save)
     log(f"wrote {out}")
 
 
