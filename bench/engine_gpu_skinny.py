@@ -62,7 +62,13 @@ def fits(base: tuple, bm: int) -> bool:
     return (stages - 1) * (bn + bm) * bk * 2 <= 200 * 1024
 
 
+PREVIOUS: dict = {}  # an earlier sweep's rows (--previous): candidates are its best configs, with and without PDL
+TOP = [4]  # with PREVIOUS: how many of its best configs per row count
+
+
 def candidates(rows: int, n: int, k: int) -> list[sk.SkinnyConfig]:
+    if PREVIOUS:
+        return previous_best(rows, n, k, TOP[0])
     out = []
     for bm in block_ms(rows):
         for base in BASE:
@@ -74,6 +80,17 @@ def candidates(rows: int, n: int, k: int) -> list[sk.SkinnyConfig]:
                 if fits(base, bm):
                     out.append(sk.SkinnyConfig(*base, split=split, block_m=bm))
     return out
+
+
+def previous_best(rows: int, n: int, k: int, top: int) -> list[sk.SkinnyConfig]:
+    """The union of the `top` fastest configs of every row count of this row bucket in the earlier sweep,
+    each with and without PDL."""
+    found: set[sk.SkinnyConfig] = set()
+    for row in PREVIOUS.values():
+        if (row["n"], row["k"], sk.row_bucket(row["rows"])) == (n, k, sk.row_bucket(rows)):
+            timed = sorted((c["us"], name) for name, c in row["configs"].items() if "us" in c)
+            found.update(sk.SkinnyConfig(*ast.literal_eval(name)[:6]) for _, name in timed[:top])
+    return sorted({c._replace(pdl=pdl) for c in found for pdl in (False, True)})
 
 
 def _compile(items: list[tuple]) -> list[str]:
@@ -218,16 +235,21 @@ def confirm(table: dict, rows_list: list[int], results: dict) -> None:
 
 
 def engine_variant(hf, shape: str, variant: str, ids: list[int], reference: torch.Tensor) -> dict:  # noqa: ANN001
+    from backends.local_engine.cuda_runner import HostStep, padded_step
     from bench.engine_gpu import prefix_ttft, run_closed_loop, teacher_forced_logits
     from bench.engine_gpu_models import build_ours, random_prompts
     from bench.engine_gpu_profile import replay_ms
 
     vocab = hf.config.vocab_size
     os.environ["LLMGW_SKINNY_ROWS"] = "1" if variant == "cublas" else "64"
+    os.environ["LLMGW_SKINNY_PDL"] = "0" if variant == "nopdl" else "1"
     ours = build_ours(hf, shape, "bf16", 32, 8192 if "8b" in shape else 4096)
     steps = ours.runner.cuda_steps
     row = prefix_ttft(ours, vocab)
     row["prefill_graph_ms"] = replay_ms(steps.prefill_graphs[(32, 2)][0])
+    # a (64, 2) graph replays the capture's padding step: the buffers must hold a step of its shape
+    padding = padded_step(HostStep([], [], [], [], [0], [], [], 1), 64, 2, steps.pad_slot, steps.block_size)
+    steps.prefill_buffers.fill(padding, 64, 2, steps.width, steps.pad_slot)
     row["prefill_graph_64x2_ms"] = replay_ms(steps.prefill_graphs[(64, 2)][0])
     for bucket in (2, 8, 32):
         row[f"decode_graph_{bucket}_ms"] = replay_ms(steps.graphs[bucket][0])
@@ -249,7 +271,9 @@ def engine_variant(hf, shape: str, variant: str, ids: list[int], reference: torc
     return row
 
 
-def engine_ab(shapes: list[str], rounds: int, deadline: float, results: dict, save) -> None:  # noqa: ANN001
+def engine_ab(
+    shapes: list[str], variants: list[str], rounds: int, deadline: float, results: dict, save
+) -> None:  # fmt: skip
     """Rounds of (cuBLAS, kernel) per shape; a variant is skipped when the last one of its shape, started
     now, would end past `deadline` seconds (the first of a shape is assumed to take 120 s)."""
     from bench.engine_gpu_models import build_hf, hf_logits, random_prompts
@@ -262,7 +286,7 @@ def engine_ab(shapes: list[str], rounds: int, deadline: float, results: dict, sa
     took = dict.fromkeys(shapes, 120.0)
     for round_ in range(rounds):
         for shape in shapes:
-            for variant in ("cublas", "skinny"):
+            for variant in variants:
                 key = f"{shape} {variant} round{round_ + 1}"
                 if time.perf_counter() - _T0 + took[shape] > deadline:
                     log(f"deadline: {key} skipped")
@@ -286,6 +310,9 @@ def main() -> None:
     parser.add_argument("--rows", default="32,2,8,16,64")
     parser.add_argument("--engine", default="llama-8b,llama-1b", help="engine A/B shapes ('' for none)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--variants", default="cublas,skinny", help="cublas, skinny, nopdl (skinny, PDL off)")
+    parser.add_argument("--previous", help="an earlier engine_gpu_skinny.json: sweep only its best configs")
+    parser.add_argument("--top", type=int, default=4, help="with --previous: configs per row count")
     parser.add_argument("--no-sweep", action="store_true", help="use skinny_triton's committed table")
     parser.add_argument("--deadline", type=float, default=560.0, help="A/B variants must end by then (s)")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
@@ -293,6 +320,9 @@ def main() -> None:
     from bench.engine_gpu import copy_bandwidth
 
     rows_list = [int(r) for r in args.rows.split(",")]
+    if args.previous:
+        PREVIOUS.update(json.loads(Path(args.previous).read_text())["sweep"])
+        TOP[0] = args.top
     results: dict = {"device": torch.cuda.get_device_name(), "copy_GBps": copy_bandwidth() / 1e9,
                      "sweep": {}, "table": {}, "confirm": {}, "engine": {}}  # fmt: skip
     out = Path(args.out) / "engine_gpu_skinny.json"
@@ -322,7 +352,7 @@ def main() -> None:
     save()
     shapes = [shape for shape in args.engine.split(",") if shape]
     if shapes:
-        engine_ab(shapes, args.rounds, args.deadline, results, save)
+        engine_ab(shapes, args.variants.split(","), args.rounds, args.deadline, results, save)
     log(f"wrote {out}")
 
 

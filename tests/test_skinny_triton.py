@@ -22,6 +22,7 @@ CASES = [  # rows, weight rows N, K, config (None: the interpreter's default on 
     (5, 40, 96, Config(16, 32, 1, 1)),
     (8, 33, 80, Config(16, 32, 1, 1, block_m=8)),
     (13, 70, 160, Config(32, 64, 2, 2)),
+    (24, 70, 160, Config(32, 64, 2, 2, block_m=32, pdl=True)),  # PDL: on a GPU only (griddepcontrol)
     (20, 33, 80, Config(16, 32, 1, 1)),
     (32, 64, 128, Config(16, 32, 1, 1, split=2)),
     (3, 50, 200, Config(16, 32, 1, 1, split=3)),
