@@ -29,8 +29,9 @@ _INT4_K_TILE = 16
 class DenseLinear(nn.Module):
     """F.linear; on CUDA in bf16 one-row inputs (batch-1 decode) use the Triton GEMV (gemv_triton.py),
     which reads narrow weights faster than cuBLAS (LLMGW_BF16_GEMV=0 turns it off), and inputs of 2 up to
-    LLMGW_SKINNY_ROWS rows (default 1: off until measured) the skinny Triton matmul (skinny_triton.py) for
-    the weight shapes where it measured faster than cuBLAS (`skinny_triton.config_for`)."""
+    LLMGW_SKINNY_ROWS rows (default 64; 1 turns it off) the skinny Triton matmul (skinny_triton.py) for the
+    weight shapes where it measured faster than cuBLAS (`skinny_triton.config_for`; 8B prefill graph of a
+    prefix-cached request 5.15 -> 4.95 ms on the H200, bench/README.md)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
@@ -41,7 +42,7 @@ class DenseLinear(nn.Module):
             and weight.dtype == torch.bfloat16
             and os.environ.get("LLMGW_BF16_GEMV", "1") == "1"
         )
-        self.skinny_rows = int(os.environ.get("LLMGW_SKINNY_ROWS", "1")) if self.gemv else 1
+        self.skinny_rows = int(os.environ.get("LLMGW_SKINNY_ROWS", "64")) if self.gemv else 1
 
     def forward(self, x: Tensor) -> Tensor:
         if self.gemv and x.shape[0] == 1:
