@@ -53,7 +53,9 @@ def test_skinny_matmul_matches_linear_within_bf16_rounding(rows: int, n: int, k:
     assert float((out.double() - linear).norm() / linear.norm()) < 4e-3
 
 
-@pytest.mark.parametrize(("rows", "n", "k", "config"), [CASES[5], CASES[6]])
+@pytest.mark.parametrize(
+    ("rows", "n", "k", "config"), [c for c in CASES if c[3] is not None and c[3].split > 1]
+)
 def test_split_k_is_deterministic(rows: int, n: int, k: int, config) -> None:
     x, weight = _operands(rows, n, k, 7)
     first = skinny.skinny_matmul(x, weight, config)
