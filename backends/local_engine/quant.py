@@ -31,7 +31,7 @@ class DenseLinear(nn.Module):
     which reads narrow weights faster than cuBLAS (LLMGW_BF16_GEMV=0 turns it off), and inputs of 2 up to
     LLMGW_SKINNY_ROWS rows (default 64; 1 turns it off) the skinny Triton matmul (skinny_triton.py) for the
     weight shapes where it measured faster than cuBLAS (`skinny_triton.config_for`; 8B prefill graph of a
-    prefix-cached request 5.15 -> 4.95 ms on the H200, bench/README.md)."""
+    prefix-cached request 5.15 -> 4.86 ms on the H200, bench/README.md)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
