@@ -42,7 +42,7 @@ if triton is not None:
     @triton.jit
     def _int8_matmul_kernel(
         x_ptr, w_ptr, s_ptr, o_ptr, M, N, K, stride_xm, stride_wn, stride_om,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ):  # fmt: skip
         pid_n = tl.program_id(0)
         pid_m = tl.program_id(1)
@@ -60,7 +60,7 @@ if triton is not None:
                 w_ptr + cols[:, None] * stride_wn + ks[None, :],
                 mask=(cols[:, None] < N) & (ks[None, :] < K), other=0,
             )  # fmt: skip
-            acc += tl.dot(a, tl.trans(b.to(a.dtype)))
+            acc += tl.dot(a, tl.trans(b.to(a.dtype)), input_precision=DOT_PRECISION)
         scale = tl.load(s_ptr + cols, mask=cols < N, other=0.0)
         out = acc * scale[None, :].to(tl.float32)
         tl.store(
@@ -73,6 +73,7 @@ if triton is not None:
     def _int4_matmul_kernel(
         x_ptr, w_ptr, s_ptr, z_ptr, o_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_om,
         GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        DOT_PRECISION: tl.constexpr,
     ):  # fmt: skip
         """w [N, K / 2] uint8: byte j holds k = 2j (low nibble) and 2j + 1 (high); w = q * s + z per group."""
         pid_n = tl.program_id(0)
@@ -100,8 +101,8 @@ if triton is not None:
             x_odd = tl.load(
                 x_ptr + rows[:, None] * stride_xm + (2 * half + 1)[None, :], mask=row_ok & in_k, other=0.0
             )
-            acc += tl.dot(x_even, tl.trans(low))
-            acc += tl.dot(x_odd, tl.trans(high))
+            acc += tl.dot(x_even, tl.trans(low), input_precision=DOT_PRECISION)
+            acc += tl.dot(x_odd, tl.trans(high), input_precision=DOT_PRECISION)
         tl.store(
             o_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(o_ptr.dtype.element_ty),
             mask=(rows[:, None] < M) & (cols[None, :] < N),
@@ -131,9 +132,10 @@ def _tiled(kernel, x: Tensor, n: int, weights: tuple, strides: tuple, **constant
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(rows, block_m))
 
+    precision = "ieee" if x.dtype == torch.float32 else "tf32"  # fp32 inputs: no TF32 rounding in the dots
     _launch(
         kernel, grid, x, *weights, out, rows, n, inner, x.stride(0), *strides, out.stride(0), BLOCK_M=block_m,
-        **constants,
+        DOT_PRECISION=precision, **constants,
     )  # fmt: skip
     return out
 
