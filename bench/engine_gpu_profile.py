@@ -56,19 +56,20 @@ def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 200) -> float:
 
 def skinny_matmuls(rows_list: tuple[int, ...] = (1, 8, 16, 32)) -> dict:
     """GB/s of cuBLAS (F.linear) and our kernels on the 8B projections at a few rows, weights rotated over
-    copies that together exceed the L2, as in a forward pass where every layer's weights are cold: bf16
-    cuBLAS and GEMV, int8 (quant_triton.int8_matmul: the GEMV at one row), int4 on the Triton layout
-    (int4_matmul) and on torch's tinygemm layout. Bytes are the weight's bytes (int4: nibbles + bf16 scale
-    and min per group of 32)."""
+    copies that together exceed the L2: bf16 cuBLAS and GEMV, int8 (quant_triton.int8_matmul: the GEMV at
+    one row), int4 on the Triton layout (int4_matmul) and on torch's tinygemm layout. Bytes are the weight's
+    bytes (int4: nibbles + bf16 scale and min per group of 32). `do_bench` flushes the L2 before every call,
+    so each call also pays its launch and a dirty-L2 write-back: these rates are below a forward pass's
+    (bench/engine_gpu_skinny.py times back-to-back launches in a graph, as the engine runs them)."""
     import torch.nn.functional as F
     import triton.testing
 
     from backends.local_engine.gemv_triton import gemv
     from backends.local_engine.quant import Int4Linear, quantize_int8
     from backends.local_engine.quant_triton import int8_matmul
+    from bench.engine_gpu_skinny import SHAPES
 
-    shapes = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
-              "lm_head": (128256, 4096)}  # fmt: skip
+    shapes = SHAPES["llama-8b"]
     table: dict = {}
 
     def rate(fn, x: torch.Tensor, weights: list, nbytes: int) -> float:  # noqa: ANN001
