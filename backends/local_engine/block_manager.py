@@ -2,11 +2,13 @@
 
 A full block is identified by a chained hash (previous block's hash + its own token ids). Freed blocks keep
 their hash and stay reusable, oldest first out, until they are handed out again. The token ids are kept
-with each cached block and compared on a hit, so a hash collision can never serve the wrong KV.
+with each cached block (as the bytes that were hashed) and compared on a hit, so a hash collision can never
+serve the wrong KV. A prompt's ids become bytes once per lookup (one array conversion), not a tuple and a
+struct.pack per block.
 """
 
 import hashlib
-import struct
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -15,11 +17,14 @@ from backends.local_engine.sequence import Sequence
 _ROOT_HASH = b""
 
 
-def chain_hash(parent_hash: bytes, token_ids: tuple[int, ...]) -> bytes:
-    """blake2b over the parent's hash and the ids as fixed-width int64s (~1 us for 16 ids)."""
-    digest = hashlib.blake2b(parent_hash, digest_size=16)
-    digest.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
-    return digest.digest()
+def token_bytes(token_ids: list[int]) -> bytes:
+    """The ids as fixed-width int64s, the form blocks are hashed and compared in."""
+    return array("q", token_ids).tobytes()
+
+
+def chain_hash(parent_hash: bytes, tokens: bytes) -> bytes:
+    """blake2b over the parent's hash and a block's ids (token_bytes)."""
+    return hashlib.blake2b(parent_hash + tokens, digest_size=16).digest()
 
 
 @dataclass
@@ -28,10 +33,10 @@ class Block:
     ref_count: int = 0
     hash: bytes | None = None
     parent_hash: bytes = _ROOT_HASH
-    token_ids: tuple[int, ...] = ()
+    tokens: bytes = b""  # token_bytes of its ids
 
     def forget(self) -> None:
-        self.hash, self.parent_hash, self.token_ids = None, _ROOT_HASH, ()
+        self.hash, self.parent_hash, self.tokens = None, _ROOT_HASH, b""
 
 
 @dataclass
@@ -70,21 +75,23 @@ class BlockManager:
             return []
         matched: list[int] = []
         parent = _ROOT_HASH
-        for start in range(0, len(token_ids) - 1 - self.block_size + 1, self.block_size):
-            tokens = tuple(token_ids[start : start + self.block_size])
-            block_id = self._lookup(parent, tokens)
+        width = 8 * self.block_size
+        full = (len(token_ids) - 1) // self.block_size
+        data = token_bytes(token_ids[: full * self.block_size])
+        for start in range(0, full * width, width):
+            block_id = self._lookup(parent, data[start : start + width])
             if block_id is None:
                 break
             matched.append(block_id)
             parent = self.blocks[block_id].hash or _ROOT_HASH
         return matched
 
-    def _lookup(self, parent: bytes, tokens: tuple[int, ...]) -> int | None:
+    def _lookup(self, parent: bytes, tokens: bytes) -> int | None:
         block_id = self._by_hash.get(chain_hash(parent, tokens))
         if block_id is None:
             return None
         block = self.blocks[block_id]
-        return block_id if block.token_ids == tokens and block.parent_hash == parent else None
+        return block_id if block.tokens == tokens and block.parent_hash == parent else None
 
     def num_new_blocks_to_admit(self, seq: Sequence, matched: list[int], num_new_tokens: int) -> int:
         """Free blocks that admitting `seq` with `matched` cached blocks and a first chunk would take."""
@@ -124,10 +131,12 @@ class BlockManager:
         done = self._num_hashed.get(seq.seq_id, 0)
         full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
         parent = self._hash_at(seq, done - 1)
+        size = self.block_size
+        data = token_bytes(seq.token_ids[done * size : full * size])
         for index in range(done, full):
             block = self.blocks[seq.block_table[index]]
-            tokens = tuple(seq.token_ids[index * self.block_size : (index + 1) * self.block_size])
-            block.hash, block.parent_hash, block.token_ids = chain_hash(parent, tokens), parent, tokens
+            tokens = data[8 * size * (index - done) : 8 * size * (index - done + 1)]
+            block.hash, block.parent_hash, block.tokens = chain_hash(parent, tokens), parent, tokens
             self._by_hash[block.hash] = block.block_id
             parent = block.hash
         self._num_hashed[seq.seq_id] = max(done, full)
