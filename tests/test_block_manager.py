@@ -1,8 +1,7 @@
-"""Block manager: allocation, reference counts, chained prefix hashing, LRU eviction, collision guard."""
+"""Block manager: allocation, reference counts, prefix lookup by exact ids under a parent key, LRU eviction."""
 
 import pytest
 
-from backends.local_engine import block_manager as bm_module
 from backends.local_engine.block_manager import BlockManager
 from backends.local_engine.sequence import Sequence
 
@@ -73,12 +72,29 @@ def test_chained_hash_depends_on_the_whole_prefix():
     assert bm.match_prefix([0, 0, 0, 0, 5, 6, 7, 8, 9]) == []
 
 
-def test_hash_collision_is_not_served(monkeypatch):
-    monkeypatch.setattr(bm_module, "chain_hash", lambda parent, tokens: b"same")
+def test_a_block_is_found_by_exact_ids_under_its_own_parent():
     bm = BlockManager(num_blocks=16, block_size=BS)
-    compute_all(bm, Sequence([1, 2, 3, 4, 5]))
+    compute_all(bm, Sequence([1, 2, 3, 4, 5, 6, 7, 8, 9]))
     assert bm.match_prefix([9, 9, 9, 9, 5]) == []
-    assert len(bm.match_prefix([1, 2, 3, 4, 5])) == 1
+    assert bm.match_prefix([1, 2, 3, 5, 5]) == []  # one id differs
+    assert len(bm.match_prefix([1, 2, 3, 4, 5, 6, 7, 0, 9])) == 1  # second block differs
+    assert len(bm.match_prefix([1, 2, 3, 4, 5, 6, 7, 8, 0])) == 2
+
+
+def test_a_reused_block_does_not_lead_to_its_old_children():
+    """A block id handed out again for other ids gets a new key: the blocks cached after its old content
+    (whose K/V were computed after those old ids) are not served after the new ones."""
+    bm = BlockManager(num_blocks=16, block_size=BS)
+    old = Sequence([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    compute_all(bm, old)
+    head = old.block_table[0]
+    bm.free(old)
+    bm._free.move_to_end(head, last=False)  # the old head is the next block handed out
+    new = Sequence([7, 7, 7, 7, 0])
+    compute_all(bm, new)
+    assert new.block_table[0] == head
+    assert len(bm.match_prefix([7, 7, 7, 7, 5, 6, 7, 8, 9])) == 1
+    assert bm.match_prefix([1, 2, 3, 4, 5, 6, 7, 8, 9]) == []
 
 
 def test_double_free_is_detected():
