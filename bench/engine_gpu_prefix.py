@@ -31,8 +31,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
     "cublas": {"LLMGW_SKINNY_ROWS": "1"},
     "nosplit": {"LLMGW_ATTENTION_SPLITS": "1"},
+    "n64": {"LLMGW_ATTENTION_SPLIT_BLOCK_N": "64"},
 }
-SWITCHES = ("LLMGW_SKINNY_ROWS", "LLMGW_ATTENTION_SPLITS")
+SWITCHES = ("LLMGW_SKINNY_ROWS", "LLMGW_ATTENTION_SPLITS", "LLMGW_ATTENTION_SPLIT_BLOCK_N")
 
 
 class Stamps:

@@ -44,6 +44,10 @@ def _kernels_package() -> AttentionKernel | None:
     if not all(hasattr(module, name) for name in ("paged_attention", "paged_decode")):
         return None
 
+    # key tile of split-K mixed steps in 16-bit: 128 keys measured 12.8 against 64's 14.3 us a layer for a
+    # prefix-cached 32-token tail over 1056 keys on the H200 (bench/engine_gpu_prefix.py --attention-sweep)
+    split_block_n = int(os.environ.get("LLMGW_ATTENTION_SPLIT_BLOCK_N", "128"))
+
     def run(q: Tensor, pool: Tensor, meta: CudaAttentionMetadata) -> Tensor:
         scale = q.shape[-1] ** -0.5
         seqs, kv_heads = meta.block_tables.shape[0], pool.shape[2]
@@ -53,9 +57,10 @@ def _kernels_package() -> AttentionKernel | None:
                 q, pool, meta.block_tables, meta.page_size, meta.context_lens, scale, num_splits=splits
             )
         splits = num_splits((q.shape[0] // 16 + seqs) * kv_heads)
+        block_n = split_block_n if splits > 1 and q.element_size() == 2 else 64
         return module.paged_attention(
             q, pool, meta.block_tables, meta.page_size, meta.context_lens, meta.query_start, scale,
-            num_splits=splits,
+            num_splits=splits, block_n=block_n,
         )  # fmt: skip
 
     return run
