@@ -296,10 +296,11 @@ def agreement_of(
     return {"top1_agreement": hits / (32 * len(reference)), "max_logit_diff": diff}
 
 
-def prefix_ttft(ours: Ours, vocab: int) -> dict:
-    """Cold: every request brings a new 1024-token prefix. Cached: the same prefix, a new 32-token tail."""
-    prefixes = random_prompts(6, 1024, 1024, vocab, 21)
-    tails = random_prompts(6, 32, 32, vocab, 22)
+def prefix_ttft(ours: Ours, vocab: int, seed: int = 21) -> dict:
+    """Cold: every request brings a new 1024-token prefix. Cached: the same prefix, a new 32-token tail.
+    Prompts come from `seed` and seed + 1: a second call with the same seed finds its "cold" prefixes cached."""
+    prefixes = random_prompts(6, 1024, 1024, vocab, seed)
+    tails = random_prompts(6, 32, 32, vocab, seed + 1)
     ttft(ours, prefixes[0] + tails[0])  # warm-up of the prefill shapes
     cold = [ttft(ours, prefix + tail) for prefix, tail in zip(prefixes[1:], tails[1:], strict=True)]
     cached = [ttft(ours, prefixes[1] + tail) for tail in tails[1:]]

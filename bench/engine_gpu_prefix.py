@@ -25,7 +25,7 @@ import torch
 from backends.local_engine import attention_cuda, cuda_runner
 from bench.engine_gpu import copy_bandwidth, prefix_ttft, ttft
 from bench.engine_gpu_models import build_hf, build_ours, random_prompts
-from bench.engine_gpu_profile import replay_ms
+from bench.engine_gpu_profile import kernel_table, replay_ms
 
 VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
@@ -141,6 +141,7 @@ def attention_sweep(tokens: int = 32, context: int = 1056, repeats: int = 32) ->
 
 
 def graph_kernels(graph: torch.cuda.CUDAGraph, replays: int = 5, count: int = 14) -> dict:
+    """torch.profiler over `replays` replays of `graph`: its kernels by device time."""
     from torch.profiler import ProfilerActivity, profile
 
     graph.replay()
@@ -149,15 +150,8 @@ def graph_kernels(graph: torch.cuda.CUDAGraph, replays: int = 5, count: int = 14
         for _ in range(replays):
             graph.replay()
         torch.cuda.synchronize()
-    events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
-    events.sort(key=lambda e: e.device_time_total, reverse=True)
-    return {
-        "kernel_us": sum(e.device_time_total for e in events) / replays,
-        "kernels": sum(e.count for e in events) / replays,
-        "top": [
-            [e.key[:60], round(e.device_time_total / replays, 1), e.count // replays] for e in events[:count]
-        ],
-    }
+    total, launches, top = kernel_table(prof, replays, count, digits=1)
+    return {"kernel_us": total, "kernels": launches, "top": top}
 
 
 def measure(hf, shape: str, variant: str, seqs: int, rounds: int) -> dict:  # noqa: ANN001
@@ -167,7 +161,7 @@ def measure(hf, shape: str, variant: str, seqs: int, rounds: int) -> dict:  # no
     attention_cuda._ACTIVE.clear()  # picked again, with this variant's switches
     ours = build_ours(hf, shape, "bf16", seqs, 16384 if "8b" in shape else 6144)
     vocab = hf.config.vocab_size
-    row: dict = {"ttft": [prefix_ttft(ours, vocab) for _ in range(rounds)]}
+    row: dict = {"ttft": [prefix_ttft(ours, vocab, seed=21 + 2 * r) for r in range(rounds)]}  # new prefixes
     row["cached_ms_median"] = statistics.median(r["cached_ms"] for r in row["ttft"])
     row["cold_ms_median"] = statistics.median(r["cold_ms"] for r in row["ttft"])
     row["speedup_median"] = row["cold_ms_median"] / row["cached_ms_median"]

@@ -148,17 +148,17 @@ def top_kernels(engine, steps: int = 10, count: int = 12) -> dict:
             engine.step()
     while engine.has_work:
         engine.step()
+    total, launches, top = kernel_table(prof, steps, count)
+    return {"kernel_us_per_step": total, "kernels_per_step": launches, "top": top}
+
+
+def kernel_table(prof, runs: int, count: int, digits: int = 2) -> tuple[float, float, list]:  # noqa: ANN001
+    """From a torch.profiler run over `runs` repetitions: device us and kernel launches per repetition,
+    and the `count` kernels with the most device time as [name, us per repetition, launches per one]."""
     events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
     events.sort(key=lambda e: e.device_time_total, reverse=True)
-    total = sum(e.device_time_total for e in events)
-    launches = sum(e.count for e in events)
-    return {
-        "kernel_us_per_step": total / steps,
-        "kernels_per_step": launches / steps,
-        "top": [
-            [e.key[:70], round(e.device_time_total / steps, 2), e.count // steps] for e in events[:count]
-        ],
-    }
+    top = [[e.key[:70], round(e.device_time_total / runs, digits), e.count // runs] for e in events[:count]]
+    return sum(e.device_time_total for e in events) / runs, sum(e.count for e in events) / runs, top
 
 
 def measure(hf, shape: str, fmt: str, variant: str, bandwidth: float, max_seqs: int = 4) -> dict:

@@ -66,7 +66,7 @@ def test_freed_blocks_stay_cached_until_reallocated_lru():
     assert len(bm.match_prefix(old.token_ids)) < 2
 
 
-def test_chained_hash_depends_on_the_whole_prefix():
+def test_lookup_depends_on_the_whole_prefix():
     bm = BlockManager(num_blocks=16, block_size=BS)
     compute_all(bm, Sequence([1, 2, 3, 4, 5, 6, 7, 8, 9]))
     assert bm.match_prefix([0, 0, 0, 0, 5, 6, 7, 8, 9]) == []

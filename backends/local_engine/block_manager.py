@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from backends.local_engine.sequence import Sequence
 
 _ROOT_KEY = 0
+_ID_BYTES = array("q").itemsize  # bytes per token id in token_bytes
 
 
 def token_bytes(token_ids: list[int]) -> bytes:
@@ -73,7 +74,7 @@ class BlockManager:
             return []
         matched: list[int] = []
         parent = _ROOT_KEY
-        width = 8 * self.block_size
+        width = _ID_BYTES * self.block_size
         full = (len(token_ids) - 1) // self.block_size
         data = token_bytes(token_ids[: full * self.block_size])
         index, blocks = self._index, self.blocks
@@ -100,7 +101,7 @@ class BlockManager:
         self.stats.queries += len(seq)
         self.stats.hits += seq.num_computed_tokens
 
-    # --- growth, registration, release ---------------------------------------------------------------------
+    # --- growth, registration, release ---------------------------------------------------------------
 
     def can_grow(self, seq: Sequence, num_new_tokens: int) -> bool:
         return self._missing_blocks(seq, num_new_tokens) <= self.num_free_blocks
@@ -123,11 +124,11 @@ class BlockManager:
         done = self._num_registered.get(seq.seq_id, 0)
         full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
         parent = self._key_at(seq, done - 1)
-        size = self.block_size
+        size, width = self.block_size, _ID_BYTES * self.block_size
         data = token_bytes(seq.token_ids[done * size : full * size])
         for index in range(done, full):
             block = self.blocks[seq.block_table[index]]
-            tokens = data[8 * size * (index - done) : 8 * size * (index - done + 1)]
+            tokens = data[width * (index - done) : width * (index - done + 1)]
             block.key, block.parent_key, block.tokens = self._next_key, parent, tokens
             self._next_key += 1
             self._index[(parent, tokens)] = block.block_id
