@@ -113,3 +113,22 @@ def test_qwen2_biases_are_used(tmp_path: Path) -> None:
 def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         ModelRunner(EngineSettings(model=tmp_path / "nope"))
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [LLAMA3_ROPE, {"rope_type": "default", "rope_theta": 1e6}, {"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0}],
+    ids=["llama3", "default", "linear"],
+)
+def test_rotation_table_is_transformers_own(rope: dict) -> None:
+    """cos/sin of every position equal transformers' bit for bit: fp32 logits then differ from HF's only by
+    summation order (float64 angles put the 8B fp32 logits 1.26e-4 from HF's, bench/README.md)."""
+    from backends.local_engine.hf_loader import model_config
+    from backends.local_engine.rope import RotaryTable
+
+    config = transformers.LlamaConfig(**SHAPE, head_dim=32, rope_parameters=rope)
+    hf_rotary = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding(config)
+    positions = torch.arange(512)
+    cos, sin = hf_rotary(torch.zeros(1, dtype=torch.float32), positions[None])
+    table = RotaryTable(model_config(config.to_dict()), 512, torch.device("cpu")).rotations
+    assert torch.equal(table.real, cos[0, :, :16]) and torch.equal(table.imag, sin[0, :, :16])

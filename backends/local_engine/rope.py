@@ -8,8 +8,11 @@ from torch import Tensor
 from backends.local_engine.model_config import ModelConfig
 
 
-def inverse_frequencies(config: ModelConfig) -> Tensor:
-    exponents = torch.arange(0, config.head_dim, 2, dtype=torch.float64) / config.head_dim
+def inverse_frequencies(config: ModelConfig, device: torch.device | None = None) -> Tensor:
+    """float32 inverse frequencies, computed in float32 as transformers and vLLM compute them (base ** (2j/D)
+    in float32 on the model's device, then the scaling), so that fp32 logits reproduce theirs (bench/README.md,
+    "RoPE angles in float32")."""
+    exponents = torch.arange(0, config.head_dim, 2, dtype=torch.int64, device=device).float() / config.head_dim
     inv_freq = 1.0 / (config.rope_theta**exponents)
     scaling = config.rope_scaling
     kind = scaling.get("rope_type", scaling.get("type", "default"))
@@ -26,9 +29,9 @@ def _llama3_scaled(inv_freq: Tensor, scaling: dict) -> Tensor:
     factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
     original = scaling["original_max_position_embeddings"]
     wavelength = 2 * math.pi / inv_freq
-    smooth = (original / wavelength - low) / (high - low)
-    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
     scaled = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
     medium = (wavelength <= original / low) & (wavelength >= original / high)
     return torch.where(medium, blended, scaled)
 
@@ -36,13 +39,17 @@ def _llama3_scaled(inv_freq: Tensor, scaling: dict) -> Tensor:
 class RotaryTable:
     """Rotation e^(i * position * frequency) for every position up to `max_positions`, complex64.
 
+    The angle is the float32 product position × frequency and its cosine and sine are float32, computed on
+    the model's device: transformers' and vLLM's own arithmetic, which the model was trained with.
+
     Looked up once per step and shared by all layers. Q/K weights are reordered at load time
     (`interleave_rope_rows`) so each rotated pair is adjacent and RoPE is one complex multiply.
     """
 
     def __init__(self, config: ModelConfig, max_positions: int, device: torch.device) -> None:
-        angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inverse_frequencies(config))
-        self.rotations = torch.polar(torch.ones_like(angles), angles).to(torch.complex64).to(device)
+        positions = torch.arange(max_positions, dtype=torch.float32, device=device)
+        angles = torch.outer(positions, inverse_frequencies(config, device))
+        self.rotations = torch.complex(angles.cos(), angles.sin())
 
     def lookup(self, positions: Tensor) -> Tensor:
         """[T] positions → [T, 1, head_dim / 2] rotations (broadcast over heads)."""
