@@ -34,6 +34,7 @@ from bench.engine_gpu_models import (
     build_ours,
     decode_bytes,
     hf_decode_bytes,
+    hf_decode_logits,
     hf_logits,
     hf_static,
     random_prompts,
@@ -192,6 +193,9 @@ def shape_section(shape: str, only: set[str], bandwidth: float) -> None:
             [prefill, decode, eager],
         )
         record(shape, "fp32 logit scale (max |logit|)", float(max(r.abs().max() for r in ref_logits)))
+        hf_decode = max(float((hf_decode_logits(hf, ids, len(ids) - 32) - ref).abs().max())
+                        for ids, ref in zip(reference[:2], ref_logits[:2], strict=True))  # fmt: skip
+        record(shape, "HF fp32 own decode (KV cache) vs HF prefill: max |logit diff|", hf_decode)
         ours.free()
         record(shape, "fp32 noise floor: max |logit diff| vs HF in float64 (HF fp32, ours fp32)",
                float64_floor(hf, reference, ref_logits, ours_rows))  # fmt: skip

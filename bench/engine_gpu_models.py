@@ -191,3 +191,17 @@ def hf_logits(hf_model, ids: list[int], dtype: torch.dtype = torch.float32) -> T
     device = next(hf_model.parameters()).device
     with torch.no_grad():
         return hf_model(torch.tensor([ids], device=device)).logits[0].to(dtype)
+
+
+def hf_decode_logits(hf_model, ids: list[int], first: int) -> Tensor:
+    """HF's own logits predicting ids[first:] from a prefill of ids[:first] and then one cached decode step
+    per token: how far HF's decode is from its own prefill (the floor of any decode-vs-prefill comparison)."""
+    device = next(hf_model.parameters()).device
+    with torch.no_grad():
+        out = hf_model(torch.tensor([ids[:first]], device=device), use_cache=True)
+        rows, past = [out.logits[0, -1]], out.past_key_values
+        for token in ids[first:-1]:
+            out = hf_model(torch.tensor([[token]], device=device), past_key_values=past, use_cache=True)
+            rows.append(out.logits[0, -1])
+            past = out.past_key_values
+    return torch.stack(rows).float()

@@ -117,7 +117,11 @@ def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "rope",
-    [LLAMA3_ROPE, {"rope_type": "default", "rope_theta": 1e6}, {"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0}],
+    [
+        LLAMA3_ROPE,
+        {"rope_type": "default", "rope_theta": 1e6},
+        {"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0},
+    ],
     ids=["llama3", "default", "linear"],
 )
 def test_rotation_table_is_transformers_own(rope: dict) -> None:
@@ -132,3 +136,24 @@ def test_rotation_table_is_transformers_own(rope: dict) -> None:
     cos, sin = hf_rotary(torch.zeros(1, dtype=torch.float32), positions[None])
     table = RotaryTable(model_config(config.to_dict()), 512, torch.device("cpu")).rotations
     assert torch.equal(table.real, cos[0, :, :16]) and torch.equal(table.imag, sin[0, :, :16])
+
+
+def test_fp32_on_cuda_keeps_projections_apart() -> None:
+    """fp32 for CUDA runs q/k/v and gate/up as HF's separate matmuls (biases included), same values."""
+    from backends.local_engine.quant import ConcatLinear
+    from backends.local_engine.weights import WeightFormat, build_model
+    from bench.engine_gpu_models import build_hf, checkpoint_of
+
+    hf = build_hf("tiny-qwen", torch.device("cpu"))
+    fused, split = (
+        build_model(checkpoint_of(hf, "q"), WeightFormat("fp32", cuda=cuda), torch.device("cpu"), 64)
+        for cuda in (False, True)
+    )
+    x = torch.randn(5, hf.config.hidden_size)
+    for a, b in zip(fused.layers, split.layers, strict=True):
+        assert isinstance(b.qkv, ConcatLinear) and isinstance(b.gate_up, ConcatLinear)
+        assert not isinstance(a.qkv, ConcatLinear)
+        assert [p.weight.shape[0] for p in b.qkv.parts] == [224, 32, 32]
+        assert all(p.bias is not None for p in b.qkv.parts)
+        torch.testing.assert_close(b.qkv(x), a.qkv(x), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(b.gate_up(x), a.gate_up(x), rtol=1e-5, atol=1e-6)

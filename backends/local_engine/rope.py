@@ -12,7 +12,9 @@ def inverse_frequencies(config: ModelConfig, device: torch.device | None = None)
     """float32 inverse frequencies, computed in float32 as transformers and vLLM compute them (base ** (2j/D)
     in float32 on the model's device, then the scaling), so that fp32 logits reproduce theirs (bench/README.md,
     "RoPE angles in float32")."""
-    exponents = torch.arange(0, config.head_dim, 2, dtype=torch.int64, device=device).float() / config.head_dim
+    exponents = (
+        torch.arange(0, config.head_dim, 2, dtype=torch.int64, device=device).float() / config.head_dim
+    )
     inv_freq = 1.0 / (config.rope_theta**exponents)
     scaling = config.rope_scaling
     kind = scaling.get("rope_type", scaling.get("type", "default"))

@@ -1,5 +1,7 @@
 """Assemble a LlamaModel from a Checkpoint's tensor stream: fuse q/k/v and gate/up, convert to the format.
 
+fp32 on CUDA keeps them as separate matmuls in the checkpoint's shapes (quant.ConcatLinear says why).
+
 Layers are built as soon as all their tensors have arrived, so peak memory stays near one layer of float32
 on top of the converted model. A tqdm bar shows progress.
 """
@@ -13,7 +15,7 @@ from tqdm import tqdm
 from backends.local_engine.checkpoint import Checkpoint
 from backends.local_engine.model import DecoderLayer, Embedding, LlamaModel
 from backends.local_engine.model_config import ModelConfig
-from backends.local_engine.quant import DenseLinear, make_linear, quantize_int8
+from backends.local_engine.quant import ConcatLinear, DenseLinear, make_linear, quantize_int8
 from backends.local_engine.rope import interleave_rope_rows
 
 _LAYER_WEIGHTS = (
@@ -67,23 +69,27 @@ class ModelBuilder:
         fmt = self.fmt
         return make_linear(weight, bias, fmt.dtype, fmt.int4_group_size)
 
-    def _fused_qkv(self, t: dict[str, Tensor], kind: str) -> Tensor:
-        """q, k, v stacked; q and k rows in the adjacent-pair order RoPE uses (rope.interleave_rope_rows)."""
+    def _stacked(self, weights: list[Tensor], biases: list[Tensor] | None = None) -> torch.nn.Module:
+        """One matmul over the stacked weights; fp32 on CUDA: one per weight (quant.ConcatLinear)."""
+        if self.fmt.dtype == "fp32" and self.fmt.cuda:
+            return ConcatLinear(weights, biases)
+        return self._linear(torch.cat(weights), None if biases is None else torch.cat(biases))
+
+    def _qkv_parts(self, t: dict[str, Tensor], kind: str) -> list[Tensor]:
+        """q, k, v; q and k rows in the adjacent-pair order RoPE uses (rope.interleave_rope_rows)."""
         q, k, v = (t[f"self_attn.{p}_proj.{kind}"] for p in "qkv")
         head_dim = self.config.head_dim
-        return torch.cat([interleave_rope_rows(q, head_dim), interleave_rope_rows(k, head_dim), v])
+        return [interleave_rope_rows(q, head_dim), interleave_rope_rows(k, head_dim), v]
 
     def _layer(self, t: dict[str, Tensor]) -> DecoderLayer:
-        qkv = self._fused_qkv(t, "weight")
-        qkv_bias = self._fused_qkv(t, "bias") if self.config.attention_bias else None
-        gate_up = torch.cat([t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"]])
+        qkv_bias = self._qkv_parts(t, "bias") if self.config.attention_bias else None
         norms = tuple(t[n].to(self.fmt.activation_dtype) for n in _LAYER_WEIGHTS[:2])
         return DecoderLayer(
             self.config,
             norms,
-            qkv=self._linear(qkv, qkv_bias),
+            qkv=self._stacked(self._qkv_parts(t, "weight"), qkv_bias),
             o_proj=self._linear(t["self_attn.o_proj.weight"]),
-            gate_up=self._linear(gate_up),
+            gate_up=self._stacked([t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"]]),
             down=self._linear(t["mlp.down_proj.weight"]),
             mlp_dtype=torch.bfloat16 if self.fmt.dtype == "int4" else None,
         )
