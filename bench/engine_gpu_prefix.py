@@ -29,17 +29,11 @@ from bench.engine_gpu_profile import kernel_table, replay_ms
 
 VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
-    "cublas": {"LLMGW_SKINNY_ROWS": "1", "LLMGW_SKINNY_FUSED": "0"},
+    "cublas": {"LLMGW_SKINNY_ROWS": "1"},
     "nosplit": {"LLMGW_ATTENTION_SPLITS": "1"},
     "n64": {"LLMGW_ATTENTION_SPLIT_BLOCK_N": "64"},
-    "unfused": {"LLMGW_SKINNY_FUSED": "0"},
 }
-SWITCHES = (
-    "LLMGW_SKINNY_ROWS",
-    "LLMGW_ATTENTION_SPLITS",
-    "LLMGW_ATTENTION_SPLIT_BLOCK_N",
-    "LLMGW_SKINNY_FUSED",
-)
+SWITCHES = ("LLMGW_SKINNY_ROWS", "LLMGW_ATTENTION_SPLITS", "LLMGW_ATTENTION_SPLIT_BLOCK_N")
 
 
 class Stamps:

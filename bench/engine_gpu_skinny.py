@@ -11,8 +11,7 @@
 2. Table: per (row bucket, N, K) the config with the least summed time over the bucket's row counts, kept
    only where it beats cuBLAS's sum by >= 3 %; its times and cuBLAS's are measured again after the sweep
    (the winner of many noisy draws reads low). The table is printed as Python for skinny_triton._TABLE.
-3. Engine A/B with that table installed, alternating: cuBLAS (LLMGW_SKINNY_ROWS=1), `unfused` (the kernel, norms
-   apart: LLMGW_SKINNY_FUSED=0) and `skinny` (the fused layer of model.py skinny_forward, the default),
+3. Engine A/B with that table installed: cuBLAS (LLMGW_SKINNY_ROWS=1) against the kernel (=64), alternating,
    per shape: prefix TTFT (bench/engine_gpu.prefix_ttft: 1024-token cached prefix + 32 new tokens) and its
    (32 tokens, 2 sequences) prefill graph alone, decode graphs of 2/8/32 sequences alone, closed-loop decode
    tok/s at 8 and 32 clients, and bf16 teacher-forced logits against transformers' fp32 ones.
@@ -243,7 +242,6 @@ def engine_variant(hf, shape: str, variant: str, ids: list[int], reference: torc
 
     vocab = hf.config.vocab_size
     os.environ["LLMGW_SKINNY_ROWS"] = "1" if variant == "cublas" else "64"
-    os.environ["LLMGW_SKINNY_FUSED"] = "0" if variant in ("cublas", "unfused") else "1"
     os.environ["LLMGW_SKINNY_PDL"] = "0" if variant == "nopdl" else "1"
     ours = build_ours(hf, shape, "bf16", 32, 8192 if "8b" in shape else 4096)
     steps = ours.runner.cuda_steps
@@ -312,11 +310,7 @@ def main() -> None:
     parser.add_argument("--rows", default="32,2,8,16,64")
     parser.add_argument("--engine", default="llama-8b,llama-1b", help="engine A/B shapes ('' for none)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument(
-        "--variants",
-        default="cublas,skinny",
-        help="cublas, unfused (skinny matmuls, norms apart), skinny (fused layer), nopdl",
-    )
+    parser.add_argument("--variants", default="cublas,skinny", help="cublas, skinny, nopdl (skinny, PDL off)")
     parser.add_argument("--previous", help="an earlier engine_gpu_skinny.json: sweep only its best configs")
     parser.add_argument("--top", type=int, default=4, help="with --previous: configs per row count")
     parser.add_argument("--no-sweep", action="store_true", help="use skinny_triton's committed table")

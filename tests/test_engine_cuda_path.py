@@ -206,51 +206,6 @@ def test_batch1_decode_through_fused_gemvs_matches_transformers(model_pair) -> N
         model.__dict__.pop("_gemv_cache", None)
 
 
-def test_skinny_steps_through_fused_matmuls_match_transformers(model_pair) -> None:
-    """Steps of 2-64 tokens (a prefill chunk beside a decode, then two decodes) run skinny_forward: norms,
-    biases and residual adds inside the skinny matmuls; logits as transformers' for every sequence."""
-    hf, runner = model_pair
-    model, steps = runner.model, runner.cuda_steps
-    linears = [m for layer in model.layers for m in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
-    calls: list[int] = []
-    real = model.layers[0].skinny_forward
-
-    def counting(*args, **kwargs):
-        calls.append(args[0].shape[0])
-        return real(*args, **kwargs)
-
-    try:
-        for linear in linears:
-            linear.gemv = True  # on CPU these run through Triton's interpreter
-        model.__dict__.pop("_skinny_cache", None)
-        model.layers[0].skinny_forward = counting
-        steps.prefill_graphs = {}  # no padding of the mixed step to an earlier test's (32, 4) stand-in
-        a, b = (
-            Sequence(list(range(30, 45)), block_table=[6, 2]),
-            Sequence(list(range(70, 90)), block_table=[1, 3]),
-        )
-        steps.run([ScheduledSeq(a, 15, 1)])
-        a.num_computed_tokens = 15
-        a.append_token(11)
-        logits = steps.run([ScheduledSeq(a, 1), ScheduledSeq(b, 20, 1)])
-        assert rel(logits[0], hf_logits(hf, a.token_ids)[-1]) < 1e-5
-        assert rel(logits[1], hf_logits(hf, b.token_ids)[-1]) < 1e-5
-        a.num_computed_tokens, b.num_computed_tokens = 16, 20
-        for token in (12, 13):
-            a.append_token(token)
-            b.append_token(token + 1)
-            logits = steps.run([ScheduledSeq(a, 1), ScheduledSeq(b, 1)])
-            for row, seq in enumerate((a, b)):
-                assert rel(logits[row], hf_logits(hf, seq.token_ids)[-1]) < 1e-5
-                seq.num_computed_tokens += 1
-        assert calls[:2] == [15, 21] and len(calls) == 4  # every step of 2+ tokens took the fused path
-    finally:
-        for linear in linears:
-            linear.gemv = False
-        del model.layers[0].skinny_forward
-        model.__dict__.pop("_skinny_cache", None)
-
-
 def test_async_decode_through_the_step_runner_matches_plain_decode(model_pair) -> None:
     """Decode steps fed from the device's sampled tokens (pipeline.py) give the plain loop's greedy tokens."""
     from backends.local_engine.config import EngineSettings

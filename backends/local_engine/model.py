@@ -5,9 +5,7 @@ On CUDA (steps carrying attention_cuda metadata) the layers run `fused_forward`:
 RoPE + K/V write and SwiGLU are one Triton kernel each (fused_triton.py). One-token steps whose
 projections all run the Triton GEMV (bf16, int8) take `gemv_forward` instead: six kernels a layer, the
 norms, SwiGLU and residual adds inside the GEMVs (8B batch-1 graph 4.54 → 4.32 ms on the H200,
-bench/README.md). Steps of 2-64 tokens whose projections are all dense bf16 take `skinny_forward`: the same
-fusions in the skinny matmul (skinny_triton.py), seven kernels a layer instead of nine. The CPU path is
-unchanged.
+bench/README.md). The CPU path is unchanged.
 """
 
 import os
@@ -102,42 +100,6 @@ class DecoderLayer(nn.Module):
             mlp = silu_mul(gemv(residual, gu_w, gu_s, norm=self.post_norm, eps=self.eps))
         return gemv(mlp, down_w, down_s, residual=residual)
 
-    def skinny_operands(self) -> list[tuple] | None:
-        """The four projections' (weight, bias) when all are dense bf16 on CUDA (skinny_triton's kernel)."""
-        linears = (self.qkv, self.o_proj, self.gate_up, self.down)
-        if not all(getattr(m, "gemv", False) for m in linears):
-            return None
-        return [(m.weight, m.bias) for m in linears]
-
-    def skinny_forward(
-        self,
-        residual: Tensor,
-        positions: Tensor,
-        rotations: Tensor,
-        meta,
-        kv_pool: Tensor,
-        operands: list[tuple],
-    ) -> Tensor:
-        """CUDA, 2-64 tokens: the residual stream in and out; RMSNorms inside the matmuls that read them,
-        residual adds inside those that produce them (seven kernels: no add_rms_norm between)."""
-        from backends.local_engine.attention_cuda import attend
-        from backends.local_engine.fused_triton import rope_write_kv, silu_mul
-        from backends.local_engine.skinny_triton import fused_config, skinny_matmul
-
-        (qkv_w, qkv_b), (o_w, o_b), (gu_w, _), (down_w, _) = operands
-        rows = residual.shape[0]
-
-        def matmul(x: Tensor, weight: Tensor, **fused) -> Tensor:
-            return skinny_matmul(x, weight, fused_config(rows, *weight.shape), eps=self.eps, **fused)
-
-        qkv = matmul(residual, qkv_w, norm=self.input_norm, bias=qkv_b)
-        rope_write_kv(qkv, positions, rotations, meta.slot_mapping, kv_pool, self.heads, self.kv_heads)
-        q = qkv.view(rows, self.heads + 2 * self.kv_heads, self.head_dim)[:, : self.heads]
-        attention = attend(q, kv_pool, meta).reshape(rows, self.heads * self.head_dim)
-        residual = matmul(attention, o_w, residual=residual, bias=o_b)
-        mlp = silu_mul(matmul(residual, gu_w, norm=self.post_norm))
-        return matmul(mlp, down_w, residual=residual)
-
 
 class Embedding(nn.Module):
     """Token embedding stored dense, or int8 per row (quantized formats) and dequantized on lookup."""
@@ -183,14 +145,6 @@ class LlamaModel(nn.Module):
         eps = self.config.rms_norm_eps
         layers = list(self.layers)
         operands = self._gemv_operands() if input_ids.shape[0] == 1 else None
-        skinny = self._skinny_operands() if 1 < input_ids.shape[0] <= 64 else None
-        if skinny is not None:
-            residual = self.embed(input_ids)
-            for layer, kv_pool, ops in zip(layers, kv_cache.layers, skinny, strict=True):
-                residual = layer.skinny_forward(
-                    residual, positions, self.rotary.rotations, meta, kv_pool, ops
-                )
-            return add_rms_norm(residual, None, self.norm, eps)[0]
         if operands is not None:
             residual = self.embed(input_ids)
             for layer, kv_pool, ops in zip(layers, kv_cache.layers, operands, strict=True):
@@ -216,15 +170,6 @@ class LlamaModel(nn.Module):
             self._gemv_cache = found if mode != "0" and all(found) else None
             self._gemv_swiglu = mode != "2"
         return self._gemv_cache
-
-    def _skinny_operands(self) -> list[list[tuple]] | None:
-        """Per layer, the operands of the fused 2-64 token path (None when a layer cannot take it, or with
-        LLMGW_SKINNY_FUSED=0)."""
-        if not hasattr(self, "_skinny_cache"):
-            found = [layer.skinny_operands() for layer in self.layers]
-            enabled = os.environ.get("LLMGW_SKINNY_FUSED", "1") != "0"
-            self._skinny_cache = found if enabled and all(found) else None
-        return self._skinny_cache
 
     @torch.inference_mode()
     def logits(self, hidden: Tensor) -> Tensor:

@@ -54,11 +54,9 @@ if triton is not None:
 
     @triton.jit(do_not_specialize=["M"])
     def _skinny_kernel(
-        x_ptr, w_ptr, o_ptr, ws_ptr, cnt_ptr, nw_ptr, r_ptr, b_ptr, M, N, K, stride_xm, stride_wn, stride_om,
-        stride_rm, k_per_split, split, eps,
+        x_ptr, w_ptr, o_ptr, ws_ptr, cnt_ptr, M, N, K, stride_xm, stride_wn, stride_om, k_per_split, split,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr,
-        EVEN_K: tl.constexpr, PDL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr,
-        BIAS: tl.constexpr,
+        EVEN_K: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         if PDL:  # launched before the previous kernel ended: wait for its writes (x) to be visible
             gdc_wait()
@@ -72,7 +70,6 @@ if triton is not None:
         w_base = w_ptr + w_rows[:, None].to(tl.int64) * stride_wn
         x_base = x_ptr + x_rows[:, None] * stride_xm
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        squares = tl.zeros([BLOCK_M], dtype=tl.float32)
         k_start = pid_k * k_per_split
         k_end = tl.minimum(k_start + k_per_split, K)
         for k in range(k_start, k_end, BLOCK_K):
@@ -83,23 +80,11 @@ if triton is not None:
             else:
                 w = tl.load(w_base + ks[None, :], mask=ks[None, :] < K, other=0.0)
                 x = tl.load(x_base + ks[None, :], mask=ks[None, :] < K, other=0.0)
-            if NORM:  # RMSNorm of x: its weight now, the row's 1 / rms (a per-row scale) after the loop
-                xf = x.to(tl.float32)
-                squares += tl.sum(xf * xf, 1)
-                norm_w = tl.load(nw_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
-                x = (xf * norm_w[None, :]).to(w.dtype)
             acc = tl.dot(w, tl.trans(x), acc)
-        if NORM:
-            acc *= (1.0 / tl.sqrt(squares / K + eps))[None, :]
         out_mask = (cols[:, None] < N) & (rows[None, :] < M)
         out_ptrs = o_ptr + rows[None, :] * stride_om + cols[:, None]
-        extra = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)  # bias and residual, added once at the end
-        if BIAS:
-            extra += tl.load(b_ptr + w_rows).to(tl.float32)[:, None]
-        if RESIDUAL:
-            extra += tl.load(r_ptr + rows[None, :] * stride_rm + cols[:, None], mask=out_mask).to(tl.float32)
         if not PARTIAL:
-            tl.store(out_ptrs, (acc + extra).to(o_ptr.dtype.element_ty), mask=out_mask)
+            tl.store(out_ptrs, acc.to(o_ptr.dtype.element_ty), mask=out_mask)
         else:
             tile = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + rows[None, :]
             blocks = tl.num_programs(0)
@@ -111,7 +96,7 @@ if triton is not None:
                 for s in range(split):
                     part = ws_ptr + (s * blocks + pid_n) * (BLOCK_N * BLOCK_M) + tile
                     total += tl.load(part, cache_modifier=".cg")
-                tl.store(out_ptrs, (total + extra).to(o_ptr.dtype.element_ty), mask=out_mask)
+                tl.store(out_ptrs, total.to(o_ptr.dtype.element_ty), mask=out_mask)
                 tl.atomic_xchg(cnt_ptr + pid_n, 0)  # ready for the next launch (and graph replay)
 
 
@@ -183,15 +168,6 @@ def config_for(rows: int, n: int, k: int) -> SkinnyConfig | None:
     return _TABLE.get((row_bucket(rows), n, k))
 
 
-def fused_config(rows: int, n: int, k: int) -> SkinnyConfig | None:
-    """Tiles for model.py's fused 2-64 token path, which takes this kernel for every projection: the
-    table's where it holds one, else the default with narrower N tiles for narrow weights (a norm-fused
-    matmul cannot split K, so N tiles are what fill the SMs). None in the interpreter (its own default)."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return None
-    return config_for(rows, n, k) or _DEFAULT._replace(block_n=64 if n >= 64 * 96 else 32)
-
-
 _WORKSPACES: dict[torch.device, tuple[Tensor, Tensor]] = {}
 
 
@@ -209,16 +185,10 @@ def _workspace(device: torch.device) -> tuple[Tensor, Tensor] | None:
 
 
 def skinny_matmul(
-    x: Tensor, weight: Tensor, config: SkinnyConfig | None = None, out: Tensor | None = None, *,
-    norm: Tensor | None = None, eps: float = 1e-6, residual: Tensor | None = None, bias: Tensor | None = None,
-) -> Tensor:  # fmt: skip
+    x: Tensor, weight: Tensor, config: SkinnyConfig | None = None, out: Tensor | None = None
+) -> Tensor:
     """x [M, K] @ weight[N, K].T -> [M, N] in x's dtype, for 1 <= M <= MAX_ROWS (bf16 on CUDA), written
-    into `out` [M, N] (row-contiguous) when given.
-
-    Fused around it (model.py `skinny_forward`): `norm` [K] takes x through RMSNorm first (rms_norm(x) *
-    norm: the norm weight is applied to each x tile, 1 / rms(row) to the row's sums at the end, so no split
-    along K); `bias` [N] and `residual` [M, N] are added to the fp32 result before its one rounding.
-    """
+    into `out` [M, N] (row-contiguous) when given."""
     rows, inner = x.shape
     n = weight.shape[0]
     if rows > MAX_ROWS or weight.shape[1] != inner:
@@ -233,7 +203,7 @@ def skinny_matmul(
     cfg = config or (_INTERPRET_CONFIG if interpret else config_for(rows, n, inner) or _DEFAULT)
     bm = max(cfg.block_m, row_bucket(rows))
     blocks = triton.cdiv(n, cfg.block_n)
-    split = 1 if norm is not None else max(1, min(cfg.split, triton.cdiv(inner, cfg.block_k)))
+    split = max(1, min(cfg.split, triton.cdiv(inner, cfg.block_k)))
     space = _workspace(x.device) if split > 1 else None
     if space is None or split * blocks * cfg.block_n * bm > space[0].numel() or blocks > space[1].numel():
         split, space = 1, (out, out)
@@ -241,14 +211,9 @@ def skinny_matmul(
     split = triton.cdiv(inner, per_split)  # no empty split
     pdl = cfg.pdl and not interpret and os.environ.get("LLMGW_SKINNY_PDL", "1") == "1"
     launch = {} if interpret else {"num_warps": cfg.warps, "num_stages": cfg.stages, "launch_pdl": pdl}
-    if residual is not None and (residual.shape != (rows, n) or residual.stride(1) != 1):
-        raise ValueError(f"residual must be [{rows}, {n}] row-contiguous, got {tuple(residual.shape)}")
     _skinny_kernel[(blocks, split)](
-        x, weight, out, space[0], space[1], out if norm is None else norm,
-        out if residual is None else residual, out if bias is None else bias, rows, n, inner, x.stride(0),
-        weight.stride(0), out.stride(0), 0 if residual is None else residual.stride(0), per_split, split,
-        eps, BLOCK_M=bm, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PARTIAL=split > 1,
-        EVEN_K=inner % cfg.block_k == 0, PDL=pdl, NORM=norm is not None, RESIDUAL=residual is not None,
-        BIAS=bias is not None, **launch,
+        x, weight, out, space[0], space[1], rows, n, inner, x.stride(0), weight.stride(0), out.stride(0),
+        per_split, split, BLOCK_M=bm, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PARTIAL=split > 1,
+        EVEN_K=inner % cfg.block_k == 0, PDL=pdl, **launch,
     )  # fmt: skip
     return out
