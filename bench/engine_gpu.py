@@ -155,6 +155,7 @@ def _decode_logits(runner, ids: list[int], first: int) -> torch.Tensor:
 
 def section_kernels() -> None:
     from backends.local_engine import attention_cuda
+    from backends.local_engine.quant import cuda_quant_kernel
     from bench.engine_gpu_kernels import check_kernels, pick_attention, pick_bf16_gemv, pick_quant
 
     results = check_kernels()
@@ -167,7 +168,7 @@ def section_kernels() -> None:
     record("kernels", "bf16 Triton GEMV at batch 1", os.environ["LLMGW_BF16_GEMV"])
     for fmt in ("int8", "int4"):
         variable = f"LLMGW_{fmt.upper()}_KERNEL"
-        os.environ[variable] = os.environ.get(variable) or pick_quant(results, fmt)
+        os.environ[variable] = os.environ.get(variable) or pick_quant(results, fmt, cuda_quant_kernel(fmt))
         record("kernels", f"{fmt} kernel used", os.environ[variable])
 
 

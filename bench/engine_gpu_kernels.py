@@ -155,34 +155,36 @@ def check_matmuls() -> dict:
     return out
 
 
-def pick_quant(results: dict, fmt: str) -> str:
-    """The exact kernel with the least GEMV time summed over the 8B shapes: "own" / "kernels" (int8),
-    "triton" / "tinygemm" / "kernels" (int4)."""
+def pick_quant(results: dict, fmt: str, default: str) -> str:
+    """The engine's default kernel ("own" / "kernels" for int8; "triton" / "tinygemm" / "kernels" for int4)
+    while it is exact; else the exact one with the least GEMV time over the 8B shapes. Speed alone does not
+    override the default: these are single do_bench calls with the L2 flushed, which ranked the kernels
+    otherwise than the engine's decode steps did (2026-12-04: the bf16 GEMV at 706 GB/s on 8B qkv here
+    against ~3.7 TB/s inside the decode graph), and the defaults were chosen on engine tok/s."""
     names = {"int8": {"own": "int8", "kernels": "int8 kernels/"},
              "int4": {"triton": "int4", "tinygemm": "int4 tinygemm", "kernels": "int4 kernels/"}}[fmt]  # fmt: skip
     error_keys = {"own": "int8 matmul", "triton": "int4 triton", "tinygemm": "int4 tinygemm",
                   "kernels": f"{fmt} kernels/"}  # fmt: skip
-    best, best_time = next(iter(names)), float("inf")
-    for name, label in names.items():
+
+    def exact(name: str) -> bool:
         errors = [v for k, v in results.items() if k.startswith(error_keys[name] + " rows=")]
+        return bool(errors) and max(errors) < 2e-2
+
+    if exact(default):
+        return default
+    best, best_time = default, float("inf")
+    for name, label in names.items():
         times = [
             v[0] for k, v in results.items() if k.startswith("gemv") and k.endswith(f" {label} (us, GB/s)")
         ]
-        if errors and times and max(errors) < 2e-2 and sum(times) < best_time:
+        if exact(name) and times and sum(times) < best_time:
             best, best_time = name, sum(times)
     return best
 
 
 def pick_bf16_gemv(results: dict) -> str:
-    """ "1" when the Triton GEMV beats cuBLAS summed over the 8B shapes (and is exact), else "0"."""
-
-    def total(label: str) -> float:
-        return sum(
-            v[0] for k, v in results.items() if k.startswith("gemv") and k.endswith(f" {label} (us, GB/s)")
-        )
-
-    exact = results.get("bf16 gemv rel err", 1.0) < 2e-2
-    return "1" if exact and total("bf16 gemv") < total("bf16") else "0"
+    """ "1" (the engine's default) while the Triton GEMV is exact, else "0" (see pick_quant on speed)."""
+    return "1" if results.get("bf16 gemv rel err", 1.0) < 2e-2 else "0"
 
 
 def check_kernels() -> dict:
