@@ -184,8 +184,19 @@ def test_fused_gemv_matches_the_unfused_ops(fmt: str) -> None:
 
 def test_batch1_decode_through_fused_gemvs_matches_transformers(model_pair) -> None:
     """One sequence decoding: the layers run gemv_forward (norms, SwiGLU and residual adds in the GEMVs)."""
+    from backends.local_engine.quant import ConcatLinear, DenseLinear
+
     hf, runner = model_pair
     model, steps = runner.model, runner.cuda_steps
+    apart = {}  # fp32 on CUDA keeps q/k/v and gate/up apart (quant.ConcatLinear); the GEMV takes them stacked
+    for layer in model.layers:
+        for name in ("qkv", "gate_up"):
+            module = getattr(layer, name)
+            if isinstance(module, ConcatLinear):
+                apart[(layer, name)] = module
+                biases = [p.bias for p in module.parts]
+                bias = None if biases[0] is None else torch.cat(biases)
+                setattr(layer, name, DenseLinear(torch.cat([p.weight for p in module.parts]), bias))
     linears = [m for layer in model.layers for m in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
     try:
         for linear in linears:
@@ -203,6 +214,8 @@ def test_batch1_decode_through_fused_gemvs_matches_transformers(model_pair) -> N
     finally:
         for linear in linears:
             linear.gemv = False
+        for (layer, name), module in apart.items():
+            setattr(layer, name, module)
         model.__dict__.pop("_gemv_cache", None)
 
 
