@@ -35,7 +35,7 @@ CHUNK = 8 * GROUP
 @triton.jit
 def _kpack8_gemv(
     x_ptr, w_ptr, s_ptr, m_ptr, o_ptr, N, K, num_chunks,
-    CHUNKS_PER_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, MANTISSA: tl.constexpr,
+    CHUNKS_PER_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, MANTISSA: tl.constexpr, ACC2D: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -45,30 +45,34 @@ def _kpack8_gemv(
     w_row = w_ptr + rows[:, None].to(tl.int64) * (K // 8)
     groups_per_row = K // 32
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    acc2d = tl.zeros([BLOCK_N, 32], dtype=tl.float32)  # ACC2D: scaled products summed per lane, reduced once
     for step in range(CHUNKS_PER_SPLIT):  # a fixed count: the last split's spare steps load nothing
         c = pid_k * CHUNKS_PER_SPLIT + step
         valid = c < num_chunks
         w = tl.load(w_row + c * 32 + words[None, :], mask=valid, other=0)
         for i in tl.static_range(8):
             x = tl.load(x_ptr + c * 256 + i * 32 + words, mask=valid, other=0.0).to(tl.float32)
-            if MANTISSA:
+            g = c * 8 + i
+            scale = tl.load(s_ptr + rows.to(tl.int64) * groups_per_row + g, mask=valid, other=0.0)
+            low = tl.load(m_ptr + rows.to(tl.int64) * groups_per_row + g, mask=valid, other=0.0)
+            scale, low = scale.to(tl.float32), low.to(tl.float32)
+            if MANTISSA:  # 1 + q / 16 through the float's mantissa
                 if i <= 4:  # noqa: SIM108 (constexpr branches of the kernel)
                     shifted = w << (19 - 4 * i)
                 else:
                     shifted = w >> (4 * i - 19)
                 f = ((shifted & 0x00780000) | 0x3F800000).to(tl.float32, bitcast=True)
-                dot = (tl.sum(f * x[None, :], 1) - tl.sum(x, 0)) * 16.0
+                if ACC2D:  # 16 s (x f - x) = s q x per element: no reduction inside the loop
+                    acc2d += (16.0 * scale)[:, None] * (f * x[None, :] - x[None, :])
+                    acc += low * tl.sum(x, 0)
+                else:
+                    dot = (tl.sum(f * x[None, :], 1) - tl.sum(x, 0)) * 16.0
+                    acc += scale * dot + low * tl.sum(x, 0)
             else:
                 q = ((w >> (4 * i)) & 0xF).to(tl.float32)
-                dot = tl.sum(q * x[None, :], 1)
-            g = c * 8 + i
-            scale = tl.load(s_ptr + rows.to(tl.int64) * groups_per_row + g, mask=valid, other=0.0).to(
-                tl.float32
-            )
-            low = tl.load(m_ptr + rows.to(tl.int64) * groups_per_row + g, mask=valid, other=0.0).to(
-                tl.float32
-            )
-            acc += scale * dot + low * tl.sum(x, 0)
+                acc += scale * tl.sum(q * x[None, :], 1) + low * tl.sum(x, 0)
+    if ACC2D:
+        acc += tl.sum(acc2d, 1)
     real = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     tl.atomic_add(o_ptr + real, acc, mask=real < N)
 
@@ -94,7 +98,7 @@ def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 
 def gemv(
-    x: torch.Tensor, packed, scale, low, n: int, block_n: int, split: int, mantissa: bool
+    x: torch.Tensor, packed, scale, low, n: int, block_n: int, split: int, mantissa: bool, acc2d: bool = False
 ) -> torch.Tensor:
     k = x.shape[-1]
     out = torch.zeros(n, dtype=torch.float32, device=x.device)
@@ -102,14 +106,14 @@ def gemv(
     per_split = triton.cdiv(chunks, split)
     grid = (triton.cdiv(n, block_n), triton.cdiv(chunks, per_split))
     _kpack8_gemv[grid](
-        x, packed, scale, low, out, n, k, chunks, per_split, BLOCK_N=block_n, MANTISSA=mantissa
+        x, packed, scale, low, out, n, k, chunks, per_split, BLOCK_N=block_n, MANTISSA=mantissa, ACC2D=acc2d
     )
     return out
 
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
           "lm_head": (128256, 4096)}  # fmt: skip
-CONFIGS = [(bn, split, True) for bn in (16, 32, 64) for split in (1, 2, 4)] + [(32, 2, False)]
+CONFIGS = [(bn, split, True, acc) for acc in (True, False) for bn in (32, 64) for split in (2, 4)]
 
 
 def check(device: str) -> float:
@@ -122,8 +126,14 @@ def check(device: str) -> float:
         packed = pack_kpack8(q)
         x = torch.randn(k, device=device).bfloat16()
         exact = dense.double() @ x.double()
-        for block_n, split, mantissa in ((16, 1, True), (32, 3, True), (16, 2, False)):
-            out = gemv(x, packed, scale, low, n, block_n, split, mantissa)
+        for config in (
+            (16, 1, True),
+            (32, 3, True),
+            (16, 2, False),
+            (16, 2, True, True),
+            (32, 3, True, True),
+        ):
+            out = gemv(x, packed, scale, low, n, *config)
             worst = max(worst, float((out.double() - exact).norm() / exact.norm()))
     return worst
 
@@ -160,10 +170,10 @@ def measure(name: str, n: int, k: int) -> dict:
     del weight, q
     x = torch.randn(1, k, device="cuda").bfloat16()
     row = {"bytes": nbytes, "tinygemm_us": graph_us(lambda i: tiny[i](x), count, max(count, 8))}
-    for block_n, split, mantissa in CONFIGS:
-        key = f"bn{block_n} split{split} {'mantissa' if mantissa else 'i2f'}"
+    for block_n, split, mantissa, acc2d in CONFIGS:
+        key = f"bn{block_n} split{split} {'acc2d' if acc2d else 'mantissa' if mantissa else 'i2f'}"
         row[key] = graph_us(
-            lambda i, c=(block_n, split, mantissa): gemv(x[0], *ours[i], n, *c), count, max(count, 8)
+            lambda i, c=(block_n, split, mantissa, acc2d): gemv(x[0], *ours[i], n, *c), count, max(count, 8)
         )
     best = min((v, k) for k, v in row.items() if k.startswith("bn"))
     row["best"] = best[1]
