@@ -76,10 +76,14 @@ def main() -> None:
         "--single-thread-max-tokens", type=int, default=EngineSettings().single_thread_max_tokens
     )
     parser.add_argument("--profile", default="1", help="row counts to profile (comma-separated, '' for none)")
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "bf16", "fp32"])
+    parser.add_argument(
+        "--out", default=None, help="JSON file (default: engine_step_profile_<dtype>_t<threads>)"
+    )
     args = parser.parse_args()
     settings = EngineSettings(
         dtype=args.dtype, num_threads=args.threads, kv_cache_memory_mb=512,
-        single_thread_max_tokens=args.single_thread_max_tokens,
+        single_thread_max_tokens=args.single_thread_max_tokens, kv_cache_dtype=args.kv_cache_dtype,
     )  # fmt: skip
     runner = ModelRunner(settings)
     results = []
@@ -92,8 +96,9 @@ def main() -> None:
     for rows in [int(r) for r in args.profile.split(",") if r]:
         print(f"--- profile, {rows} rows ---\n{profile_table(runner, rows)}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"engine_step_profile_{args.dtype}_t{args.threads}.json"
-    out.write_text(json.dumps({"dtype": args.dtype, "threads": args.threads, "results": results}, indent=1))
+    out = RESULTS / (args.out or f"engine_step_profile_{args.dtype}_t{args.threads}.json")
+    out.write_text(json.dumps({"dtype": args.dtype, "threads": args.threads, "kv_cache_dtype": args.kv_cache_dtype,
+                               "results": results}, indent=1))  # fmt: skip
 
 
 if __name__ == "__main__":

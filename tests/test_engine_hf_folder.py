@@ -157,3 +157,26 @@ def test_fp32_on_cuda_keeps_projections_apart() -> None:
         assert all(p.bias is not None for p in b.qkv.parts)
         torch.testing.assert_close(b.qkv(x), a.qkv(x), rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(b.gate_up(x), a.gate_up(x), rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_kv_cache_on_cpu(tmp_path: Path) -> None:
+    """Quantized formats on the CPU keep K/V in bf16 by default (fp32 weights keep fp32 K/V); attention then
+    runs in bf16 and the logits stay within bf16 rounding of the fp32 pool's."""
+    save_checkpoint("llama3", tmp_path)
+
+    def runner(dtype: str, kv: str = "auto") -> ModelRunner:
+        return ModelRunner(
+            EngineSettings(model=tmp_path, dtype=dtype, kv_cache_memory_mb=4, kv_cache_dtype=kv)
+        )
+
+    assert runner("int8").kv_cache.pool.dtype == torch.bfloat16
+    assert runner("fp32").kv_cache.pool.dtype == torch.float32
+    half, full = runner("fp32", "bf16"), runner("fp32", "fp32")
+    assert half.kv_bytes_per_token * 2 == full.kv_bytes_per_token
+    for prompt in PROMPTS:
+        logits = []
+        for r in (half, full):
+            seq = Sequence(list(prompt), block_table=list(range(-(-len(prompt) // r.block_size))))
+            logits.append(r.execute([ScheduledSeq(seq, len(prompt))])[0].logits[-1])
+        assert logits[0].dtype == torch.float32
+        assert 0 < float((logits[0] - logits[1]).abs().max()) < 2e-2 * float(logits[1].abs().max())

@@ -162,7 +162,13 @@ def paged_attention(q: Tensor, kv: Tensor, pool: Tensor, meta: AttentionMetadata
         from backends.local_engine.attention_cuda import cuda_paged_attention
 
         return cuda_paged_attention(q, kv, pool, meta)
-    pool.index_copy_(1, meta.slot_mapping, kv.transpose(0, 1))
+    pool.index_copy_(1, meta.slot_mapping, kv.transpose(0, 1).to(pool.dtype))
+    if pool.dtype != q.dtype:  # a bf16 pool under fp32 activations (CPU): attend in the pool's dtype
+        return _attend(q.to(pool.dtype), pool, meta).to(q.dtype)
+    return _attend(q, pool, meta)
+
+
+def _attend(q: Tensor, pool: Tensor, meta: AttentionMetadata) -> Tensor:
     if meta.spans:
         return torch.cat([_span_attention(q, pool, span) for span in meta.spans])
     if len(meta.groups) == 1 and meta.groups[0].flat_rows is None:

@@ -14,6 +14,10 @@ class EngineSettings(BaseModel):
     int4_group_size: int = 32
     block_size: int = 16
     kv_cache_memory_mb: int = 512
+    # the KV pool's dtype. "auto": bf16 on the CPU for every format but fp32 (the gather and attention of a
+    # 16-row decode step read half the bytes: step 59-80 -> 48-67 ms, int4 perplexity +0.04 %; bench/README.md,
+    # "KV cache in bf16 on the CPU"), fp32 for fp32 weights (the reference), the activations' dtype on CUDA
+    kv_cache_dtype: Literal["auto", "bf16", "fp32"] = "auto"
     max_model_len: int = 2048
     max_num_batched_tokens: int = 256  # prefill tok/s peaks at 128-256 per step on 2 cores (bench/README.md)
     max_num_seqs: int = 32

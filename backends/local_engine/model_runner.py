@@ -71,13 +71,15 @@ class ModelRunner:
         fmt = WeightFormat(settings.dtype, settings.int4_group_size, cuda=cuda)
         self.model = build_model(checkpoint, fmt, self.device, settings.max_model_len)
         self.weight_bytes = weight_bytes(self.model)
-        self.kv_bytes_per_token = kv_bytes_per_token(self.config, fmt.activation_dtype)
+        auto = torch.bfloat16 if not cuda and settings.dtype != "fp32" else fmt.activation_dtype
+        kv_dtype = {"auto": auto, "bf16": torch.bfloat16, "fp32": torch.float32}[settings.kv_cache_dtype]
+        if cuda and kv_dtype != fmt.activation_dtype:
+            raise ValueError("on CUDA the KV cache takes the activations' dtype (kv_cache_dtype auto)")
+        self.kv_bytes_per_token = kv_bytes_per_token(self.config, kv_dtype)
         self.num_blocks = num_blocks_for_memory(
             settings.kv_cache_memory_mb, self.block_size, self.kv_bytes_per_token
         )
-        self.kv_cache = KVCache(
-            self.config, self.num_blocks + cuda, self.block_size, fmt.activation_dtype, self.device
-        )
+        self.kv_cache = KVCache(self.config, self.num_blocks + cuda, self.block_size, kv_dtype, self.device)
         self.cuda_steps = None
         if cuda:
             from backends.local_engine.cuda_runner import CudaStepRunner
