@@ -27,7 +27,7 @@ SETTINGS = {  # label -> engine settings (the environment's LLMGW_ENGINE__* name
     "int8 t2": {"dtype": "int8", "num_threads": 2},
     "int4 t1": {"dtype": "int4", "num_threads": 1},
     "int4 t2": {"dtype": "int4", "num_threads": 2},
-    "kv fp32": {"kv_cache_dtype": "fp32"},  # the default with the KV pool of before 2026-12-04 (fifth session)
+    "kv fp32": {"kv_cache_dtype": "fp32"},  # the default's KV pool before 2026-12-04
 }
 
 

@@ -21,12 +21,13 @@ launch's share of a CUDA graph cycling through >= 512 MiB of weight copies; JSON
 import argparse
 import json
 import os
-import statistics
 from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
+
+from bench.engine_gpu_skinny import graph_us  # fn(i) launched for i over a list, in one graph
 
 GROUP = 32
 CHUNK = 8 * GROUP
@@ -138,25 +139,6 @@ def check(device: str) -> float:
     return worst
 
 
-def graph_us(fn, count: int, calls: int, replays: int = 7) -> float:  # noqa: ANN001
-    fn(0)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(i % count)
-    graph.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times)
-
-
 def measure(name: str, n: int, k: int) -> dict:
     from backends.local_engine.quant import Int4Linear
 
@@ -169,11 +151,13 @@ def measure(name: str, n: int, k: int) -> dict:
     tiny = [Int4Linear(weight, None, GROUP) for _ in range(count)]
     del weight, q
     x = torch.randn(1, k, device="cuda").bfloat16()
-    row = {"bytes": nbytes, "tinygemm_us": graph_us(lambda i: tiny[i](x), count, max(count, 8))}
+    row = {"bytes": nbytes, "tinygemm_us": graph_us(lambda i: tiny[i](x), list(range(count)), max(count, 8))}
     for block_n, split, mantissa, acc2d in CONFIGS:
         key = f"bn{block_n} split{split} {'acc2d' if acc2d else 'mantissa' if mantissa else 'i2f'}"
         row[key] = graph_us(
-            lambda i, c=(block_n, split, mantissa, acc2d): gemv(x[0], *ours[i], n, *c), count, max(count, 8)
+            lambda i, c=(block_n, split, mantissa, acc2d): gemv(x[0], *ours[i], n, *c),
+            list(range(count)),
+            max(count, 8),
         )
     best = min((v, k) for k, v in row.items() if k.startswith("bn"))
     row["best"] = best[1]
