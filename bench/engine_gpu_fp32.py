@@ -1,16 +1,18 @@
 """Where our fp32 logits part from HF's (issue 17, correctness): engine variants against one HF fp32 model.
 
-    python3 -m bench.engine_gpu_fp32 [--shapes llama-8b,llama-1b] [--variants f64rope,default,split,...]
+    python3 -m bench.engine_gpu_fp32 [--shapes llama-8b,llama-1b] [--variants f64rope,fused,default,...]
 
 bench/engine_gpu.py's `correct` section measures one number (max |logit - HF|, fp32, teacher-forced
 prefill and decode graphs). This script measures it for variants of our fp32 forward pass, each built
 from the same HF model, so that each difference in summation order or arithmetic can be priced:
-  f64rope    the RoPE table of before 2026-12-04 (float64 angles, then rounded), for comparison
-  default    the engine as shipped
-  split      q/k/v and gate/up as separate matmuls of HF's shapes (cuBLAS may pick other kernels for
-             the fused shapes)
-  torchnorm  split, and the residual add + RMSNorm in HF's own torch ops instead of the Triton kernel
+  f64rope    the engine of before 2026-12-04: float64 RoPE angles (then rounded), fused q/k/v and gate/up
+  fused      float32 RoPE angles as HF computes them, q/k/v and gate/up still fused
+  default    the engine as shipped: also q/k/v and gate/up as HF's separate matmuls (quant.ConcatLinear;
+             cuBLAS picks its kernel, and so its summation order, by shape)
+  torchnorm  default, and the residual add + RMSNorm in HF's own torch ops instead of the Triton kernel
   torchsilu  torchnorm, and SwiGLU as F.silu(gate) * up
+(The 2026-12-04 results, engine_gpu_fp32.json, name these fused, default, split: its "default" was the
+fused row, its "split" the shipped one.)
 The HF model in float64 gives the floor: how far HF's own fp32 logits are from exact arithmetic.
 A table is printed last; JSON goes to --out as engine_gpu_fp32.json.
 """
@@ -29,20 +31,7 @@ from torch import Tensor, nn
 from bench.engine_gpu import decode_logits, teacher_forced_logits
 from bench.engine_gpu_models import build_hf, build_ours, hf_logits, hf_static, random_prompts
 
-VARIANTS = ("f64rope", "default", "split", "torchnorm", "torchsilu")
-
-
-class SplitLinear(nn.Module):
-    """A fused projection run as the separate matmuls of the checkpoint's own shapes, outputs concatenated."""
-
-    def __init__(self, fused: nn.Module, sizes: list[int]) -> None:
-        super().__init__()
-        self.parts = list(fused.weight.split(sizes))
-        self.biases = None if fused.bias is None else list(fused.bias.split(sizes))
-
-    def forward(self, x: Tensor) -> Tensor:
-        biases = self.biases or [None] * len(self.parts)
-        return torch.cat([F.linear(x, w, b) for w, b in zip(self.parts, biases, strict=True)], -1)
+VARIANTS = ("f64rope", "fused", "default", "torchnorm", "torchsilu")
 
 
 def torch_add_rms_norm(
@@ -83,7 +72,7 @@ def f64_rotations(config, max_positions: int, device: torch.device) -> Tensor:
 def patched(variant: str) -> Iterator[None]:
     from backends.local_engine import fused_triton, rope, weights
 
-    saved = (weights.ModelBuilder._layer, fused_triton.add_rms_norm, fused_triton.silu_mul)
+    saved = (weights.ModelBuilder._stacked, fused_triton.add_rms_norm, fused_triton.silu_mul)
     saved_init = rope.RotaryTable.__init__
     if variant == "f64rope":  # before the engine captures its graphs, which hold the table's address
 
@@ -92,18 +81,12 @@ def patched(variant: str) -> Iterator[None]:
 
         rope.RotaryTable.__init__ = f64_init
     level = VARIANTS.index(variant)
-    if level >= VARIANTS.index("split"):
-        original = weights.ModelBuilder._layer
+    if level < VARIANTS.index("default"):  # one matmul over the stacked weights, as other formats run
 
-        def split_layer(self, tensors):
-            layer = original(self, tensors)
-            c = self.config
-            sizes = [c.num_heads * c.head_dim] + [c.num_kv_heads * c.head_dim] * 2
-            layer.qkv = SplitLinear(layer.qkv, sizes)
-            layer.gate_up = SplitLinear(layer.gate_up, [c.intermediate_size] * 2)
-            return layer
+        def fused(self, parts: list[Tensor], biases: list[Tensor] | None = None) -> nn.Module:
+            return self._linear(torch.cat(parts), None if biases is None else torch.cat(biases))
 
-        weights.ModelBuilder._layer = split_layer
+        weights.ModelBuilder._stacked = fused
     if level >= VARIANTS.index("torchnorm"):
         fused_triton.add_rms_norm = torch_add_rms_norm
     if level >= VARIANTS.index("torchsilu"):
@@ -111,7 +94,7 @@ def patched(variant: str) -> Iterator[None]:
     try:
         yield
     finally:
-        weights.ModelBuilder._layer, fused_triton.add_rms_norm, fused_triton.silu_mul = saved
+        weights.ModelBuilder._stacked, fused_triton.add_rms_norm, fused_triton.silu_mul = saved
         rope.RotaryTable.__init__ = saved_init
 
 
