@@ -43,6 +43,7 @@ from bench.engine_gpu_models import (
 )  # fmt: skip
 
 CLIENTS = (1, 32, 128)
+FORMATS = ("bf16", "int8", "int4")
 NEW_TOKENS = 128
 RESULTS: dict = {"device": None, "sections": {}}
 _START = time.perf_counter()
@@ -172,7 +173,7 @@ def section_kernels() -> None:
         record("kernels", f"{fmt} kernel used", os.environ[variable])
 
 
-def shape_section(shape: str, only: set[str], bandwidth: float) -> None:
+def shape_section(shape: str, only: set[str], bandwidth: float, formats: tuple[str, ...] = FORMATS) -> None:
     """Every measurement of one shape, building and freeing models so that at most ~2 are resident."""
     hf = build_hf(shape, torch.device("cuda"), torch.float32)
     vocab = hf.config.vocab_size
@@ -200,7 +201,7 @@ def shape_section(shape: str, only: set[str], bandwidth: float) -> None:
         ours.free()
         record(shape, "fp32 noise floor: max |logit diff| vs HF in float64 (HF fp32, ours fp32)",
                float64_floor(hf, reference, ref_logits, ours_rows))  # fmt: skip
-    for fmt in ("bf16", "int8", "int4"):
+    for fmt in formats:
         try:
             ours_format(hf, shape, fmt, only, bandwidth, reference, ref_logits if reference else [])
         except Exception as error:  # keep the other formats' numbers
@@ -333,6 +334,7 @@ def summary() -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="bw,kernels,decode,clients,prefix,correct")
+    parser.add_argument("--formats", default=",".join(FORMATS), help="weight formats of ours measured")
     parser.add_argument("--shapes", default="llama-1b,llama-8b,qwen2-0.5b")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     args = parser.parse_args()
@@ -353,7 +355,7 @@ def main() -> None:
             record("kernels", "error", repr(error))
     for shape in args.shapes.split(","):
         try:
-            shape_section(shape, only, bandwidth)
+            shape_section(shape, only, bandwidth, tuple(args.formats.split(",")))
         except Exception as error:  # keep the other shapes' numbers
             import traceback
 

@@ -276,7 +276,7 @@ def cuda_quant_kernel(dtype: str) -> str:
     default: 8B batch 1 346 tok/s, 61 % of roofline, against 323 for the fused own GEMV; two A/B rounds in one
     H200 call, bench/results/engine_gpu_profile_int8_ab.json) or "own" (quant_triton.py / gemv_triton.py).
     LLMGW_INT4_KERNEL: "tinygemm" (torch's packed kernel, default: at 8B batch 1 300.9 tok/s against 201.2
-    for the fused Triton GEMV), "triton" (quant_triton.py) or "kernels". Defaults: the fastest exact ones on the H200 (bench/README.md)."""
+    for the fused Triton GEMV), "triton" (quant_triton.py), "kernels" or "mma" (int4_mma.py, tensor cores). Defaults: the fastest exact ones on the H200 (bench/README.md)."""
     default = {"int8": "kernels", "int4": "tinygemm"}[dtype]
     return os.environ.get(f"LLMGW_{dtype.upper()}_KERNEL") or default
 
@@ -291,6 +291,11 @@ def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int
         return TritonInt4Linear(weight, bias, group_size)
     if dtype == "int8":
         return Int8Linear(weight, bias)
+    if dtype == "int4" and weight.is_cuda and cuda_quant_kernel(dtype) == "mma":
+        from backends.local_engine.int4_mma import Int4MmaLinear, supports
+
+        if supports(*weight.shape, group_size):
+            return Int4MmaLinear(weight, bias, group_size)
     if dtype == "int4":
         return Int4Linear(weight, bias, group_size)
     if dtype == "fp16":

@@ -1,0 +1,110 @@
+"""int4 weight-only linear layers on tensor cores for CUDA decode (`LLMGW_INT4_KERNEL=mma`).
+
+Why hand-written (issue 17): at 8B batch 1 torch's tinygemm (`_weight_int4pack_mm`) reads the int4
+projections at ~1.7 TB/s of the H200's 4.2, and GemLite's Triton GEMV measured the same (80.9 against
+81.9 µs a layer, bench/results/engine_gpu_int4_gemlite.json); a Triton GEMV of our own reached ~1 TB/s
+(bench/engine_gpu_int4_gemv.py). This kernel (int4_mma.cu, compiled on first use through
+torch.utils.cpp_extension) stores the codes in the register order of the tensor cores' A operand, so a
+thread turns one 32-bit word into its whole 16 x 16 fragment with four shift + and-or pairs (two codes
+each, as bf16x2 via the 0x4300 exponent trick) and two bf16x2 FMAs per pair; the activation rows are the
+MMA's narrow side (8 per instruction). Dequantization as `quant.Int4Linear`: q * scale + min per group
+of 32 inputs, the weight rounded to bf16 once, fp32 accumulation.
+
+Layout (`pack_codes`, `pack_scales`): weight row r = 16 T + 8 h + g, input k = 64 S + 16 j + 8 kh + 2 t + e
+(T tile, S step, j k16-tile of the step, g = lane // 4, t = lane % 4). Word [T, S, lane, j] holds the codes
+of (h, kh, e) at bit 4 (h + 2 kh) + 16 e. Scales: [T, group, 16 rows] int32 = bf16 scale | bf16 min << 16.
+"""
+
+import functools
+import os
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from backends.local_engine.quant import quantize_int4
+
+GROUP = 32
+_SHIFTS = torch.tensor([[[4 * (h + 2 * kh) + 16 * e for e in (0, 1)] for kh in (0, 1)] for h in (0, 1)])
+
+
+def supports(out_features: int, in_features: int, group_size: int) -> bool:
+    return group_size == GROUP and out_features % 16 == 0 and in_features % 64 == 0
+
+
+def pack_codes(q: Tensor) -> Tensor:
+    """Codes [N, K] in 0..15 → int32 words [N/16, K/64, 32, 4] in the MMA fragment order above."""
+    n, k = q.shape
+    view = q.to(torch.int64).view(n // 16, 2, 8, k // 64, 4, 2, 4, 2)  # T h g S j kh t e
+    view = view.permute(0, 3, 2, 6, 4, 1, 5, 7)  # T S g t j h kh e
+    words = (view << _SHIFTS.to(q.device)).sum(dim=(-3, -2, -1))  # disjoint bits: the sum is an or
+    words = torch.where(words >= 2**31, words - 2**32, words)
+    return words.to(torch.int32).reshape(n // 16, k // 64, 32, 4).contiguous()
+
+
+def pack_scales(scale: Tensor, low: Tensor) -> Tensor:
+    """bf16 scale and min [N, K/32] → int32 [N/16, K/32, 16]: scale in the low half, min in the high."""
+    n, groups = scale.shape
+    bits = scale.bfloat16().view(torch.int16).to(torch.int32) & 0xFFFF
+    bits = bits | (low.bfloat16().view(torch.int16).to(torch.int32) << 16)
+    return bits.view(n // 16, 16, groups).transpose(1, 2).contiguous()
+
+
+def unpack(codes: Tensor, scales: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Inverse of the two packings: (q [N, K], scale [N, K/32] bf16, min [N, K/32] bf16); for tests."""
+    tiles, steps = codes.shape[:2]
+    words = codes.to(torch.int64) & 0xFFFFFFFF
+    nibbles = (words[..., None, None, None] >> _SHIFTS.to(codes.device)) & 0xF  # T S lane j h kh e
+    nibbles = nibbles.view(tiles, steps, 8, 4, 4, 2, 2, 2)  # T S g t j h kh e
+    q = nibbles.permute(0, 5, 2, 1, 4, 6, 3, 7).reshape(tiles * 16, steps * 64)
+    bits = scales.transpose(1, 2).reshape(tiles * 16, -1)
+    scale = (bits & 0xFFFF).to(torch.int16).view(torch.bfloat16)
+    low = ((bits >> 16) & 0xFFFF).to(torch.int16).view(torch.bfloat16)
+    return q.to(torch.int32), scale, low
+
+
+@functools.cache
+def _extension():  # noqa: ANN202
+    from torch.utils.cpp_extension import load_inline
+
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        major, minor = torch.cuda.get_device_capability()
+        os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    source = (Path(__file__).with_name("int4_mma.cu")).read_text()
+    return load_inline(
+        name="llmgw_int4_mma",
+        cpp_sources="torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, "
+        "int64_t n);",
+        cuda_sources=source,
+        functions=["int4_mma_matmul"],
+        extra_cuda_cflags=["-O3"],
+    )
+
+
+def int4_mma_matmul(x: Tensor, codes: Tensor, scales: Tensor, out_features: int) -> Tensor:
+    """x [M, K] bf16 → [M, N] bf16 (any M; 64 rows per weight pass)."""
+    return _extension().int4_mma_matmul(x.contiguous(), codes, scales, out_features)
+
+
+class Int4MmaLinear(nn.Module):
+    """Drop-in for quant.Int4Linear on CUDA when `supports` the shape; holds only the packed int4 bytes."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, group_size: int) -> None:
+        super().__init__()
+        out_features, in_features = weight.shape
+        if not supports(out_features, in_features, group_size):
+            raise ValueError(
+                f"int4_mma needs group 32, N % 16 == 0, K % 64 == 0; got {weight.shape}, {group_size}"
+            )
+        q, scales_and_zeros = quantize_int4(weight.float(), group_size)
+        scale, zero = scales_and_zeros.unbind(-1)  # [K / group, N]; zero is min + 8 * scale
+        self.out_features = out_features
+        self.register_buffer("codes", pack_codes(q))
+        self.register_buffer("scales", pack_scales(scale.t(), (zero - 8.0 * scale).t()))
+        self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        out = int4_mma_matmul(x.reshape(-1, shape[-1]).bfloat16(), self.codes, self.scales, self.out_features)
+        out = out.to(x.dtype).reshape(*shape[:-1], self.out_features)
+        return out if self.bias is None else out + self.bias.to(x.dtype)
