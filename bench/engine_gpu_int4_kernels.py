@@ -1,12 +1,13 @@
 """int4 kernels on the Llama-3 8B projections (issue 17: int4 at 8B batch 1): tinygemm, GemLite, ours.
 
-    python3 -m bench.engine_gpu_int4_kernels [--rows 1,2,4,16] [--kinds tinygemm,mma,gemlite] [--out DIR]
+    python3 -m bench.engine_gpu_int4_kernels [--rows 1,2,4,16] [--kinds tinygemm,mma,gemlite] [--configs] [--out DIR]
 
 Every layer is built from the same weight: `quant.Int4Linear` (torch's tinygemm), `int4_mma.Int4MmaLinear`
 (our tensor-core kernel) and, where the `gemlite` package is installed, `bench.int4_gemlite` (GemLite's
 Triton kernels). Each is checked against the float64 product with the dequantized weight (relative error
 of the whole output), then timed as a launch's share of a CUDA graph cycling through >= 512 MiB of weight
-copies. Prints GB/s of the int4 bytes (codes + bf16 scale and min per group of 32); JSON:
+copies. With --configs, ours is also timed in each launch shape (`int4_mma.CONFIGS`) at <= 8 rows and the
+best per weight shape printed as an LLMGW_INT4_MMA_CONFIGS value. Prints GB/s of the int4 bytes (codes + bf16 scale and min per group of 32); JSON:
 engine_gpu_int4_kernels.json (the first run, tinygemm vs GemLite only: engine_gpu_int4_gemlite.json).
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from backends.local_engine.int4_mma import Int4MmaLinear
+from backends.local_engine.int4_mma import CONFIGS, Int4MmaLinear, config_for
 from backends.local_engine.quant import Int4Linear, dequantize_int4, quantize_int4
 from bench.engine_gpu_int4_gemv import SHAPES
 from bench.engine_gpu_skinny import graph_us
@@ -44,7 +45,7 @@ def rel_err(layer: torch.nn.Module, weight: torch.Tensor, rows: int) -> float:
     return float((layer(x).double() - exact).norm() / exact.norm())
 
 
-def measure(name: str, n: int, k: int, rows: list[int], kinds: list[str]) -> dict:
+def measure(name: str, n: int, k: int, rows: list[int], kinds: list[str], configs: bool) -> dict:
     weight = torch.randn(n, k, device="cuda") * 0.02
     nbytes = n * k // 2 + 2 * 2 * n * (k // GROUP)
     count = max(2, -(-512 * 2**20 // nbytes))
@@ -57,6 +58,17 @@ def measure(name: str, n: int, k: int, rows: list[int], kinds: list[str]) -> dic
                 lambda i, c=copies, x=x: c[i](x), list(range(count)), max(count, 8)
             )
         speeds = "  ".join(f"{kind} {nbytes / row[f'{kind} m{m} us'] / 1e3:6.0f}" for kind in kinds)
+        if configs and "mma" in layers and m <= 8:
+            for config in CONFIGS:
+                for layer in layers["mma"]:
+                    layer.config = config
+                key = f"mma config{config} m{m} us"
+                row[key] = graph_us(
+                    lambda i, c=layers["mma"], x=x: c[i](x), list(range(count)), max(count, 8)
+                )
+                speeds += f"  c{config} {nbytes / row[key] / 1e3:5.0f}"
+            for layer in layers["mma"]:
+                layer.config = config_for(n, k)
         print(f"{name:<8} {n:>6}x{k:<6} rows {m:>3}  GB/s: {speeds}", flush=True)
     for kind, copies in layers.items():  # exactness on the full layer, fresh inputs
         row[f"{kind} rel_err"] = max(rel_err(copies[0], weight, m) for m in (*rows, 100))
@@ -69,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,2,4,16")
     parser.add_argument("--kinds", default="tinygemm,mma,gemlite")
+    parser.add_argument("--configs", action="store_true", help="time each launch shape of ours at <= 8 rows")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     args = parser.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
@@ -77,7 +90,7 @@ def main() -> None:
     results: dict = {"device": torch.cuda.get_device_name(), "rows": {}}
     for name, (n, k) in SHAPES.items():
         if name != "lm_head":  # int4 keeps the output layer in int8
-            results["rows"][name] = measure(name, n, k, rows, kinds)
+            results["rows"][name] = measure(name, n, k, rows, kinds, args.configs)
     first = results["rows"]["qkv"]
     results["per_layer_us"] = {
         key: sum(r[key] for r in results["rows"].values()) for key in first if "us" in key

@@ -4,17 +4,17 @@
 // (g = lane / 4, t = lane % 4) of a 16 x 16 tile holds exactly the A fragment of mma.m16n8k16 for that tile:
 // nibble pair p = h + 2 kh (h: row g or g + 8; kh: columns 2t.. or 2t + 8..) sits at bits 4p (even
 // column) and 16 + 4p (odd column), so one shift and one and-or turn a pair into the bf16x2 (128 + q0,
-// 128 + q1). Subtracting 128 is exact; one bf16x2 FMA applies the group's scale and min, rounded once to
-// bf16 as a dequantized weight. Scales: int32 [N/16][K/32 groups][16 rows], bf16 scale | bf16 min << 16.
+// 128 + q1). Subtracting 136 is exact (q - 8); one bf16x2 FMA applies the group's scale and zero (the
+// group's centre, tinygemm's format), rounded once to bf16 as a dequantized weight. Scales: int32
+// [N/16][K/32 groups][16 rows], bf16 scale | bf16 zero << 16.
 // x rows are the MMA's N side (8 per MMA, MCHUNKS MMAs share each dequantized A fragment); every warp of a
-// block takes a slice of K for the block's 16 weight rows; partial sums meet in shared memory.
+// block takes a slice of K for the block's 16 weight rows; partial sums meet in shared memory. Warps per
+// block and loads in flight per thread are template parameters (`config` picks them for one-chunk calls).
 #include <ATen/cuda/CUDAContext.h>
 #include <cuda_bf16.h>
 #include <torch/extension.h>
 
 namespace {
-
-constexpr int WARPS = 8;
 
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 v;
@@ -23,16 +23,16 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
-__device__ __forceinline__ uint32_t dequant_pair(uint32_t word, int p, uint32_t scale2, uint32_t min2) {
+__device__ __forceinline__ uint32_t dequant_pair(uint32_t word, int p, uint32_t scale2, uint32_t zero2) {
   uint32_t v = ((word >> (4 * p)) & 0x000F000Fu) | 0x43004300u;  // bf16x2 (128 + q_even, 128 + q_odd)
   __nv_bfloat162 q = *reinterpret_cast<__nv_bfloat162*>(&v);
-  const uint32_t offset_bits = 0x43004300u;
+  const uint32_t offset_bits = 0x43084308u;  // 136 = 128 + 8
   q = __hsub2(q, *reinterpret_cast<const __nv_bfloat162*>(&offset_bits));
-  q = __hfma2(q, *reinterpret_cast<__nv_bfloat162*>(&scale2), *reinterpret_cast<__nv_bfloat162*>(&min2));
+  q = __hfma2(q, *reinterpret_cast<__nv_bfloat162*>(&scale2), *reinterpret_cast<__nv_bfloat162*>(&zero2));
   return *reinterpret_cast<uint32_t*>(&q);
 }
 
-template <int MCHUNKS, int UNROLL>
+template <int MCHUNKS, int UNROLL, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32)
 int4_mma_kernel(const uint4* __restrict__ codes, const uint32_t* __restrict__ scales,
                 const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, int M, int N, int K) {
@@ -118,17 +118,30 @@ int4_mma_kernel(const uint4* __restrict__ codes, const uint32_t* __restrict__ sc
   }
 }
 
-template <int MCHUNKS>
+template <int MCHUNKS, int UNROLL, int WARPS>
 void launch(const torch::Tensor& codes, const torch::Tensor& scales, const __nv_bfloat16* x,
             __nv_bfloat16* out, int M, int N, int K, cudaStream_t stream) {
-  int4_mma_kernel<MCHUNKS, MCHUNKS == 1 ? 4 : 2><<<N / 16, WARPS * 32, 0, stream>>>(
+  int4_mma_kernel<MCHUNKS, UNROLL, WARPS><<<N / 16, WARPS * 32, 0, stream>>>(
       reinterpret_cast<const uint4*>(codes.data_ptr<int32_t>()),
       reinterpret_cast<const uint32_t*>(scales.data_ptr<int32_t>()), x, out, M, N, K);
 }
 
+// One 8-row chunk: (warps, unroll) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8) for config 0..4.
+void launch_one_chunk(int config, const torch::Tensor& codes, const torch::Tensor& scales,
+                      const __nv_bfloat16* x, __nv_bfloat16* out, int M, int N, int K, cudaStream_t stream) {
+  switch (config) {
+    case 1: launch<1, 4, 16>(codes, scales, x, out, M, N, K, stream); break;
+    case 2: launch<1, 8, 8>(codes, scales, x, out, M, N, K, stream); break;
+    case 3: launch<1, 2, 16>(codes, scales, x, out, M, N, K, stream); break;
+    case 4: launch<1, 8, 4>(codes, scales, x, out, M, N, K, stream); break;
+    default: launch<1, 4, 8>(codes, scales, x, out, M, N, K, stream);
+  }
+}
+
 }  // namespace
 
-torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, int64_t n) {
+torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, int64_t n,
+                              int64_t config) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kBFloat16 && x.dim() == 2 && x.is_contiguous(),
               "x must be a contiguous 2-D bf16 CUDA tensor");
   TORCH_CHECK(codes.scalar_type() == torch::kInt32 && scales.scalar_type() == torch::kInt32,
@@ -145,10 +158,10 @@ torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tenso
     const int rows = std::min(64, M - start);
     const auto* xs = xp + static_cast<size_t>(start) * K;
     auto* os = op + static_cast<size_t>(start) * N;
-    if (rows <= 8) launch<1>(codes, scales, xs, os, rows, N, K, stream);
-    else if (rows <= 16) launch<2>(codes, scales, xs, os, rows, N, K, stream);
-    else if (rows <= 32) launch<4>(codes, scales, xs, os, rows, N, K, stream);
-    else launch<8>(codes, scales, xs, os, rows, N, K, stream);
+    if (rows <= 8) launch_one_chunk(static_cast<int>(config), codes, scales, xs, os, rows, N, K, stream);
+    else if (rows <= 16) launch<2, 2, 8>(codes, scales, xs, os, rows, N, K, stream);
+    else if (rows <= 32) launch<4, 2, 8>(codes, scales, xs, os, rows, N, K, stream);
+    else launch<8, 2, 8>(codes, scales, xs, os, rows, N, K, stream);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;

@@ -7,12 +7,16 @@ projections at ~1.7 TB/s of the H200's 4.2, and GemLite's Triton GEMV measured t
 torch.utils.cpp_extension) stores the codes in the register order of the tensor cores' A operand, so a
 thread turns one 32-bit word into its whole 16 x 16 fragment with four shift + and-or pairs (two codes
 each, as bf16x2 via the 0x4300 exponent trick) and two bf16x2 FMAs per pair; the activation rows are the
-MMA's narrow side (8 per instruction). Dequantization as `quant.Int4Linear`: q * scale + min per group
-of 32 inputs, the weight rounded to bf16 once, fp32 accumulation.
+MMA's narrow side (8 per instruction). Dequantization as tinygemm's (`quant.Int4Linear`): (q - 8) * scale
++ zero per group of 32 inputs with bf16 scale and zero, the weight rounded to bf16 once, fp32 accumulation.
 
 Layout (`pack_codes`, `pack_scales`): weight row r = 16 T + 8 h + g, input k = 64 S + 16 j + 8 kh + 2 t + e
 (T tile, S step, j k16-tile of the step, g = lane // 4, t = lane % 4). Word [T, S, lane, j] holds the codes
-of (h, kh, e) at bit 4 (h + 2 kh) + 16 e. Scales: [T, group, 16 rows] int32 = bf16 scale | bf16 min << 16.
+of (h, kh, e) at bit 4 (h + 2 kh) + 16 e. Scales: [T, group, 16 rows] int32 = bf16 scale | bf16 zero << 16.
+
+Launch shapes for one to eight rows (warps per block, loads in flight per thread) are picked per weight
+shape by `config_for` from H200 measurements (bench/engine_gpu_int4_kernels.py --configs);
+LLMGW_INT4_MMA_CONFIGS="NxK:c,..." overrides them.
 """
 
 import functools
@@ -42,16 +46,16 @@ def pack_codes(q: Tensor) -> Tensor:
     return words.to(torch.int32).reshape(n // 16, k // 64, 32, 4).contiguous()
 
 
-def pack_scales(scale: Tensor, low: Tensor) -> Tensor:
-    """bf16 scale and min [N, K/32] → int32 [N/16, K/32, 16]: scale in the low half, min in the high."""
+def pack_scales(scale: Tensor, zero: Tensor) -> Tensor:
+    """bf16 scale and zero [N, K/32] → int32 [N/16, K/32, 16]: scale in the low half, zero in the high."""
     n, groups = scale.shape
     bits = scale.bfloat16().view(torch.int16).to(torch.int32) & 0xFFFF
-    bits = bits | (low.bfloat16().view(torch.int16).to(torch.int32) << 16)
+    bits = bits | (zero.bfloat16().view(torch.int16).to(torch.int32) << 16)
     return bits.view(n // 16, 16, groups).transpose(1, 2).contiguous()
 
 
 def unpack(codes: Tensor, scales: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Inverse of the two packings: (q [N, K], scale [N, K/32] bf16, min [N, K/32] bf16); for tests."""
+    """Inverse of the two packings: (q [N, K], scale [N, K/32] bf16, zero [N, K/32] bf16); for tests."""
     tiles, steps = codes.shape[:2]
     words = codes.to(torch.int64) & 0xFFFFFFFF
     nibbles = (words[..., None, None, None] >> _SHIFTS.to(codes.device)) & 0xF  # T S lane j h kh e
@@ -59,8 +63,8 @@ def unpack(codes: Tensor, scales: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     q = nibbles.permute(0, 5, 2, 1, 4, 6, 3, 7).reshape(tiles * 16, steps * 64)
     bits = scales.transpose(1, 2).reshape(tiles * 16, -1)
     scale = (bits & 0xFFFF).to(torch.int16).view(torch.bfloat16)
-    low = ((bits >> 16) & 0xFFFF).to(torch.int16).view(torch.bfloat16)
-    return q.to(torch.int32), scale, low
+    zero = ((bits >> 16) & 0xFFFF).to(torch.int16).view(torch.bfloat16)
+    return q.to(torch.int32), scale, zero
 
 
 @functools.cache
@@ -74,16 +78,30 @@ def _extension():  # noqa: ANN202
     return load_inline(
         name="llmgw_int4_mma",
         cpp_sources="torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, "
-        "int64_t n);",
+        "int64_t n, int64_t config);",
         cuda_sources=source,
         functions=["int4_mma_matmul"],
         extra_cuda_cflags=["-O3"],
     )
 
 
-def int4_mma_matmul(x: Tensor, codes: Tensor, scales: Tensor, out_features: int) -> Tensor:
-    """x [M, K] bf16 → [M, N] bf16 (any M; 64 rows per weight pass)."""
-    return _extension().int4_mma_matmul(x.contiguous(), codes, scales, out_features)
+def int4_mma_matmul(x: Tensor, codes: Tensor, scales: Tensor, out_features: int, config: int = 0) -> Tensor:
+    """x [M, K] bf16 → [M, N] bf16 (any M; 64 rows per weight pass). `config` 0-4: the launch shape of
+    one-to-eight-row calls, (warps, loads in flight) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8)."""
+    return _extension().int4_mma_matmul(x.contiguous(), codes, scales, out_features, config)
+
+
+CONFIGS = range(5)
+_MEASURED: dict[tuple[int, int], int] = {}  # (N, K) → config, from the H200 (module docstring)
+
+
+def config_for(out_features: int, in_features: int) -> int:
+    override = os.environ.get("LLMGW_INT4_MMA_CONFIGS", "")
+    for item in filter(None, override.split(",")):
+        shape, config = item.split(":")
+        if shape == f"{out_features}x{in_features}":
+            return int(config)
+    return _MEASURED.get((out_features, in_features), 0)
 
 
 class Int4MmaLinear(nn.Module):
@@ -99,12 +117,14 @@ class Int4MmaLinear(nn.Module):
         q, scales_and_zeros = quantize_int4(weight.float(), group_size)
         scale, zero = scales_and_zeros.unbind(-1)  # [K / group, N]; zero is min + 8 * scale
         self.out_features = out_features
+        self.config = config_for(out_features, in_features)
         self.register_buffer("codes", pack_codes(q))
-        self.register_buffer("scales", pack_scales(scale.t(), (zero - 8.0 * scale).t()))
+        self.register_buffer("scales", pack_scales(scale.t(), zero.t()))
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
-        out = int4_mma_matmul(x.reshape(-1, shape[-1]).bfloat16(), self.codes, self.scales, self.out_features)
+        x2 = x.reshape(-1, shape[-1]).bfloat16()
+        out = int4_mma_matmul(x2, self.codes, self.scales, self.out_features, self.config)
         out = out.to(x.dtype).reshape(*shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias.to(x.dtype)
