@@ -101,6 +101,15 @@ def main() -> None:
             f"  rows {m:>3}: "
             + "  ".join(f"{kind} {results['per_layer_us'][f'{kind} m{m} us']:7.1f}" for kind in kinds)
         )
+    if args.configs:
+        best = {
+            name: min(CONFIGS, key=lambda c, r=r: r.get(f"mma config{c} m{rows[0]} us", 1e9))
+            for name, r in results["rows"].items()
+        }
+        results["best_configs"] = ",".join(
+            f"{n}x{k}:{best[name]}" for name, (n, k) in SHAPES.items() if name in best
+        )
+        print(f"fastest launch shapes at {rows[0]} rows: LLMGW_INT4_MMA_CONFIGS={results['best_configs']}")
     print(
         "relative errors:",
         {n: [round(r[f"{kind} rel_err"], 5) for kind in kinds] for n, r in results["rows"].items()},

@@ -13,6 +13,7 @@ import triton.testing
 from backends.local_engine import attention_cuda
 from backends.local_engine.attention_cuda import CudaAttentionMetadata
 from backends.local_engine.gemv_triton import gemv
+from backends.local_engine.int4_mma import Int4MmaLinear
 from backends.local_engine.kernels.reference import reference_paged_attention
 from backends.local_engine.quant import Int4Linear, dequantize_int4, quantize_int4, quantize_int8
 from backends.local_engine.quant_triton import int8_matmul
@@ -111,6 +112,8 @@ def check_matmuls() -> dict:
             got4 = Int4Linear(weight, None, 32)(x).float()
             out[f"int4 {kernel} rows={rows} rel err"] = float((got4 - ref4).norm() / ref4.norm())
         os.environ.pop("LLMGW_INT4_KERNEL")
+        got4 = Int4MmaLinear(weight[:992], None, 32)(x).float()  # it takes multiples of 16 rows
+        out[f"int4 mma rows={rows} rel err"] = float((got4 - ref4[:, :992]).norm() / ref4[:, :992].norm())
         if KERNELS is not None:
             got = KERNELS.TritonInt8Linear(weight, None)(x).float()
             out[f"int8 kernels/ rows={rows} rel err"] = float((got - ref).norm() / ref.norm())
@@ -130,6 +133,7 @@ def check_matmuls() -> dict:
         os.environ["LLMGW_INT4_KERNEL"] = "tinygemm"
         tinygemm = Int4Linear(weight, None, 32)
         os.environ.pop("LLMGW_INT4_KERNEL")
+        mma = Int4MmaLinear(weight, None, 32)
         theirs8 = KERNELS.TritonInt8Linear(weight, None) if KERNELS is not None else None
         theirs4 = KERNELS.TritonInt4Linear(weight, None, 32) if KERNELS is not None else None
         del weight
@@ -144,27 +148,29 @@ def check_matmuls() -> dict:
             "int8": (bench(lambda q=q, scale=scale, x=x: int8_matmul(x, q, scale)), n * k),
             "int4": (bench(lambda layer=int4, x=x: layer(x)), int4_bytes),
             "int4 tinygemm": (bench(lambda layer=tinygemm, x=x: layer(x)), int4_bytes),
+            "int4 mma": (bench(lambda layer=mma, x=x: layer(x)), int4_bytes),
         }
         if theirs8 is not None:
             timings["int8 kernels/"] = (bench(lambda layer=theirs8, x=x: layer(x)), n * k)
             timings["int4 kernels/"] = (bench(lambda layer=theirs4, x=x: layer(x)), int4_bytes)
         for fmt, (ms, nbytes) in timings.items():
             out[f"gemv {label} {n}x{k} {fmt} (us, GB/s)"] = [1e3 * ms, nbytes / ms / 1e6]
-        del dense, q, scale, int4, tinygemm, theirs8, theirs4
+        del dense, q, scale, int4, tinygemm, mma, theirs8, theirs4
         torch.cuda.empty_cache()
     return out
 
 
 def pick_quant(results: dict, fmt: str, default: str) -> str:
-    """The engine's default kernel ("own" / "kernels" for int8; "triton" / "tinygemm" / "kernels" for int4)
+    """The engine's default kernel ("own" / "kernels" for int8; "mma" / "triton" / "tinygemm" / "kernels" for int4)
     while it is exact; else the exact one with the least GEMV time over the 8B shapes. Speed alone does not
     override the default: these are single do_bench calls with the L2 flushed, which ranked the kernels
     otherwise than the engine's decode steps did (2026-12-04: the bf16 GEMV at 706 GB/s on 8B qkv here
     against ~3.7 TB/s inside the decode graph), and the defaults were chosen on engine tok/s."""
     names = {"int8": {"own": "int8", "kernels": "int8 kernels/"},
-             "int4": {"triton": "int4", "tinygemm": "int4 tinygemm", "kernels": "int4 kernels/"}}[fmt]  # fmt: skip
+             "int4": {"triton": "int4", "tinygemm": "int4 tinygemm", "kernels": "int4 kernels/",
+                      "mma": "int4 mma"}}[fmt]  # fmt: skip
     error_keys = {"own": "int8 matmul", "triton": "int4 triton", "tinygemm": "int4 tinygemm",
-                  "kernels": f"{fmt} kernels/"}  # fmt: skip
+                  "kernels": f"{fmt} kernels/", "mma": "int4 mma"}  # fmt: skip
 
     def exact(name: str) -> bool:
         errors = [v for k, v in results.items() if k.startswith(error_keys[name] + " rows=")]

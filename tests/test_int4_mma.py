@@ -14,6 +14,14 @@ from backends.local_engine.int4_mma import pack_codes, pack_scales, supports, un
 from backends.local_engine.quant import quantize_int4
 
 
+def input_of(step: int, j: int, t: int, column: int) -> int:
+    """The input k that MMA column `column` (0..15) of k16-tile j of a step is, for lane column t = lane % 4;
+    the kernel loads a lane's B operands (MMA rows 2t, 2t + 1 | 2t + 8, 2t + 9 of each tile j) from inputs
+    64 step + 16 t + 4 j + (0, 1 | 2, 3)."""
+    assert column // 2 % 4 == t  # the MMA columns a lane holds
+    return 64 * step + 16 * t + 4 * j + 2 * (column // 8) + column % 2
+
+
 def weight_from_fragments(codes: torch.Tensor) -> torch.Tensor:
     """Codes [N, K] as the kernel sees them: lane (g, t), word j of step S, nibble pair p = a_p of the
     A fragment: a0 (row g, cols 2t..2t+1), a1 (row g + 8, same cols), a2 (row g, cols 2t + 8..), a3 (row
@@ -29,7 +37,7 @@ def weight_from_fragments(codes: torch.Tensor) -> torch.Tensor:
                 for e in (0, 1):
                     value = (word >> (4 * p + 16 * e)) & 0xF
                     rows = torch.arange(tiles) * 16 + row
-                    ks = torch.arange(steps) * 64 + j * 16 + col + e
+                    ks = torch.tensor([input_of(step, j, t, col + e) for step in range(steps)])
                     out[rows[:, None], ks[None, :]] = value
     return out
 
@@ -61,7 +69,7 @@ def test_supports_only_the_kernels_shapes() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernel runs on CUDA")
-@pytest.mark.parametrize("rows, config", [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (3, 0), (8, 2), (9, 0),
+@pytest.mark.parametrize("rows, config", [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5), (1, 6), (3, 0), (8, 2), (9, 0),
                                           (33, 0), (64, 0), (100, 0)])  # fmt: skip
 def test_kernel_matches_the_dequantized_weight(
     rows: int, config: int, monkeypatch: pytest.MonkeyPatch

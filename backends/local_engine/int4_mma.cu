@@ -2,9 +2,11 @@
 //
 // Weight layout (int4_mma.pack_codes): int32 words [N/16 tiles][K/64 steps][32 lanes][4 k16-tiles]. Lane
 // (g = lane / 4, t = lane % 4) of a 16 x 16 tile holds exactly the A fragment of mma.m16n8k16 for that tile:
-// nibble pair p = h + 2 kh (h: row g or g + 8; kh: columns 2t.. or 2t + 8..) sits at bits 4p (even
+// nibble pair p = h + 2 kh (h: row g or g + 8; kh: MMA columns 2t.. or 2t + 8..) sits at bits 4p (even
 // column) and 16 + 4p (odd column), so one shift and one and-or turn a pair into the bf16x2 (128 + q0,
-// 128 + q1). Subtracting 136 is exact (q - 8); one bf16x2 FMA applies the group's scale and zero (the
+// 128 + q1). MMA column 8 kh + 2t + e of k16-tile j of step s is input k = 64 s + 16 t + 4 j + 2 kh + e:
+// a lane's B operands for the whole step are 16 consecutive inputs (two 16-byte loads per x row), and all
+// its codes of a step lie in one group of 32 (2s + t / 2). Subtracting 136 is exact (q - 8); one bf16x2 FMA applies the group's scale and zero (the
 // group's centre, tinygemm's format), rounded once to bf16 as a dequantized weight. Scales: int32
 // [N/16][K/32 groups][16 rows], bf16 scale | bf16 zero << 16.
 // x rows are the MMA's N side (8 per MMA, MCHUNKS MMAs share each dequantized A fragment); every warp of a
@@ -52,48 +54,49 @@ int4_mma_kernel(const uint4* __restrict__ codes, const uint32_t* __restrict__ sc
 
   for (int s0 = begin; s0 < end; s0 += UNROLL) {
     uint4 w[UNROLL];
-    uint32_t sm[UNROLL][4];  // (group 2s, row g), (2s, g + 8), (2s + 1, g), (2s + 1, g + 8)
+    uint32_t sm[UNROLL][2];  // this lane's group 2s + t / 2: rows g and g + 8
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int s = s0 + u;
       if (s < end) {
         w[u] = load_stream(tile_codes + static_cast<size_t>(s) * 32);
-        const uint32_t* group = tile_scales + (2 * s) * 16;
+        const uint32_t* group = tile_scales + (2 * s + (t >> 1)) * 16;
         sm[u][0] = __ldg(group + g);
         sm[u][1] = __ldg(group + g + 8);
-        sm[u][2] = __ldg(group + 16 + g);
-        sm[u][3] = __ldg(group + 16 + g + 8);
       }
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int s = s0 + u;
       if (s >= end) break;
+      const uint32_t s_lo = __byte_perm(sm[u][0], 0, 0x1010), z_lo = __byte_perm(sm[u][0], 0, 0x3232);
+      const uint32_t s_hi = __byte_perm(sm[u][1], 0, 0x1010), z_hi = __byte_perm(sm[u][1], 0, 0x3232);
       const uint32_t words[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+      uint32_t a[4][4];  // A fragments of the step's four k16-tiles
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const uint32_t lo = sm[u][(j >> 1) * 2], hi = sm[u][(j >> 1) * 2 + 1];
-        const uint32_t s_lo = __byte_perm(lo, 0, 0x1010), m_lo = __byte_perm(lo, 0, 0x3232);
-        const uint32_t s_hi = __byte_perm(hi, 0, 0x1010), m_hi = __byte_perm(hi, 0, 0x3232);
-        const uint32_t a0 = dequant_pair(words[j], 0, s_lo, m_lo);
-        const uint32_t a1 = dequant_pair(words[j], 1, s_hi, m_hi);
-        const uint32_t a2 = dequant_pair(words[j], 2, s_lo, m_lo);
-        const uint32_t a3 = dequant_pair(words[j], 3, s_hi, m_hi);
-        const int k0 = s * 64 + j * 16 + 2 * t;
+        a[j][0] = dequant_pair(words[j], 0, s_lo, z_lo);
+        a[j][1] = dequant_pair(words[j], 1, s_hi, z_hi);
+        a[j][2] = dequant_pair(words[j], 2, s_lo, z_lo);
+        a[j][3] = dequant_pair(words[j], 3, s_hi, z_hi);
+      }
 #pragma unroll
-        for (int c = 0; c < MCHUNKS; ++c) {
-          const int row = c * 8 + g;
-          uint32_t b0 = 0, b1 = 0;
-          if (row < M) {
-            const __nv_bfloat16* xr = x + static_cast<size_t>(row) * K + k0;
-            b0 = __ldg(reinterpret_cast<const uint32_t*>(xr));
-            b1 = __ldg(reinterpret_cast<const uint32_t*>(xr + 8));
-          }
+      for (int c = 0; c < MCHUNKS; ++c) {
+        const int row = c * 8 + g;
+        uint4 xa = make_uint4(0, 0, 0, 0), xb = make_uint4(0, 0, 0, 0);
+        if (row < M) {  // the lane's 16 inputs of the step: k = 64 s + 16 t .. + 15
+          const uint4* xr = reinterpret_cast<const uint4*>(x + static_cast<size_t>(row) * K + s * 64 + 16 * t);
+          xa = __ldg(xr);
+          xb = __ldg(xr + 1);
+        }
+        const uint32_t b[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
           asm volatile(
               "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
               "{%0,%1,%2,%3};\n"
               : "+f"(acc[c][0]), "+f"(acc[c][1]), "+f"(acc[c][2]), "+f"(acc[c][3])
-              : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+              : "r"(a[j][0]), "r"(a[j][1]), "r"(a[j][2]), "r"(a[j][3]), "r"(b[2 * j]), "r"(b[2 * j + 1]));
         }
       }
     }
@@ -126,7 +129,7 @@ void launch(const torch::Tensor& codes, const torch::Tensor& scales, const __nv_
       reinterpret_cast<const uint32_t*>(scales.data_ptr<int32_t>()), x, out, M, N, K);
 }
 
-// One 8-row chunk: (warps, unroll) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8) for config 0..4.
+// One 8-row chunk: (warps, unroll) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8), (32, 2), (32, 1) for config 0..6.
 void launch_one_chunk(int config, const torch::Tensor& codes, const torch::Tensor& scales,
                       const __nv_bfloat16* x, __nv_bfloat16* out, int M, int N, int K, cudaStream_t stream) {
   switch (config) {
@@ -134,6 +137,8 @@ void launch_one_chunk(int config, const torch::Tensor& codes, const torch::Tenso
     case 2: launch<1, 8, 8>(codes, scales, x, out, M, N, K, stream); break;
     case 3: launch<1, 2, 16>(codes, scales, x, out, M, N, K, stream); break;
     case 4: launch<1, 8, 4>(codes, scales, x, out, M, N, K, stream); break;
+    case 5: launch<1, 2, 32>(codes, scales, x, out, M, N, K, stream); break;
+    case 6: launch<1, 1, 32>(codes, scales, x, out, M, N, K, stream); break;
     default: launch<1, 4, 8>(codes, scales, x, out, M, N, K, stream);
   }
 }

@@ -10,9 +10,10 @@ each, as bf16x2 via the 0x4300 exponent trick) and two bf16x2 FMAs per pair; the
 MMA's narrow side (8 per instruction). Dequantization as tinygemm's (`quant.Int4Linear`): (q - 8) * scale
 + zero per group of 32 inputs with bf16 scale and zero, the weight rounded to bf16 once, fp32 accumulation.
 
-Layout (`pack_codes`, `pack_scales`): weight row r = 16 T + 8 h + g, input k = 64 S + 16 j + 8 kh + 2 t + e
-(T tile, S step, j k16-tile of the step, g = lane // 4, t = lane % 4). Word [T, S, lane, j] holds the codes
-of (h, kh, e) at bit 4 (h + 2 kh) + 16 e. Scales: [T, group, 16 rows] int32 = bf16 scale | bf16 zero << 16.
+Layout (`pack_codes`, `pack_scales`): weight row r = 16 T + 8 h + g, input k = 64 S + 16 t + 4 j + 2 kh + e
+(T tile, S step, j k16-tile of the step, g = lane // 4, t = lane % 4; MMA column 8 kh + 2 t + e of tile j).
+Word [T, S, lane, j] holds the codes of (h, kh, e) at bit 4 (h + 2 kh) + 16 e. A lane's inputs of a step
+are 16 consecutive ones (its B operands: two 16-byte loads) in one group of 32. Scales: [T, group, 16 rows] int32 = bf16 scale | bf16 zero << 16.
 
 Launch shapes for one to eight rows (warps per block, loads in flight per thread) are picked per weight
 shape by `config_for` from H200 measurements (bench/engine_gpu_int4_kernels.py --configs);
@@ -21,6 +22,7 @@ LLMGW_INT4_MMA_CONFIGS="NxK:c,..." overrides them.
 
 import functools
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -39,8 +41,8 @@ def supports(out_features: int, in_features: int, group_size: int) -> bool:
 def pack_codes(q: Tensor) -> Tensor:
     """Codes [N, K] in 0..15 → int32 words [N/16, K/64, 32, 4] in the MMA fragment order above."""
     n, k = q.shape
-    view = q.to(torch.int64).view(n // 16, 2, 8, k // 64, 4, 2, 4, 2)  # T h g S j kh t e
-    view = view.permute(0, 3, 2, 6, 4, 1, 5, 7)  # T S g t j h kh e
+    view = q.to(torch.int64).view(n // 16, 2, 8, k // 64, 4, 4, 2, 2)  # T h g S t j kh e
+    view = view.permute(0, 3, 2, 4, 5, 1, 6, 7)  # T S g t j h kh e
     words = (view << _SHIFTS.to(q.device)).sum(dim=(-3, -2, -1))  # disjoint bits: the sum is an or
     words = torch.where(words >= 2**31, words - 2**32, words)
     return words.to(torch.int32).reshape(n // 16, k // 64, 32, 4).contiguous()
@@ -60,7 +62,7 @@ def unpack(codes: Tensor, scales: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     words = codes.to(torch.int64) & 0xFFFFFFFF
     nibbles = (words[..., None, None, None] >> _SHIFTS.to(codes.device)) & 0xF  # T S lane j h kh e
     nibbles = nibbles.view(tiles, steps, 8, 4, 4, 2, 2, 2)  # T S g t j h kh e
-    q = nibbles.permute(0, 5, 2, 1, 4, 6, 3, 7).reshape(tiles * 16, steps * 64)
+    q = nibbles.permute(0, 5, 2, 1, 3, 4, 6, 7).reshape(tiles * 16, steps * 64)  # T h g S t j kh e
     bits = scales.transpose(1, 2).reshape(tiles * 16, -1)
     scale = (bits & 0xFFFF).to(torch.int16).view(torch.bfloat16)
     zero = ((bits >> 16) & 0xFFFF).to(torch.int16).view(torch.bfloat16)
@@ -86,13 +88,26 @@ def _extension():  # noqa: ANN202
 
 
 def int4_mma_matmul(x: Tensor, codes: Tensor, scales: Tensor, out_features: int, config: int = 0) -> Tensor:
-    """x [M, K] bf16 → [M, N] bf16 (any M; 64 rows per weight pass). `config` 0-4: the launch shape of
-    one-to-eight-row calls, (warps, loads in flight) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8)."""
+    """x [M, K] bf16 → [M, N] bf16 (any M; 64 rows per weight pass). `config` 0-6: the launch shape of
+    one-to-eight-row calls, (warps, loads in flight) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8), (32, 2),
+    (32, 1)."""
     return _extension().int4_mma_matmul(x.contiguous(), codes, scales, out_features, config)
 
 
-CONFIGS = range(5)
-_MEASURED: dict[tuple[int, int], int] = {}  # (N, K) → config, from the H200 (module docstring)
+CONFIGS = range(7)
+# (N, K) → config, Llama-3 8B on the H200 (bench/results/engine_gpu_int4_kernels_configs.json): narrow
+# weights run best with more warps sharing K
+_MEASURED: dict[tuple[int, int], int] = {(6144, 4096): 0, (4096, 4096): 3, (28672, 4096): 0, (4096, 14336): 3}
+
+
+def available() -> bool:
+    """Whether the kernel builds here (a CUDA toolkit with nvcc is needed on first use); says why if not."""
+    try:
+        _extension()
+    except Exception as error:  # noqa: BLE001 - any build failure means: use tinygemm
+        warnings.warn(f"int4_mma kernel unavailable, int4 falls back to tinygemm: {error}", stacklevel=2)
+        return False
+    return True
 
 
 def config_for(out_features: int, in_features: int) -> int:

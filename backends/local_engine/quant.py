@@ -11,10 +11,12 @@ every row affinely onto exactly [-1, 1] (x = s * x' + c) and adds `c * W·1` bac
 on its own range: quality stays per-row and a row's result does not depend on the rows batched with it
 (integer accumulation is exact), which keeps speculative verification identical to one-token decode.
 CUDA (bf16 activations): int8 runs the kernels/ package's Triton linear by default, or our own kernels
-(quant_triton.py / gemv_triton.py, fused into the batch-1 layer); int4 torch's packed `_weight_int4pack_mm`
-(tinygemm). `cuda_quant_kernel` says which and why (measured on the H200).
+(quant_triton.py / gemv_triton.py, fused into the batch-1 layer); int4 our tensor-core kernel (int4_mma.py),
+else torch's packed `_weight_int4pack_mm` (tinygemm). `cuda_quant_kernel` says which and why (measured on
+the H200).
 """
 
+import functools
 import os
 import warnings
 
@@ -275,10 +277,19 @@ def cuda_quant_kernel(dtype: str) -> str:
     """Which kernel CUDA int8 / int4 layers use. LLMGW_INT8_KERNEL: "kernels" (the kernels/ package,
     default: 8B batch 1 346 tok/s, 61 % of roofline, against 323 for the fused own GEMV; two A/B rounds in one
     H200 call, bench/results/engine_gpu_profile_int8_ab.json) or "own" (quant_triton.py / gemv_triton.py).
-    LLMGW_INT4_KERNEL: "tinygemm" (torch's packed kernel, default: at 8B batch 1 300.9 tok/s against 201.2
-    for the fused Triton GEMV), "triton" (quant_triton.py), "kernels" or "mma" (int4_mma.py, tensor cores). Defaults: the fastest exact ones on the H200 (bench/README.md)."""
-    default = {"int8": "kernels", "int4": "tinygemm"}[dtype]
+    LLMGW_INT4_KERNEL: "mma" (int4_mma.py, tensor cores; default: at 8B batch 1 349 tok/s against tinygemm's
+    301-308, 1.7-1.8x tinygemm at 8-16 rows, bench/results/engine_gpu_int4_kernels*.json; shapes it does not
+    take, or a machine where it does not build, use tinygemm), "tinygemm" (torch's packed kernel), "triton"
+    (quant_triton.py) or "kernels". Defaults: the fastest exact ones on the H200 (bench/README.md)."""
+    default = {"int8": "kernels", "int4": "mma"}[dtype]
     return os.environ.get(f"LLMGW_{dtype.upper()}_KERNEL") or default
+
+
+@functools.cache
+def _mma_builds() -> bool:
+    from backends.local_engine.int4_mma import available
+
+    return available()
 
 
 def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int) -> nn.Module:
@@ -292,10 +303,10 @@ def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int
     if dtype == "int8":
         return Int8Linear(weight, bias)
     if dtype == "int4" and weight.is_cuda and cuda_quant_kernel(dtype) == "mma":
-        from backends.local_engine.int4_mma import Int4MmaLinear, supports
+        from backends.local_engine import int4_mma
 
-        if supports(*weight.shape, group_size):
-            return Int4MmaLinear(weight, bias, group_size)
+        if int4_mma.supports(*weight.shape, group_size) and _mma_builds():
+            return int4_mma.Int4MmaLinear(weight, bias, group_size)
     if dtype == "int4":
         return Int4Linear(weight, bias, group_size)
     if dtype == "fp16":
