@@ -63,13 +63,21 @@ def test_packing_round_trips_codes_scales_and_zeros() -> None:
     assert torch.equal(scale2, scale.t().bfloat16()) and torch.equal(zero2, zero.t().bfloat16())
 
 
+def test_launch_shape_follows_the_weight_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    from backends.local_engine.int4_mma import config_for
+
+    assert config_for(4096, 14336) == 3 and config_for(28672, 4096) == 0
+    monkeypatch.setenv("LLMGW_INT4_MMA_CONFIGS", "4096x14336:2,16x64:1")
+    assert config_for(4096, 14336) == 2 and config_for(4096, 4096) == 3
+
+
 def test_supports_only_the_kernels_shapes() -> None:
     assert supports(4096, 4096, 32) and supports(896, 896, 32)
     assert not supports(4096, 4096, 64) and not supports(4104, 4096, 32) and not supports(4096, 4000, 32)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernel runs on CUDA")
-@pytest.mark.parametrize("rows, config", [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5), (1, 6), (3, 0), (8, 2), (9, 0),
+@pytest.mark.parametrize("rows, config", [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (3, 0), (8, 2), (9, 0),
                                           (33, 0), (64, 0), (100, 0)])  # fmt: skip
 def test_kernel_matches_the_dequantized_weight(
     rows: int, config: int, monkeypatch: pytest.MonkeyPatch

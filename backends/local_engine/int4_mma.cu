@@ -129,7 +129,8 @@ void launch(const torch::Tensor& codes, const torch::Tensor& scales, const __nv_
       reinterpret_cast<const uint32_t*>(scales.data_ptr<int32_t>()), x, out, M, N, K);
 }
 
-// One 8-row chunk: (warps, unroll) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8), (32, 2), (32, 1) for config 0..6.
+// One 8-row chunk: (warps, unroll) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8) for config 0..4 (32 warps with
+// 1 or 2 loads in flight were slower on every 8B shape).
 void launch_one_chunk(int config, const torch::Tensor& codes, const torch::Tensor& scales,
                       const __nv_bfloat16* x, __nv_bfloat16* out, int M, int N, int K, cudaStream_t stream) {
   switch (config) {
@@ -137,8 +138,6 @@ void launch_one_chunk(int config, const torch::Tensor& codes, const torch::Tenso
     case 2: launch<1, 8, 8>(codes, scales, x, out, M, N, K, stream); break;
     case 3: launch<1, 2, 16>(codes, scales, x, out, M, N, K, stream); break;
     case 4: launch<1, 8, 4>(codes, scales, x, out, M, N, K, stream); break;
-    case 5: launch<1, 2, 32>(codes, scales, x, out, M, N, K, stream); break;
-    case 6: launch<1, 1, 32>(codes, scales, x, out, M, N, K, stream); break;
     default: launch<1, 4, 8>(codes, scales, x, out, M, N, K, stream);
   }
 }

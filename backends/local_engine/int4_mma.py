@@ -15,9 +15,10 @@ Layout (`pack_codes`, `pack_scales`): weight row r = 16 T + 8 h + g, input k = 6
 Word [T, S, lane, j] holds the codes of (h, kh, e) at bit 4 (h + 2 kh) + 16 e. A lane's inputs of a step
 are 16 consecutive ones (its B operands: two 16-byte loads) in one group of 32. Scales: [T, group, 16 rows] int32 = bf16 scale | bf16 zero << 16.
 
-Launch shapes for one to eight rows (warps per block, loads in flight per thread) are picked per weight
-shape by `config_for` from H200 measurements (bench/engine_gpu_int4_kernels.py --configs);
-LLMGW_INT4_MMA_CONFIGS="NxK:c,..." overrides them.
+Launch shapes for one to eight rows (warps per block, loads in flight per thread): `config_for`, from H200
+measurements (bench/engine_gpu_int4_kernels.py --configs). Measured there at 8B (per layer, four
+projections): 56.3 µs at 1 row and 57.5 at 8 against tinygemm's 83.5 and 168.5; batch-1 decode 408 tok/s
+(46.9 % of the int4 roofline) against 301 (bench/results/engine_gpu_int4_mma_decode.json).
 """
 
 import functools
@@ -88,16 +89,25 @@ def _extension():  # noqa: ANN202
 
 
 def int4_mma_matmul(x: Tensor, codes: Tensor, scales: Tensor, out_features: int, config: int = 0) -> Tensor:
-    """x [M, K] bf16 → [M, N] bf16 (any M; 64 rows per weight pass). `config` 0-6: the launch shape of
-    one-to-eight-row calls, (warps, loads in flight) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8), (32, 2),
-    (32, 1)."""
+    """x [M, K] bf16 → [M, N] bf16 (any M; 64 rows per weight pass). `config` 0-4: the launch shape of
+    one-to-eight-row calls, (warps, loads in flight) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8)."""
     return _extension().int4_mma_matmul(x.contiguous(), codes, scales, out_features, config)
 
 
-CONFIGS = range(7)
-# (N, K) → config, Llama-3 8B on the H200 (bench/results/engine_gpu_int4_kernels_configs.json): narrow
-# weights run best with more warps sharing K
-_MEASURED: dict[tuple[int, int], int] = {(6144, 4096): 0, (4096, 4096): 3, (28672, 4096): 0, (4096, 14336): 3}
+CONFIGS = range(5)
+
+
+def config_for(out_features: int, in_features: int) -> int:
+    """Launch shape for 1-8 rows. Measured on the H200 over the Llama-3 8B shapes
+    (bench/results/engine_gpu_int4_kernels.json): weights of <= 4096 rows (o, down) run best with 16 warps
+    sharing K, two loads in flight each (config 3: o 5.95 µs against 6.71, down 15.1 against 16.5), wider
+    ones (qkv, gate_up) with 8 warps and four loads (config 0). LLMGW_INT4_MMA_CONFIGS="NxK:c,..." overrides."""
+    override = os.environ.get("LLMGW_INT4_MMA_CONFIGS", "")
+    for item in filter(None, override.split(",")):
+        shape, config = item.split(":")
+        if shape == f"{out_features}x{in_features}":
+            return int(config)
+    return 3 if out_features <= 4096 else 0
 
 
 def available() -> bool:
@@ -108,15 +118,6 @@ def available() -> bool:
         warnings.warn(f"int4_mma kernel unavailable, int4 falls back to tinygemm: {error}", stacklevel=2)
         return False
     return True
-
-
-def config_for(out_features: int, in_features: int) -> int:
-    override = os.environ.get("LLMGW_INT4_MMA_CONFIGS", "")
-    for item in filter(None, override.split(",")):
-        shape, config = item.split(":")
-        if shape == f"{out_features}x{in_features}":
-            return int(config)
-    return _MEASURED.get((out_features, in_features), 0)
 
 
 class Int4MmaLinear(nn.Module):
