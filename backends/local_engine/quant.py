@@ -5,8 +5,7 @@ int8: symmetric, one scale per output channel. int4: asymmetric, one (scale, zer
 
 CPU kernels, chosen by bench/engine_matmul.py (SmolLM2-135M shapes, 1-32 rows, AVX2 EPYC): fbgemm's int8
 GEMM (`quantized.linear_dynamic`) is the fastest at every row count and its cost per row falls as rows are
-added; int4 runs int4_cpu.py's int4 x int8 kernel on CPUs with AVX-512 VNNI (1.1-1.45x torch's packed
-`_weight_int4pack_mm_for_cpu` at 1-32 rows) and the packed kernel elsewhere.
+added; the packed `_weight_int4pack_mm_for_cpu` (bf16 activations) is the int4 path at every row count.
 fbgemm quantizes the activations of a whole call with one (scale, zero point); `Int8Linear` first maps
 every row affinely onto exactly [-1, 1] (x = s * x' + c) and adds `c * W·1` back, so each row is quantized
 on its own range: quality stays per-row and a row's result does not depend on the rows batched with it
@@ -293,12 +292,6 @@ def _mma_builds() -> bool:
     return available()
 
 
-def _vnni_int4(out_features: int, in_features: int, group_size: int) -> bool:
-    from backends.local_engine import int4_cpu
-
-    return int4_cpu.supports(out_features, in_features, group_size) and int4_cpu.available()
-
-
 def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int) -> nn.Module:
     """Build the layer for `dtype` from a float32 weight already on its target device."""
     if dtype in ("int8", "int4") and weight.is_cuda and cuda_quant_kernel(dtype) == "kernels":
@@ -314,10 +307,6 @@ def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int
 
         if int4_mma.supports(*weight.shape, group_size) and _mma_builds():
             return int4_mma.Int4MmaLinear(weight, bias, group_size)
-    if dtype == "int4" and not weight.is_cuda and _vnni_int4(*weight.shape, group_size):
-        from backends.local_engine.int4_cpu import Int4CpuLinear
-
-        return Int4CpuLinear(weight, bias, group_size)
     if dtype == "int4":
         return Int4Linear(weight, bias, group_size)
     if dtype == "fp16":
