@@ -13,6 +13,7 @@
 // block takes a slice of K for the block's 16 weight rows; partial sums meet in shared memory. Warps per
 // block and loads in flight per thread are template parameters (`config` picks them for one-chunk calls).
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_bf16.h>
 #include <torch/extension.h>
 
@@ -154,6 +155,8 @@ torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tenso
   TORCH_CHECK(N % 16 == 0 && K % 64 == 0, "int4_mma needs N % 16 == 0 and K % 64 == 0");
   TORCH_CHECK(codes.numel() == static_cast<int64_t>(N) * K / 8 && scales.numel() == static_cast<int64_t>(N) * K / 32,
               "codes / scales do not match the shape");
+  TORCH_CHECK(codes.device() == x.device() && scales.device() == x.device(), "x, codes and scales on one device");
+  const c10::cuda::CUDAGuard device_guard(x.device());
   auto out = torch::empty({M, N}, x.options());
   auto stream = at::cuda::getCurrentCUDAStream();
   const auto* xp = reinterpret_cast<const __nv_bfloat16*>(x.data_ptr<at::BFloat16>());
