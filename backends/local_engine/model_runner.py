@@ -33,6 +33,7 @@ from backends.local_engine.checkpoint import Checkpoint
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.kv_cache import KVCache, kv_bytes_per_token, num_blocks_for_memory
 from backends.local_engine.sequence import ScheduledSeq
+from backends.local_engine.threads import CpuShare
 from backends.local_engine.weights import WeightFormat, build_model, weight_bytes
 
 
@@ -52,6 +53,7 @@ class ModelRunner:
         torch.set_num_threads(settings.num_threads)
         self.num_threads = settings.num_threads
         self.single_thread_max_tokens = settings.single_thread_max_tokens
+        self.threads = CpuShare(settings.num_threads) if settings.adaptive_threads else None
         self.device = torch.device(settings.device)
         self.block_size = settings.block_size
         self.attention_layout = attention_layout
@@ -131,17 +133,24 @@ class ModelRunner:
         hidden = self.model(self._tensor(input_ids), self._tensor(positions), meta, self.kv_cache)
         logits = None
         if logit_rows:
-            self._set_threads(None)  # the output layer is large enough for all threads at any row count
+            if self.threads is None:
+                self._set_threads(None)  # the output layer is large enough for all threads at any row count
             logits = self.model.logits(hidden[self._tensor(logit_rows)])
-            self._set_threads(len(input_ids))  # the sampler's small ops: as few threads as the step's
+            if self.threads is None:
+                self._set_threads(len(input_ids))  # the sampler's small ops: as few threads as the step's
         return self._split(batch, logits)
 
-    def _set_threads(self, tokens: int | None) -> None:
-        """One thread for steps of few tokens (`tokens` None: all of them)."""
-        few = tokens is not None and tokens <= self.single_thread_max_tokens
-        threads = 1 if few else self.num_threads
+    def _set_threads(self, tokens: int | None) -> int:
+        """Threads for a step of `tokens` tokens (None: all of them): the cores other processes leave free
+        (adaptive), or with the fixed rule one thread for steps of few tokens."""
+        if self.threads is not None:
+            threads = self.threads.allowed()
+        else:
+            few = tokens is not None and tokens <= self.single_thread_max_tokens
+            threads = 1 if few else self.num_threads
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
+        return threads
 
     def _tensor(self, values: list[int]) -> Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)

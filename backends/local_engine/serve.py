@@ -11,6 +11,7 @@ from typing import Any
 
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.server import LoadedEngine, ServedModel, create_app
+from backends.local_engine.threads import configure_openmp
 
 log = logging.getLogger("llmgw.engine")
 ENV_PREFIX = "LLMGW_ENGINE__"
@@ -43,9 +44,8 @@ def run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = settings_from(args, dict(os.environ))
-    # OpenMP threads that spin while waiting slow down badly next to a busy neighbour (bench/README.md,
-    # "Engine serving"); torch is not imported yet, so this still takes effect.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # OpenMP waits (threads.py): torch is not imported yet, so this still takes effect
+    configure_openmp(settings.adaptive_threads)
     app = create_app(lambda: load_local_engine(settings))
     log.info("engine server listening on http://%s:%s (model loading)", args.host, args.port)
     uvicorn.run(
