@@ -28,9 +28,8 @@ SETTINGS = {  # label -> engine settings (the environment's LLMGW_ENGINE__* name
     "int4 t1": {"dtype": "int4", "num_threads": 1},
     "int4 t2": {"dtype": "int4", "num_threads": 2},
     "kv fp32": {"kv_cache_dtype": "fp32"},  # the default's KV pool before 2026-12-04
-    "fixed threads": {
-        "adaptive_threads": False
-    },  # the default's thread rule before 2026-12-04 (sixth session)
+    # the default's thread rule before 2026-12-04 (sixth session)
+    "fixed threads": {"adaptive_threads": False},
 }
 
 
@@ -95,7 +94,7 @@ def in_process_batch1(settings: dict) -> dict:
     from backends.local_engine.config import EngineSettings
     from backends.local_engine.threads import configure_openmp
 
-    configure_openmp(EngineSettings(**settings).adaptive_threads)  # no-op once torch has started
+    configure_openmp(EngineSettings(**settings).adaptive_threads)  # before torch starts; no-op after
     from backends.local_engine.sampling_params import SamplingParams
     from backends.local_engine.serve import load_local_engine
 

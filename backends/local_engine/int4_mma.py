@@ -110,6 +110,7 @@ def config_for(out_features: int, in_features: int) -> int:
     return 3 if out_features <= 4096 else 0
 
 
+@functools.cache
 def available() -> bool:
     """Whether the kernel builds here (a CUDA toolkit with nvcc is needed on first use); says why if not."""
     try:

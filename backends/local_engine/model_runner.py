@@ -133,16 +133,14 @@ class ModelRunner:
         hidden = self.model(self._tensor(input_ids), self._tensor(positions), meta, self.kv_cache)
         logits = None
         if logit_rows:
-            if self.threads is None:
-                self._set_threads(None)  # the output layer is large enough for all threads at any row count
+            self._set_threads(None)  # the output layer is large enough for all threads at any row count
             logits = self.model.logits(hidden[self._tensor(logit_rows)])
-            if self.threads is None:
-                self._set_threads(len(input_ids))  # the sampler's small ops: as few threads as the step's
+            self._set_threads(len(input_ids))  # the sampler's small ops: as few threads as the step's
         return self._split(batch, logits)
 
-    def _set_threads(self, tokens: int | None) -> int:
+    def _set_threads(self, tokens: int | None) -> None:
         """Threads for a step of `tokens` tokens (None: all of them): the cores other processes leave free
-        (adaptive), or with the fixed rule one thread for steps of few tokens."""
+        (adaptive, whatever the size), or with the fixed rule one thread for steps of few tokens."""
         if self.threads is not None:
             threads = self.threads.allowed()
         else:
@@ -150,7 +148,6 @@ class ModelRunner:
             threads = 1 if few else self.num_threads
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
-        return threads
 
     def _tensor(self, values: list[int]) -> Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)

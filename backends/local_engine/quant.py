@@ -16,7 +16,6 @@ else torch's packed `_weight_int4pack_mm` (tinygemm). `cuda_quant_kernel` says w
 the H200).
 """
 
-import functools
 import os
 import warnings
 
@@ -277,19 +276,12 @@ def cuda_quant_kernel(dtype: str) -> str:
     """Which kernel CUDA int8 / int4 layers use. LLMGW_INT8_KERNEL: "kernels" (the kernels/ package,
     default: 8B batch 1 346 tok/s, 61 % of roofline, against 323 for the fused own GEMV; two A/B rounds in one
     H200 call, bench/results/engine_gpu_profile_int8_ab.json) or "own" (quant_triton.py / gemv_triton.py).
-    LLMGW_INT4_KERNEL: "mma" (int4_mma.py, tensor cores; default: at 8B batch 1 349 tok/s against tinygemm's
-    301-308, 1.7-1.8x tinygemm at 8-16 rows, bench/results/engine_gpu_int4_kernels*.json; shapes it does not
+    LLMGW_INT4_KERNEL: "mma" (int4_mma.py, tensor cores; default: at 8B batch 1 408 tok/s against tinygemm's
+    301-308, 1.5x tinygemm per layer at 1 row and 2.9x at 8 rows, bench/results/engine_gpu_int4_kernels*.json; shapes it does not
     take, or a machine where it does not build, use tinygemm), "tinygemm" (torch's packed kernel), "triton"
     (quant_triton.py) or "kernels". Defaults: the fastest exact ones on the H200 (bench/README.md)."""
     default = {"int8": "kernels", "int4": "mma"}[dtype]
     return os.environ.get(f"LLMGW_{dtype.upper()}_KERNEL") or default
-
-
-@functools.cache
-def _mma_builds() -> bool:
-    from backends.local_engine.int4_mma import available
-
-    return available()
 
 
 def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int) -> nn.Module:
@@ -305,7 +297,7 @@ def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int
     if dtype == "int4" and weight.is_cuda and cuda_quant_kernel(dtype) == "mma":
         from backends.local_engine import int4_mma
 
-        if int4_mma.supports(*weight.shape, group_size) and _mma_builds():
+        if int4_mma.supports(*weight.shape, group_size) and int4_mma.available():
             return int4_mma.Int4MmaLinear(weight, bias, group_size)
     if dtype == "int4":
         return Int4Linear(weight, bias, group_size)
