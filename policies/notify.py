@@ -1,7 +1,8 @@
 """Change propagation: a change on one replica reaches every replica's Directory within ~1 s.
 
 With Redis: publish on a channel; every replica listens and reloads. A periodic reload is the
-backstop (missed messages, Redis outages, replicas without Redis).
+backstop (missed messages, Redis outages, replicas without Redis). A reload that fails after a change
+message (a locked SQLite file, a database failover) is retried within a second, not left to the backstop.
 """
 
 import asyncio
@@ -14,6 +15,8 @@ from redis.exceptions import RedisError
 from policies.directory import Directory
 
 log = logging.getLogger(__name__)
+
+RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.4)  # then every RETRY_DELAYS_S[-1] until a reload succeeds
 
 
 class ChangeNotifier:
@@ -68,13 +71,22 @@ class ChangeNotifier:
         async with self._redis.pubsub() as pubsub:
             await pubsub.subscribe(self._channel)
             self.subscribed.set()
-            await self._reload_logged()  # catch up on anything missed while unsubscribed
+            await self._reload_until_done()  # catch up on anything missed while unsubscribed
             async for message in pubsub.listen():
                 if message.get("type") == "message":
-                    await self._reload_logged()
+                    await self._reload_until_done()
 
-    async def _reload_logged(self) -> None:
+    async def _reload_until_done(self) -> None:
+        """A change was announced: keep the previous view only until a reload succeeds."""
+        attempt = 0
+        while not await self._reload_logged():
+            await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
+            attempt += 1
+
+    async def _reload_logged(self) -> bool:
         try:
             await self._directory.reload()
         except Exception:
             log.exception("reloading keys and policies failed; keeping the previous view")
+            return False
+        return True

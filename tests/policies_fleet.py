@@ -72,6 +72,16 @@ class Fleet:
         if self.schema:
             asyncio.run(_postgres(f"DROP SCHEMA {self.schema} CASCADE"))
 
+    def log_tails(self, lines: int = 30) -> str:
+        """The last lines each replica logged (secrets masked), for a failure's message."""
+        parts = []
+        for path in self.logs:
+            text = path.read_text(errors="replace")
+            for secret in self.secrets:
+                text = text.replace(secret, "sk-***")
+            parts.append(f"--- {path.name}\n" + "\n".join(text.splitlines()[-lines:]))
+        return "\n".join(parts)
+
     def _env(self, database_url: str) -> dict[str, str]:
         env = {**os.environ, "LLMGW_DATABASE_URL": database_url, "LLMGW_REDIS_URL": REDIS_URL}
         env |= {"LLMGW_ADMIN_TOKEN": ADMIN_TOKEN, "LLMGW_MASTER_KEY": "sk-fleet-master"}

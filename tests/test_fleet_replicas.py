@@ -139,7 +139,10 @@ async def test_policy_change_and_revocation_reach_the_other_replica_within_1s(fl
             headers=AUTH,
             json={"name": "x", "allowed_models": ["other"]},
         )
-        seen = await _wait_for(lambda: _refused(client, second, secret, 404))
+        try:
+            seen = await _wait_for(lambda: _refused(client, second, secret, 404))
+        except AssertionError as exc:  # say why: the replicas' own account of the change
+            raise AssertionError(f"{exc}\n{fleet.log_tails()}") from None
         key_id = (await client.get(first + "/admin/v1/keys", headers=AUTH)).json()[-1]["id"]
         await client.post(f"{first}/admin/v1/keys/{key_id}/revoke", headers=AUTH)
         for url in (first, second):
