@@ -31,6 +31,7 @@ from torch import Tensor
 from backends.local_engine.attention import Layout, build_metadata
 from backends.local_engine.checkpoint import Checkpoint
 from backends.local_engine.config import EngineSettings
+from backends.local_engine.cpu_decode import CpuDecoder
 from backends.local_engine.kv_cache import KVCache, kv_bytes_per_token, num_blocks_for_memory
 from backends.local_engine.sequence import ScheduledSeq
 from backends.local_engine.threads import CpuShare
@@ -83,6 +84,7 @@ class ModelRunner:
         )
         self.kv_cache = KVCache(self.config, self.num_blocks + cuda, self.block_size, kv_dtype, self.device)
         self.cuda_steps = None
+        self.cpu_decoder = None if cuda else CpuDecoder.build(self.model, self.kv_cache, self.block_size)
         if cuda:
             from backends.local_engine.cuda_runner import CudaStepRunner
 
@@ -123,6 +125,9 @@ class ModelRunner:
             positions.extend(range(start, end))
             spans.append((seq.block_table, start, item.num_new_tokens))
         self._set_threads(len(input_ids))
+        if self.cpu_decoder is not None:
+            hidden = self.cpu_decoder.forward(input_ids, positions, spans)
+            return self._split(batch, self._logits(hidden, logit_rows, len(input_ids)))
         meta = build_metadata(
             spans,
             self.block_size,
@@ -131,12 +136,16 @@ class ModelRunner:
             self.config.num_heads // self.config.num_kv_heads,
         )
         hidden = self.model(self._tensor(input_ids), self._tensor(positions), meta, self.kv_cache)
-        logits = None
-        if logit_rows:
-            self._set_threads(None)  # the output layer is large enough for all threads at any row count
-            logits = self.model.logits(hidden[self._tensor(logit_rows)])
-            self._set_threads(len(input_ids))  # the sampler's small ops: as few threads as the step's
-        return self._split(batch, logits)
+        return self._split(batch, self._logits(hidden, logit_rows, len(input_ids)))
+
+    def _logits(self, hidden: Tensor, logit_rows: list[int], tokens: int) -> Tensor | None:
+        if not logit_rows:
+            return None
+        self._set_threads(None)  # the output layer is large enough for all threads at any row count
+        rows = hidden if len(logit_rows) == hidden.shape[0] else hidden[self._tensor(logit_rows)]
+        logits = self.model.logits(rows)
+        self._set_threads(tokens)  # the sampler's small ops: as few threads as the step's
+        return logits
 
     def _set_threads(self, tokens: int | None) -> None:
         """Threads for a step of `tokens` tokens (None: all of them): the cores other processes leave free

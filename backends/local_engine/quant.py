@@ -5,7 +5,8 @@ int8: symmetric, one scale per output channel. int4: asymmetric, one (scale, zer
 
 CPU kernels, chosen by bench/engine_matmul.py (SmolLM2-135M shapes, 1-32 rows, AVX2 EPYC): fbgemm's int8
 GEMM (`quantized.linear_dynamic`) is the fastest at every row count and its cost per row falls as rows are
-added; the packed `_weight_int4pack_mm_for_cpu` (bf16 activations) is the int4 path at every row count.
+added. int4 runs cpu_kernels.py's int4 x int8 AVX2 kernel on CPUs without AVX-512 (2.5-4.8x torch's packed
+kernel there at 1-32 rows) and the packed `_weight_int4pack_mm_for_cpu` (bf16 activations) on AVX-512 CPUs.
 fbgemm quantizes the activations of a whole call with one (scale, zero point); `Int8Linear` first maps
 every row affinely onto exactly [-1, 1] (x = s * x' + c) and adds `c * W·1` back, so each row is quantized
 on its own range: quality stays per-row and a row's result does not depend on the rows batched with it
@@ -299,9 +300,20 @@ def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int
 
         if int4_mma.supports(*weight.shape, group_size) and int4_mma.available():
             return int4_mma.Int4MmaLinear(weight, bias, group_size)
+    if dtype == "int4" and not weight.is_cuda and cpu_int4_kernel(*weight.shape, group_size):
+        from backends.local_engine.cpu_kernels import Int4CpuLinear
+
+        return Int4CpuLinear(weight, bias, group_size)
     if dtype == "int4":
         return Int4Linear(weight, bias, group_size)
     if dtype == "fp16":
         return Fp16Linear(weight, bias)
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
     return DenseLinear(weight.to(torch_dtype), bias)
+
+
+def cpu_int4_kernel(out_features: int, in_features: int, group_size: int) -> bool:
+    """Whether a CPU int4 layer of this shape runs cpu_kernels.py's kernel (else torch's packed one)."""
+    from backends.local_engine import cpu_kernels
+
+    return cpu_kernels.supports(out_features, in_features, group_size) and cpu_kernels.available()

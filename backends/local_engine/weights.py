@@ -15,7 +15,7 @@ from tqdm import tqdm
 from backends.local_engine.checkpoint import Checkpoint
 from backends.local_engine.model import DecoderLayer, Embedding, LlamaModel
 from backends.local_engine.model_config import ModelConfig
-from backends.local_engine.quant import ConcatLinear, DenseLinear, make_linear, quantize_int8
+from backends.local_engine.quant import ConcatLinear, DenseLinear, cpu_int4_kernel, make_linear, quantize_int8
 from backends.local_engine.rope import interleave_rope_rows
 
 _LAYER_WEIGHTS = (
@@ -91,8 +91,17 @@ class ModelBuilder:
             o_proj=self._linear(t["self_attn.o_proj.weight"]),
             gate_up=self._stacked([t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"]]),
             down=self._linear(t["mlp.down_proj.weight"]),
-            mlp_dtype=torch.bfloat16 if self.fmt.dtype == "int4" else None,
+            mlp_dtype=self._mlp_dtype(t["mlp.down_proj.weight"]),
         )
+
+    def _mlp_dtype(self, down: Tensor) -> torch.dtype | None:
+        """bf16 between the MLP's matmuls for torch's CPU int4 kernel (bf16 in and out), else None (the
+        residual stream's dtype; cpu_kernels.py's kernel takes float32)."""
+        if self.fmt.dtype != "int4" or (
+            not self.fmt.cuda and cpu_int4_kernel(*down.shape, self.fmt.int4_group_size)
+        ):
+            return None
+        return torch.bfloat16
 
     def finish(self, max_positions: int) -> LlamaModel:
         missing = [i for i in range(self.config.num_layers) if i not in self.layers]
@@ -123,6 +132,15 @@ class ModelBuilder:
         # int4 keeps the output projection in int8, as llama.cpp's Q4 formats keep it at higher precision
         # (fp16 keeps its own: an int8 head is 0.7 ms faster at 1 row but costs fp16 its near-fp32 quality)
         dtype = "int8" if self.fmt.dtype == "int4" else self.fmt.dtype
+        if (
+            dtype == "int8"
+            and self.fmt.dtype == "int4"
+            and not self.fmt.cuda
+            and cpu_int4_kernel(*weight.shape, 32)
+        ):
+            from backends.local_engine.cpu_kernels import Int8CpuLinear
+
+            return Int8CpuLinear(weight)  # the AVX2 kernel family: 3-4x fbgemm's int8 GEMM on such CPUs
         return make_linear(weight, None, dtype, self.fmt.int4_group_size)
 
 

@@ -1,0 +1,78 @@
+// int8 weight x int8 activation matmul for x86-64 CPUs with AVX2 (the int4 format's output layer): see
+// cpu_kernels.py. Compiled in the same unit as int4_cpu.cpp (quantize_rows, NB).
+//
+// Weights: int8 codes, one float scale per row (symmetric), in tiles of 8 rows: codes [N/8, K/4, 32], byte
+// 4 r + c of (t, k4) = code (8 t + r, 4 k4 + c): one row per int32 lane against 4 activation bytes broadcast.
+// Activations: int8 per group of 32 with its own d (quantize_rows). Per step of 4 inputs: vpmaddubsw of |w|
+// and sign(x, w) (llama.cpp's Q8_0 x Q8_0 on AVX2; |pair sum| <= 2 * 127 * 127 < 2^15), vpmaddwd to int32;
+// per group the int32 sums become floats scaled by d; at the end by the rows' scales.
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <torch/extension.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+template <int MR>
+void int8_tile(const int8_t* codes, const float* row_scales, const int8_t* xq, const float* d, float* out, int64_t t,
+               int64_t m0, int64_t N, int64_t K) {
+  const int64_t G = K / 32;
+  const int8_t* tc = codes + t * (K / 4) * 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MR];
+  for (int j = 0; j < MR; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    __m256i sums[MR];
+    for (int j = 0; j < MR; ++j) sums[j] = _mm256_setzero_si256();
+    for (int step = 0; step < 8; ++step) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tc + (g * 8 + step) * 32));
+      const __m256i aw = _mm256_abs_epi8(w);
+      for (int j = 0; j < MR; ++j) {
+        int32_t x4;
+        std::memcpy(&x4, xq + (m0 + j) * K + g * 32 + step * 4, 4);
+        const __m256i sx = _mm256_sign_epi8(_mm256_set1_epi32(x4), w);
+        sums[j] = _mm256_add_epi32(sums[j], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
+      }
+    }
+    for (int j = 0; j < MR; ++j)
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[j]), _mm256_broadcast_ss(d + (m0 + j) * G + g), acc[j]);
+  }
+  const __m256 scale = _mm256_loadu_ps(row_scales + t * 8);
+  for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, _mm256_mul_ps(acc[j], scale));
+}
+
+}  // namespace
+
+// x [M, K] float32 or bfloat16 -> float32 [M, N].
+torch::Tensor int8_linear_cpu(torch::Tensor x, torch::Tensor codes, torch::Tensor row_scales) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2, "x must be a 2-D CPU tensor");
+  TORCH_CHECK(codes.scalar_type() == torch::kInt8 && codes.is_contiguous() && codes.dim() == 3 && codes.size(2) == 32,
+              "codes must be contiguous int8 [N/8, K/4, 32]");
+  TORCH_CHECK(row_scales.scalar_type() == torch::kFloat32 && row_scales.is_contiguous(), "scales must be float32");
+  const int64_t M = x.size(0), K = x.size(1), tiles = codes.size(0), N = tiles * 8;
+  TORCH_CHECK(K % 32 == 0 && codes.size(1) == K / 4 && row_scales.numel() == N, "int8_cpu: shapes do not match");
+  const torch::Tensor xf = x.to(torch::kFloat32).contiguous();
+  std::vector<int8_t> xq(M * K);
+  std::vector<float> d(M * (K / 32)), sxd(M * (K / 32));
+  quantize_rows(xf.data_ptr<float>(), M, K, xq.data(), d.data(), sxd.data());
+  auto out = torch::empty({M, N}, xf.options());
+  const int8_t* c = codes.data_ptr<int8_t>();
+  const float* s = row_scales.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  at::parallel_for(0, tiles, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t m0 = 0;
+      for (; m0 + 4 <= M; m0 += 4) int8_tile<4>(c, s, xq.data(), d.data(), o, t, m0, N, K);
+      switch (M - m0) {
+        case 3: int8_tile<3>(c, s, xq.data(), d.data(), o, t, m0, N, K); break;
+        case 2: int8_tile<2>(c, s, xq.data(), d.data(), o, t, m0, N, K); break;
+        case 1: int8_tile<1>(c, s, xq.data(), d.data(), o, t, m0, N, K); break;
+        default: break;
+      }
+    }
+  });
+  return out;
+}
