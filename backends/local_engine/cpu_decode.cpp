@@ -10,24 +10,54 @@
 #include <torch/extension.h>
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 namespace {
 
-constexpr int64_t kShortSpan = 16;  // attention.SHORT_SPAN: decodes and speculative verification
+constexpr int64_t kChunkRows = 32;  // rows of a span per attention task (a task converts its context once)
 
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const c10::BFloat16* p) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
 
 inline float hsum8(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+inline float hmax8(__m256 v) {
+  const __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(t, _mm_movehdup_ps(t)));
+}
+
+// All-ones lanes for keys 8 b + i < n.
+inline __m256 valid_lanes(int64_t b, int64_t n) {
+  const __m256i index = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(8 * b)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), index));
+}
+
+// e^x (clamped to [-87, 88]): 2^n e^r with r = x - n ln 2 in two parts (Cody-Waite) and Cephes' expf polynomial,
+// ~1 ulp; std::exp per score was most of a long prompt's attention time.
+// SiLU too, so that no row depends on the library's scalar exp.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  for (const float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(c));
+  y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
+inline __m256 load8(const c10::BFloat16* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
 }
 
 void rms_norm(const float* x, const float* weight, float eps, int64_t T, int64_t H, float* out) {
@@ -69,90 +99,64 @@ void rope_and_store(float* qkv, int64_t T, const float* rotations, const int64_t
   }
 }
 
-// Rows whose span has at most `short_span` rows: one row and KV head at a time, keys read in place.
+// Attention of rows r0 .. r1 - 1 of one span (one sequence, consecutive positions) for KV head h. Each row's
+// arithmetic is fixed whatever rows it is computed with (span length, chunk, batch): a decode row, a
+// speculative verification row and a prefill row of the same token give the same output, bit for bit.
+// The rows' context is converted to float32 once: keys transposed in blocks of 8 (scores of 8 keys per
+// FMA chain over the head dimension), values as rows.
 template <typename P>
-void attend(const float* qkv, int64_t T, const P* pool, int64_t slot_count, const int64_t* tables,
-            const int64_t* context_lens, const int64_t* span_lens, int64_t num_spans, const Shape& s, float* out,
-            int64_t short_span) {
+void attend_rows(const float* qkv, int64_t r0, int64_t r1, int64_t h, const P* pool, int64_t slot_count,
+                 const int64_t* table, const int64_t* context_lens, const Shape& s, float* out) {
   const int64_t D = s.head_dim, width = (s.heads + 2 * s.kv_heads) * D, kv = s.kv_heads * D;
-  const int64_t group = s.heads / s.kv_heads;
-  std::vector<int64_t> rows;  // the short spans' rows
-  for (int64_t i = 0, r0 = 0; i < num_spans; r0 += span_lens[i++])
-    for (int64_t r = r0; span_lens[i] <= short_span && r < r0 + span_lens[i]; ++r) rows.push_back(r);
-  at::parallel_for(0, static_cast<int64_t>(rows.size()) * s.kv_heads, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> scores;
-    std::vector<__m256> acc(D / 8);
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = rows[i / s.kv_heads], h = i % s.kv_heads, n = context_lens[t];
-      const int64_t* table = tables + t * s.max_blocks;
-      scores.resize(group * n);
+  const int64_t group = s.heads / s.kv_heads, ctx = context_lens[r1 - 1], blocks = (ctx + 7) / 8;
+  thread_local std::vector<float> keys, values, scores;
+  keys.assign(blocks * D * 8, 0.f);
+  values.resize(ctx * D);
+  scores.resize(blocks * 8);
+  for (int64_t p = 0; p < ctx; ++p) {
+    const int64_t slot = table[p / s.block_size] * s.block_size + p % s.block_size;
+    const P* key = pool + slot * kv + h * D;
+    const P* value = pool + (slot_count + slot) * kv + h * D;
+    float* block = keys.data() + (p / 8) * D * 8 + p % 8;
+    for (int64_t d = 0; d < D; ++d) block[d * 8] = static_cast<float>(key[d]);
+    for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(values.data() + p * D + d, load8(value + d));
+  }
+  __m256 acc[32];  // head_dim <= 256
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t n = context_lens[r];
+    for (int64_t g = 0; g < group; ++g) {
+      const float* q = qkv + r * width + (h * group + g) * D;
+      const int64_t nb = (n + 7) / 8;
+      __m256 top8 = _mm256_set1_ps(-INFINITY);
+      for (int64_t b = 0; b < nb; ++b) {  // four FMA chains over the head dimension, added in a fixed order
+        const float* block = keys.data() + b * D * 8;
+        __m256 dot[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t d = 0; d < D; d += 4)
+          for (int k = 0; k < 4; ++k)
+            dot[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + d + k), _mm256_loadu_ps(block + (d + k) * 8), dot[k]);
+        __m256 score = _mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(dot[0], dot[1]), _mm256_add_ps(dot[2], dot[3])),
+                                     _mm256_set1_ps(s.scale));
+        score = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), score, valid_lanes(b, n));
+        _mm256_storeu_ps(scores.data() + b * 8, score);
+        top8 = _mm256_max_ps(top8, score);
+      }
+      const __m256 top = _mm256_set1_ps(hmax8(top8));
+      __m256 total8 = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(scores.data() + b * 8), top)), valid_lanes(b, n));
+        _mm256_storeu_ps(scores.data() + b * 8, e);
+        total8 = _mm256_add_ps(total8, e);
+      }
+      const float total = hsum8(total8);
+      for (int64_t d = 0; d < D / 8; ++d) acc[d] = _mm256_setzero_ps();
       for (int64_t p = 0; p < n; ++p) {
-        const P* key = pool + (table[p / s.block_size] * s.block_size + p % s.block_size) * kv + h * D;
-        for (int64_t g = 0; g < group; ++g) {
-          const float* q = qkv + t * width + (h * group + g) * D;
-          __m256 dot = _mm256_setzero_ps();
-          for (int64_t d = 0; d < D; d += 8) dot = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(key + d), dot);
-          scores[g * n + p] = hsum8(dot) * s.scale;
-        }
+        const __m256 w = _mm256_set1_ps(scores[p]);
+        for (int64_t d = 0; d < D / 8; ++d) acc[d] = _mm256_fmadd_ps(w, _mm256_loadu_ps(values.data() + p * D + 8 * d), acc[d]);
       }
-      for (int64_t g = 0; g < group; ++g) {
-        float* row = scores.data() + g * n;
-        float top = row[0];
-        for (int64_t p = 1; p < n; ++p) top = std::max(top, row[p]);
-        float total = 0.f;
-        for (int64_t p = 0; p < n; ++p) total += (row[p] = std::exp(row[p] - top));
-        for (auto& a : acc) a = _mm256_setzero_ps();
-        for (int64_t p = 0; p < n; ++p) {
-          const int64_t slot = table[p / s.block_size] * s.block_size + p % s.block_size;
-          const P* value = pool + (slot_count + slot) * kv + h * D;
-          const __m256 w = _mm256_set1_ps(row[p]);
-          for (int64_t d = 0; d < D / 8; ++d) acc[d] = _mm256_fmadd_ps(w, load8(value + 8 * d), acc[d]);
-        }
-        float* dst = out + t * s.heads * D + (h * group + g) * D;
-        const __m256 inv = _mm256_set1_ps(1.f / total);
-        for (int64_t d = 0; d < D / 8; ++d) _mm256_storeu_ps(dst + 8 * d, _mm256_mul_ps(acc[d], inv));
-      }
+      float* dst = out + r * s.heads * D + (h * group + g) * D;
+      const __m256 inv = _mm256_set1_ps(1.f / total);
+      for (int64_t d = 0; d < D / 8; ++d) _mm256_storeu_ps(dst + 8 * d, _mm256_mul_ps(acc[d], inv));
     }
-  });
-}
-
-// A long span (prefill chunk): rows r0 .. r0 + n - 1 of one sequence. Per KV head, its context is gathered
-// once to float32 and the span's queries attend through two matmuls (BLAS), the per-row loop above being
-// ~2x slower than SDPA for 256-row chunks. Causal by context_lens.
-template <typename P>
-void attend_span(const float* qkv, int64_t r0, int64_t n, const P* pool, int64_t slot_count, const int64_t* tables,
-                 const int64_t* context_lens, const Shape& s, float* out) {
-  const int64_t D = s.head_dim, width = (s.heads + 2 * s.kv_heads) * D, kv = s.kv_heads * D;
-  const int64_t group = s.heads / s.kv_heads, ctx = context_lens[r0 + n - 1];
-  const int64_t* table = tables + r0 * s.max_blocks;
-  const auto options = torch::TensorOptions().dtype(torch::kFloat32);
-  auto keys = torch::empty({ctx, D}, options), values = torch::empty({ctx, D}, options);
-  auto queries = torch::empty({n * group, D}, options);
-  auto mask = torch::zeros({n * group, ctx}, options);
-  float* m = mask.data_ptr<float>();
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t g = 0; g < group; ++g)
-      for (int64_t p = context_lens[r0 + i]; p < ctx; ++p) m[(i * group + g) * ctx + p] = -INFINITY;
-  for (int64_t h = 0; h < s.kv_heads; ++h) {
-    float *k = keys.data_ptr<float>(), *v = values.data_ptr<float>(), *q = queries.data_ptr<float>();
-    for (int64_t p = 0; p < ctx; ++p) {
-      const int64_t slot = table[p / s.block_size] * s.block_size + p % s.block_size;
-      const P* key = pool + slot * kv + h * D;
-      const P* value = pool + (slot_count + slot) * kv + h * D;
-      for (int64_t d = 0; d < D; d += 8) {
-        _mm256_storeu_ps(k + p * D + d, load8(key + d));
-        _mm256_storeu_ps(v + p * D + d, load8(value + d));
-      }
-    }
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t g = 0; g < group; ++g)
-        std::copy_n(qkv + (r0 + i) * width + (h * group + g) * D, D, q + (i * group + g) * D);
-    const auto probs = at::softmax(at::addmm(mask, queries, keys.t(), 1.0, s.scale), 1);
-    const auto result = at::mm(probs, values);
-    const float* o = result.data_ptr<float>();
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t g = 0; g < group; ++g)
-        std::copy_n(o + (i * group + g) * D, D, out + (r0 + i) * s.heads * D + (h * group + g) * D);
   }
 }
 
@@ -161,9 +165,16 @@ void layer_attention(float* qkv, int64_t T, const float* rotations, const int64_
                      int64_t slot_count, const int64_t* tables, const int64_t* context_lens, const int64_t* span_lens,
                      int64_t num_spans, const Shape& s, float* out) {
   rope_and_store(qkv, T, rotations, slots, pool, slot_count, s);
-  for (int64_t i = 0, r0 = 0; i < num_spans; r0 += span_lens[i++])  // long spans: BLAS
-    if (span_lens[i] > kShortSpan) attend_span(qkv, r0, span_lens[i], pool, slot_count, tables, context_lens, s, out);
-  attend(qkv, T, pool, slot_count, tables, context_lens, span_lens, num_spans, s, out, kShortSpan);
+  std::vector<std::pair<int64_t, int64_t>> chunks;  // row ranges of at most kChunkRows rows within a span
+  for (int64_t i = 0, r0 = 0; i < num_spans; r0 += span_lens[i++])
+    for (int64_t c = r0; c < r0 + span_lens[i]; c += kChunkRows) chunks.emplace_back(c, std::min(c + kChunkRows, r0 + span_lens[i]));
+  const int64_t tasks = static_cast<int64_t>(chunks.size()) * s.kv_heads;
+  at::parallel_for(0, tasks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const auto [r0, r1] = chunks[i / s.kv_heads];
+      attend_rows(qkv, r0, r1, i % s.kv_heads, pool, slot_count, tables + r0 * s.max_blocks, context_lens, s, out);
+    }
+  });
 }
 
 }  // namespace
@@ -186,8 +197,10 @@ torch::Tensor decode_layers(torch::Tensor residual, std::vector<torch::Tensor> n
   const int64_t slot_count = pool.size(2);
   Shape s{heads, pool.size(3), pool.size(4), block_size, tables.size(1), 0.f};
   s.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  TORCH_CHECK(s.head_dim % 8 == 0 && heads % s.kv_heads == 0, "head_dim % 8 and heads % kv_heads must be 0");
+  TORCH_CHECK(s.head_dim % 8 == 0 && s.head_dim <= 256 && heads % s.kv_heads == 0,
+              "head_dim must be a multiple of 8 up to 256, heads a multiple of kv_heads");
   const int64_t width = (heads + 2 * s.kv_heads) * s.head_dim, inter = linears[4].size(0) * 8 / 2;
+  TORCH_CHECK(inter % 8 == 0, "intermediate size must be a multiple of 8");
   std::vector<float> normed(T * H), qkv(T * width), attn(T * heads * s.head_dim), gate_up(T * 2 * inter),
       act(T * inter), delta(T * H);
   float* x = residual.data_ptr<float>();
@@ -219,9 +232,11 @@ torch::Tensor decode_layers(torch::Tensor residual, std::vector<torch::Tensor> n
     rms_norm(x, norms[2 * l + 1].data_ptr<float>(), eps, T, H, normed.data());
     int4_matmul(normed.data(), T, H, lin[4], lin[5], gate_up.data());
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < inter; ++i) {
-        const float g = gate_up[t * 2 * inter + i], u = gate_up[t * 2 * inter + inter + i];
-        act[t * inter + i] = g / (1.f + std::exp(-g)) * u;
+      for (int64_t i = 0; i < inter; i += 8) {  // SiLU(gate) * up; inter % 8 == 0 (checked)
+        const __m256 g = _mm256_loadu_ps(gate_up.data() + t * 2 * inter + i);
+        const __m256 u = _mm256_loadu_ps(gate_up.data() + t * 2 * inter + inter + i);
+        const __m256 sig = _mm256_add_ps(_mm256_set1_ps(1.f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)));
+        _mm256_storeu_ps(act.data() + t * inter + i, _mm256_mul_ps(_mm256_div_ps(g, sig), u));
       }
     int4_matmul(act.data(), T, inter, lin[6], lin[7], delta.data());
     add(delta);

@@ -8,11 +8,11 @@ loops: RMSNorm, the int4 matmuls (int4_cpu.cpp), RoPE, the K/V write into the pa
 row's block table, SiLU, residual adds. The embedding, the final norm and the output layer stay in Python.
 
 Taken for every step when every layer's four projections run cpu_kernels.py's kernel (`CpuDecoder.build`).
-Spans of at most `attention.SHORT_SPAN` tokens (decodes, speculative verification) attend row by row with the
-keys read in place; longer ones (prefill chunks) gather their context once per KV head and attend through
-two BLAS matmuls. A short-span row goes through the same arithmetic whatever else the step holds (per-row
-activation scales, a fixed order), so a verification row and a decode row give the same logits and
-speculative decoding keeps greedy output unchanged.
+Attention converts each row chunk's context to float32 once per KV head and scores 8 keys per FMA chain.
+Every row goes through the same arithmetic whatever the step holds (per-row activation scales in the
+matmuls, a fixed order in attention, whatever the span's length or chunking), so a decode row, a speculative
+verification row and a prefill row of the same token give the same logits, bit for bit: speculative
+decoding keeps greedy output unchanged, and so do chunk boundaries.
 LLMGW_CPU_FUSED_DECODE=0 turns it off.
 """
 
@@ -52,10 +52,13 @@ class CpuDecoder:
         linears = [m for layer in model.layers for m in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
         if not all(isinstance(m, cpu_kernels.Int4CpuLinear) for m in linears):
             return None
-        if model.config.head_dim % 8 or any(
-            m.bias is not None for m in linears if m is not model.layers[0].qkv
+        others = [m for layer in model.layers for m in (layer.o_proj, layer.gate_up, layer.down)]
+        if (
+            model.config.head_dim % 8
+            or model.config.head_dim > 256
+            or any(m.bias is not None for m in others)
         ):
-            return None
+            return None  # biases: on q/k/v only (Qwen2)
         return cls(model, kv_cache, block_size)
 
     @torch.inference_mode()
