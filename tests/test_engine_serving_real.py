@@ -40,7 +40,8 @@ class SmallPool:
 
 
 def make_engine(runner, **overrides) -> LLMEngine:
-    settings = EngineSettings(max_model_len=512, max_num_batched_tokens=64, max_num_seqs=8, **overrides)
+    defaults = {"max_model_len": 512, "max_num_batched_tokens": 64, "max_num_seqs": 8}
+    settings = EngineSettings(**(defaults | overrides))
     return LLMEngine(
         settings, runner, probabilities, lambda p, params: IncrementalDetokenizer(runner.tokenizer, p, params)
     )
@@ -85,6 +86,28 @@ def test_speculative_greedy_output_is_identical_on_code_prose_and_lists(runner):
     assert run(gated, prompts, 48) == plain
     # free text rejects most drafts: the acceptance gate proposes fewer of them
     assert gated.counters.num_draft_tokens < spec.counters.num_draft_tokens
+
+
+@pytest.fixture(scope="module")
+def int4_runner():
+    from backends.local_engine.model_runner import ModelRunner
+
+    runner = ModelRunner(EngineSettings(dtype="int4", kv_cache_memory_mb=64, max_model_len=512))
+    if runner.cpu_decoder is None:
+        pytest.skip("the one-call CPU step (AVX2 kernels) is not used on this machine")
+    return runner
+
+
+def test_speculative_greedy_output_is_identical_with_the_default_int4_cpu_step(int4_runner):
+    """The default format: every row's arithmetic is fixed (cpu_decode.py), so drafts verified in a span,
+    and prompts chunked differently around them, leave greedy output unchanged."""
+    prompts = [chat(int4_runner, system, user) for system, user in SPEC_PROMPTS]
+    plain = run(make_engine(int4_runner), prompts, 48)
+    spec = make_engine(int4_runner, speculative_ngram=True, num_speculative_tokens=4, spec_min_acceptance=0.0)
+    assert run(spec, prompts, 48) == plain
+    assert spec.counters.num_accepted_tokens > 0
+    unchunked = make_engine(int4_runner, max_num_batched_tokens=512)
+    assert run(unchunked, prompts, 48) == plain
 
 
 def test_shared_system_prompt_hits_the_prefix_cache_with_identical_outputs(runner):
