@@ -30,6 +30,9 @@ SETTINGS = {  # label -> engine settings (the environment's LLMGW_ENGINE__* name
     "kv fp32": {"kv_cache_dtype": "fp32"},  # the default's KV pool before 2026-12-04
     # the default's thread rule before 2026-12-04 (sixth session)
     "fixed threads": {"adaptive_threads": False},
+    # int4 through torch's packed kernel and the model's own forward: the default before the AVX2 kernels
+    # and the one-call step (cpu_kernels.py, cpu_decode.py; 2026-12-04, seventh session)
+    "torch int4": {"LLMGW_INT4_CPU_KERNEL": "torch"},
 }
 
 

@@ -48,7 +48,13 @@ class EngineServer:
     def __init__(self, **settings: object) -> None:
         self.port = free_port()
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        env.update({f"LLMGW_ENGINE__{k.upper()}": str(v) for k, v in settings.items()})
+        # an engine setting becomes LLMGW_ENGINE__<NAME>; a name already LLMGW_... is a variable of its own
+        env.update(
+            {
+                k if k.startswith("LLMGW_") else f"LLMGW_ENGINE__{k.upper()}": str(v)
+                for k, v in settings.items()
+            }
+        )
         command = [sys.executable, "-m", "backends.local_engine.cli", "serve", "--port", str(self.port)]
         self.process = subprocess.Popen(command, env=env, cwd=ROOT)
         self.url = f"http://127.0.0.1:{self.port}"

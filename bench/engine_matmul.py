@@ -7,7 +7,7 @@ a real step) plus, separately, the 49152x576 output layer. Medians of `--repeats
     .venv/bin/python -m bench.engine_matmul [--rows 1,4,8,16,32] [--threads 1] [--repeats 7]
 
 Prints a table (ms per step and ms per row) and writes bench/results/engine_matmul.json. The engine's
-quant.py picks its kernels from these figures.
+quant.py picks its kernels from these figures ("engine int4" is cpu_kernels.py's AVX2 kernel where it builds).
 """
 
 import argparse
@@ -20,7 +20,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from backends.local_engine.quant import make_linear
+from backends.local_engine.cpu_kernels import Int8CpuLinear
+from backends.local_engine.quant import Int4Linear, make_linear
 from bench.harness import RESULTS
 
 LAYER_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]
@@ -48,7 +49,7 @@ def _int8pack(weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 def _int4pack(weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    layer = make_linear(weight, None, "int4", 32)
+    layer = Int4Linear(weight, None, 32)  # torch's packed layout, whatever make_linear picks
     return lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(
         x.bfloat16(), layer.packed, 32, layer.scales_and_zeros_bf16
     ).float()
@@ -78,6 +79,7 @@ CANDIDATES: dict[str, Callable[[torch.Tensor], Callable[[torch.Tensor], torch.Te
     "engine fp16 (quant.py)": _engine("fp16"),
     "engine int8 (quant.py)": _engine("int8"),
     "engine int4 (quant.py)": _engine("int4"),
+    "int8 AVX2 (cpu_kernels.py; the int4 format's output layer)": Int8CpuLinear,
 }
 
 

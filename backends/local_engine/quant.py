@@ -5,8 +5,8 @@ int8: symmetric, one scale per output channel. int4: asymmetric, one (scale, zer
 
 CPU kernels, chosen by bench/engine_matmul.py (SmolLM2-135M shapes, 1-32 rows, AVX2 EPYC): fbgemm's int8
 GEMM (`quantized.linear_dynamic`) is the fastest at every row count and its cost per row falls as rows are
-added. int4 runs cpu_kernels.py's int4 x int8 AVX2 kernel on CPUs without AVX-512 (2.5-4.8x torch's packed
-kernel there at 1-32 rows) and the packed `_weight_int4pack_mm_for_cpu` (bf16 activations) on AVX-512 CPUs.
+added. int4 runs cpu_kernels.py's int4 x int8 AVX2 kernel (2.5-4.8x torch's packed kernel at 1-32 rows on an
+AVX2 EPYC), else the packed `_weight_int4pack_mm_for_cpu` (bf16 activations; LLMGW_INT4_CPU_KERNEL=torch).
 fbgemm quantizes the activations of a whole call with one (scale, zero point); `Int8Linear` first maps
 every row affinely onto exactly [-1, 1] (x = s * x' + c) and adds `c * W·1` back, so each row is quantized
 on its own range: quality stays per-row and a row's result does not depend on the rows batched with it
