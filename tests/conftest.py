@@ -77,3 +77,15 @@ def verifier() -> "Verifier":
     loaded = load_verifier()
     assert loaded is not None, "the verifier weights ship in cache/verifier_model/"
     return loaded
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build the CPU engine kernels (cpu_kernels.py: ~1 min the first time, then cached) before any test
+    starts an engine process that would build them under its own start-up timeout."""
+    if not any("engine" in item.nodeid or "cpu_kernels" in item.nodeid for item in session.items):
+        return
+    try:
+        from backends.local_engine import cpu_kernels
+    except ImportError:  # no torch: the engine tests skip themselves
+        return
+    cpu_kernels.available()

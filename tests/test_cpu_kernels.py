@@ -104,11 +104,17 @@ def tiny_checkpoint(layers: int = 2, bias: bool = False) -> Checkpoint:
             p + "input_layernorm.weight": 1 + rand(64),
             p + "post_attention_layernorm.weight": 1 + rand(64),
         }
-        tensors |= {p + f"self_attn.{n}_proj.weight": rand(rows, 64) for n, rows in zip("qkv", (64, 32, 32))}
+        tensors |= {
+            p + f"self_attn.{n}_proj.weight": rand(rows, 64)
+            for n, rows in zip("qkv", (64, 32, 32), strict=True)
+        }
         tensors |= {p + "self_attn.o_proj.weight": rand(64, 64), p + "mlp.down_proj.weight": rand(64, 128)}
         tensors |= {p + "mlp.gate_proj.weight": rand(128, 64), p + "mlp.up_proj.weight": rand(128, 64)}
         if bias:
-            tensors |= {p + f"self_attn.{n}_proj.bias": rand(rows) for n, rows in zip("qkv", (64, 32, 32))}
+            tensors |= {
+                p + f"self_attn.{n}_proj.bias": rand(rows)
+                for n, rows in zip("qkv", (64, 32, 32), strict=True)
+            }
     return Checkpoint(config, iter(tensors.items()), len(tensors), TokenizerSource(), "tiny")
 
 

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -103,6 +104,19 @@ void tile(const uint8_t* codes, const uint16_t* sz, const int8_t* xq, const floa
   for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, acc[j]);
 }
 
+// Calls tile(std::integral_constant<int, R>, m0) over rows m0 .. m0 + R - 1 of M: blocks of 4, then the rest.
+template <typename Tile>
+void row_blocks(int64_t M, Tile&& tile) {
+  int64_t m0 = 0;
+  for (; m0 + 4 <= M; m0 += 4) tile(std::integral_constant<int, 4>{}, m0);
+  switch (M - m0) {
+    case 3: tile(std::integral_constant<int, 3>{}, m0); break;
+    case 2: tile(std::integral_constant<int, 2>{}, m0); break;
+    case 1: tile(std::integral_constant<int, 1>{}, m0); break;
+    default: break;
+  }
+}
+
 // out [M, N] = x [M, K] float32 times the int4 weight (codes, scales).
 void int4_matmul(const float* x, int64_t M, int64_t K, const torch::Tensor& codes, const torch::Tensor& scales,
                  float* out) {
@@ -122,14 +136,7 @@ void int4_matmul(const float* x, int64_t M, int64_t K, const torch::Tensor& code
   const float *dp = d_buffer.data(), *sp = sxd_buffer.data();
   at::parallel_for(0, tiles, 4, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      int64_t m0 = 0;
-      for (; m0 + 4 <= M; m0 += 4) tile<4>(c, s, q, dp, sp, out, t, m0, N, K);
-      switch (M - m0) {
-        case 3: tile<3>(c, s, q, dp, sp, out, t, m0, N, K); break;
-        case 2: tile<2>(c, s, q, dp, sp, out, t, m0, N, K); break;
-        case 1: tile<1>(c, s, q, dp, sp, out, t, m0, N, K); break;
-        default: break;
-      }
+      row_blocks(M, [&](auto rows, int64_t m0) { tile<decltype(rows)::value>(c, s, q, dp, sp, out, t, m0, N, K); });
     }
   });
 }

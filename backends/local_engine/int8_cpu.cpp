@@ -64,14 +64,9 @@ torch::Tensor int8_linear_cpu(torch::Tensor x, torch::Tensor codes, torch::Tenso
   float* o = out.data_ptr<float>();
   at::parallel_for(0, tiles, 16, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      int64_t m0 = 0;
-      for (; m0 + 4 <= M; m0 += 4) int8_tile<4>(c, s, xq.data(), d.data(), o, t, m0, N, K);
-      switch (M - m0) {
-        case 3: int8_tile<3>(c, s, xq.data(), d.data(), o, t, m0, N, K); break;
-        case 2: int8_tile<2>(c, s, xq.data(), d.data(), o, t, m0, N, K); break;
-        case 1: int8_tile<1>(c, s, xq.data(), d.data(), o, t, m0, N, K); break;
-        default: break;
-      }
+      row_blocks(M, [&](auto rows, int64_t m0) {
+        int8_tile<decltype(rows)::value>(c, s, xq.data(), d.data(), o, t, m0, N, K);
+      });
     }
   });
   return out;
