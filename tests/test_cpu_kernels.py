@@ -179,3 +179,33 @@ def test_a_decode_row_gives_the_same_logits_alone_or_in_a_mixed_step(monkeypatch
     a.num_computed_tokens = 28
     alone = runner.execute([ScheduledSeq(a, 1)])[0].logits
     assert torch.equal(alone, in_mixed)
+
+
+def test_the_kernels_let_other_python_threads_run():
+    """The engine computes in a thread beside the server's event loop: a kernel must not hold the GIL."""
+    import threading
+    import time
+
+    layer = cpu_kernels.Int4CpuLinear(torch.randn(3072, 576), None, 32)
+    x = torch.randn(2048, 576)  # a call of ~50 ms; one thread for it, one core for the main thread
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    layer(x)
+    call_s = time.perf_counter() - started
+    done = threading.Event()
+
+    def compute() -> None:
+        for _ in range(3):
+            layer(x)
+        done.set()
+
+    worker = threading.Thread(target=compute)
+    last, longest = time.perf_counter(), 0.0
+    worker.start()
+    while not done.is_set():  # the longest the main thread waited between two of its own steps
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+    worker.join()
+    torch.set_num_threads(threads)
+    assert longest < call_s / 2, (longest, call_s)  # holding the GIL, the main thread waits out whole calls

@@ -147,6 +147,7 @@ void int4_matmul(const float* x, int64_t M, int64_t K, const torch::Tensor& code
 // whole layer: from Python, a layer costs one op dispatch (~5 us here) instead of five.
 torch::Tensor int4_linear_cpu(torch::Tensor x, torch::Tensor codes, torch::Tensor scales,
                               c10::optional<torch::Tensor> bias) {
+  const pybind11::gil_scoped_release no_gil;  // as torch's own ops: other Python threads run meanwhile
   TORCH_CHECK(x.device().is_cpu() && (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16),
               "x must be a float32 or bfloat16 CPU tensor");
   TORCH_CHECK(codes.scalar_type() == torch::kUInt8 && codes.is_contiguous() && codes.dim() == 4,
