@@ -33,6 +33,8 @@ SETTINGS = {  # label -> engine settings (the environment's LLMGW_ENGINE__* name
     # int4 through torch's packed kernel and the model's own forward: the default before the AVX2 kernels
     # and the one-call step (cpu_kernels.py, cpu_decode.py; 2026-12-04, seventh session)
     "torch int4": {"LLMGW_INT4_CPU_KERNEL": "torch"},
+    # the CPU kernels holding the GIL through a call, as they did before it was released (A/B)
+    "gil held": {"LLMGW_CPU_KERNELS_HOLD_GIL": "1"},
 }
 
 

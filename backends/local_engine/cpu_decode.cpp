@@ -188,7 +188,7 @@ torch::Tensor decode_layers(torch::Tensor residual, std::vector<torch::Tensor> n
                             torch::Tensor pool, torch::Tensor rotations, torch::Tensor slots, torch::Tensor tables,
                             torch::Tensor context_lens, torch::Tensor span_lens, int64_t heads, int64_t block_size,
                             double eps) {
-  const pybind11::gil_scoped_release no_gil;  // the server's event loop runs while a step computes
+  const GilRelease no_gil;  // the server's event loop runs while a step computes
   TORCH_CHECK(residual.scalar_type() == torch::kFloat32 && residual.is_contiguous() && residual.dim() == 2,
               "residual must be a contiguous float32 [T, H] tensor");
   TORCH_CHECK(pool.is_contiguous() && pool.dim() == 5, "pool must be a contiguous [L, 2, S, KVH, D] tensor");

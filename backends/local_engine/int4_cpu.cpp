@@ -14,7 +14,9 @@
 #include <torch/extension.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -143,11 +145,20 @@ void int4_matmul(const float* x, int64_t M, int64_t K, const torch::Tensor& code
 
 }  // namespace
 
+// Releases the GIL for the scope (LLMGW_CPU_KERNELS_HOLD_GIL=1 keeps it, to measure the difference).
+struct GilRelease {
+  std::optional<pybind11::gil_scoped_release> release;
+  GilRelease() {
+    static const bool hold = std::getenv("LLMGW_CPU_KERNELS_HOLD_GIL") != nullptr;
+    if (!hold) release.emplace();
+  }
+};
+
 // x [..., K] float32 or bfloat16 -> [..., N] in x's dtype (+ bias float32 [N] if defined). One call does the
 // whole layer: from Python, a layer costs one op dispatch (~5 us here) instead of five.
 torch::Tensor int4_linear_cpu(torch::Tensor x, torch::Tensor codes, torch::Tensor scales,
                               c10::optional<torch::Tensor> bias) {
-  const pybind11::gil_scoped_release no_gil;  // as torch's own ops: other Python threads run meanwhile
+  const GilRelease no_gil;  // as torch's own ops: other Python threads run meanwhile
   TORCH_CHECK(x.device().is_cpu() && (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16),
               "x must be a float32 or bfloat16 CPU tensor");
   TORCH_CHECK(codes.scalar_type() == torch::kUInt8 && codes.is_contiguous() && codes.dim() == 4,

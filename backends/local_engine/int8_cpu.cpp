@@ -48,7 +48,7 @@ void int8_tile(const int8_t* codes, const float* row_scales, const int8_t* xq, c
 
 // x [M, K] float32 or bfloat16 -> float32 [M, N].
 torch::Tensor int8_linear_cpu(torch::Tensor x, torch::Tensor codes, torch::Tensor row_scales) {
-  const pybind11::gil_scoped_release no_gil;
+  const GilRelease no_gil;
   TORCH_CHECK(x.device().is_cpu() && x.dim() == 2, "x must be a 2-D CPU tensor");
   TORCH_CHECK(codes.scalar_type() == torch::kInt8 && codes.is_contiguous() && codes.dim() == 3 && codes.size(2) == 32,
               "codes must be contiguous int8 [N/8, K/4, 32]");
