@@ -33,6 +33,25 @@ inline float hmax8(__m256 v) {
   return _mm_cvtss_f32(_mm_max_ss(t, _mm_movehdup_ps(t)));
 }
 
+// r[i] (8 floats) <- column i of the 8 x 8 matrix whose rows were r[0..7].
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
 // All-ones lanes for keys 8 b + i < n.
 inline __m256 valid_lanes(int64_t b, int64_t n) {
   const __m256i index = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(8 * b)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -110,16 +129,26 @@ void attend_rows(const float* qkv, int64_t r0, int64_t r1, int64_t h, const P* p
   const int64_t D = s.head_dim, width = (s.heads + 2 * s.kv_heads) * D, kv = s.kv_heads * D;
   const int64_t group = s.heads / s.kv_heads, ctx = context_lens[r1 - 1], blocks = (ctx + 7) / 8;
   thread_local std::vector<float> keys, values, scores;
-  keys.assign(blocks * D * 8, 0.f);
+  keys.resize(blocks * D * 8);
   values.resize(ctx * D);
   scores.resize(blocks * 8);
-  for (int64_t p = 0; p < ctx; ++p) {
-    const int64_t slot = table[p / s.block_size] * s.block_size + p % s.block_size;
-    const P* key = pool + slot * kv + h * D;
-    const P* value = pool + (slot_count + slot) * kv + h * D;
-    float* block = keys.data() + (p / 8) * D * 8 + p % 8;
-    for (int64_t d = 0; d < D; ++d) block[d * 8] = static_cast<float>(key[d]);
-    for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(values.data() + p * D + d, load8(value + d));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const P* key[8];
+    for (int i = 0; i < 8; ++i) {
+      const int64_t p = 8 * b + i;
+      key[i] = nullptr;  // past the context: zeros
+      if (p >= ctx) continue;
+      const int64_t slot = table[p / s.block_size] * s.block_size + p % s.block_size;
+      key[i] = pool + slot * kv + h * D;
+      for (int64_t d = 0; d < D; d += 8)
+        _mm256_storeu_ps(values.data() + p * D + d, load8(pool + (slot_count + slot) * kv + h * D + d));
+    }
+    for (int64_t d0 = 0; d0 < D; d0 += 8) {  // 8 keys x 8 dims, transposed in registers
+      __m256 rows[8];
+      for (int i = 0; i < 8; ++i) rows[i] = key[i] ? load8(key[i] + d0) : _mm256_setzero_ps();
+      transpose8(rows);
+      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(keys.data() + (b * D + d0 + j) * 8, rows[j]);
+    }
   }
   __m256 acc[32];  // head_dim <= 256
   for (int64_t r = r0; r < r1; ++r) {

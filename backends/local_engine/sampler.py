@@ -188,13 +188,15 @@ class Sampler:
         prompts = [s.token_ids[: s.num_prompt_tokens] for s in seqs]
         outputs = [s.token_ids[s.num_prompt_tokens :] for s in seqs]
         probs = probabilities(logits, params, prompts, outputs)
-        token_ids = [self._draw(probs[row], seq) for row, seq in enumerate(seqs)]
+        # greedy rows are one-hot: one batched argmax instead of one op (and sync) per row
+        argmax = probs.argmax(dim=-1).tolist() if any(p.greedy for p in params) else []
+        token_ids = [
+            argmax[row] if seq.params.greedy else self._draw(probs[row], seq) for row, seq in enumerate(seqs)
+        ]
         return SamplerOutput(token_ids, _logprobs(logits, token_ids, params))
 
     def _draw(self, probs: Tensor, seq: Sequence) -> int:
         """Exponential race: argmax(p / E) with E ~ Exp(1) samples from p and is one op per row."""
-        if seq.params.greedy:
-            return int(probs.argmax())
         seed = seq.params.seed
         generator = self.generator if seed is None else seeded_generator(seed, len(seq), probs.device)
         noise = torch.empty_like(probs).exponential_(generator=generator)
