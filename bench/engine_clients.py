@@ -35,6 +35,8 @@ SETTINGS = {  # label -> engine settings (the environment's LLMGW_ENGINE__* name
     "torch int4": {"LLMGW_INT4_CPU_KERNEL": "torch"},
     # the CPU kernels holding the GIL through a call, as they did before it was released (A/B)
     "gil held": {"LLMGW_CPU_KERNELS_HOLD_GIL": "1"},
+    # adaptive threads that give up the second thread only for a neighbour above 0.9 of a core (default 0.5)
+    "yield 0.9": {"threads_yield_above": 0.9},
 }
 
 

@@ -70,6 +70,17 @@ def test_a_light_neighbour_leaves_both_threads(proc: FakeProc) -> None:
     assert cpu.allowed(now=1.0) == 2
 
 
+@pytest.mark.parametrize(("yield_above", "threads"), [(0.5, 1), (0.9, 2)])
+def test_how_much_of_a_core_others_may_take_before_a_thread_is_given_up(
+    proc: FakeProc, yield_above: float, threads: int
+) -> None:
+    cpu = CpuShare(2, period=1.0, proc=str(proc.root), yield_above=yield_above)
+    cpu.cpus, cpu.hz = {0, 1}, 100
+    cpu.allowed(now=0.0)
+    proc.advance(100, 70, own=100)  # others used 0.7 of a core
+    assert cpu.allowed(now=1.0) == threads
+
+
 def test_unreadable_proc_means_all_threads(tmp_path: Path) -> None:
     cpu = CpuShare(2, period=0.0, proc=str(tmp_path / "missing"))
     assert cpu.allowed(now=0.0) == 2 and cpu.allowed(now=1.0) == 2

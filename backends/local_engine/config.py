@@ -26,6 +26,8 @@ class EngineSettings(BaseModel):
     # OpenMP waits spin briefly). False: the fixed rule with sleeping waits, where steps of at most
     # single_thread_max_tokens tokens run on one thread (bench/README.md, "Client table")
     adaptive_threads: bool = True
+    # adaptive: one thread fewer for each core's worth of other processes' use beyond this fraction of a core
+    threads_yield_above: float = 0.5
     single_thread_max_tokens: int = 8
     enable_prefix_caching: bool = True
     speculative_ngram: bool = False

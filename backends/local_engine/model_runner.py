@@ -54,7 +54,11 @@ class ModelRunner:
         torch.set_num_threads(settings.num_threads)
         self.num_threads = settings.num_threads
         self.single_thread_max_tokens = settings.single_thread_max_tokens
-        self.threads = CpuShare(settings.num_threads) if settings.adaptive_threads else None
+        self.threads = (
+            CpuShare(settings.num_threads, yield_above=settings.threads_yield_above)
+            if settings.adaptive_threads
+            else None
+        )
         self.device = torch.device(settings.device)
         self.block_size = settings.block_size
         self.attention_layout = attention_layout

@@ -14,6 +14,7 @@ see a neighbour that was there from the start.
 follows the free cores, PASSIVE (sleep at once) for the fixed rule.
 """
 
+import math
 import os
 import time
 
@@ -52,8 +53,12 @@ def _own_ticks(stat: str) -> int:
 class CpuShare:
     """Threads a step may use: `most`, less the cores other processes kept busy over the last `period`."""
 
-    def __init__(self, most: int, period: float = 0.25, proc: str = "/proc") -> None:
+    def __init__(
+        self, most: int, period: float = 0.25, proc: str = "/proc", yield_above: float = 0.5
+    ) -> None:
+        """`yield_above`: a thread is given up for each core's worth of others' use beyond this fraction."""
         self.most, self.period, self.proc = max(1, most), period, proc
+        self.yield_above = yield_above
         try:
             self.cpus = os.sched_getaffinity(0)
         except AttributeError:  # not Linux
@@ -74,8 +79,8 @@ class CpuShare:
         if self._last is not None:
             elapsed_ticks = (now - self._last[0]) * self.hz
             others = ((sample[0] - self._last[1]) - (sample[1] - self._last[2])) / max(elapsed_ticks, 1e-9)
-            free = len(self.cpus) - max(others, 0.0)
-            self.threads = max(1, min(self.most, int(free + 0.5)))
+            spare = len(self.cpus) - math.ceil(max(others, 0.0) - self.yield_above)
+            self.threads = max(1, min(self.most, spare))
         self._last = (now, *sample)
         return self.threads
 
