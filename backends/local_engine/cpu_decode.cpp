@@ -1,5 +1,5 @@
 // Every decoder layer of a CPU int4 step in one call: see cpu_decode.py.
-// Compiled in the same unit as int4_cpu.cpp (its int4_matmul). Per layer, for each token row t:
+// Compiled in the same unit as int4_cpu.cpp (its int4_matmul, hmax, bf16x8). Per layer, for each token row t:
 //   RMSNorm -> qkv (int4, + bias) -> RoPE on q and k (adjacent pairs) -> K/V written to the pool at slot[t]
 //   -> attention of each query head over the row's first context_lens[t] positions of its block table
 //   -> o (int4) + residual -> RMSNorm -> gate_up (int4) -> SiLU(gate) * up -> down (int4) + residual.
@@ -10,9 +10,9 @@
 #include <torch/extension.h>
 
 #include <algorithm>
-#include <utility>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -20,17 +20,12 @@ namespace {
 constexpr int64_t kChunkRows = 32;  // rows of a span per attention task (a task converts its context once)
 
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const c10::BFloat16* p) { return bf16x8(p); }
 
 inline float hsum8(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
-
-inline float hmax8(__m256 v) {
-  const __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_max_ss(t, _mm_movehdup_ps(t)));
 }
 
 // r[i] (8 floats) <- column i of the 8 x 8 matrix whose rows were r[0..7].
@@ -73,10 +68,6 @@ inline __m256 exp8(__m256 x) {
   y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.f));
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
-}
-inline __m256 load8(const c10::BFloat16* p) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
 }
 
 void rms_norm(const float* x, const float* weight, float eps, int64_t T, int64_t H, float* out) {
@@ -169,7 +160,7 @@ void attend_rows(const float* qkv, int64_t r0, int64_t r1, int64_t h, const P* p
         _mm256_storeu_ps(scores.data() + b * 8, score);
         top8 = _mm256_max_ps(top8, score);
       }
-      const __m256 top = _mm256_set1_ps(hmax8(top8));
+      const __m256 top = _mm256_set1_ps(hmax(top8));
       __m256 total8 = _mm256_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
         const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(scores.data() + b * 8), top)), valid_lanes(b, n));

@@ -30,8 +30,7 @@ inline float hmax(__m256 v) {
   return _mm_cvtss_f32(_mm_max_ss(t, _mm_movehdup_ps(t)));
 }
 
-// x float [M, K] -> xq int8 [M, K], d [M, G], d * sum(xq) [M, G].
-void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* xq, float* d, float* sxd) {
+void quantize_into(const float* x, int64_t M, int64_t K, int8_t* xq, float* d, float* sxd) {
   const int64_t G = K / 32;
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t m = 0; m < M; ++m) {
@@ -61,12 +60,36 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* xq, float* d, f
   }
 }
 
+// Rows of x quantized per group of 32 (llama.cpp's Q8_0): codes, d and d * sum(codes) per group.
+struct QuantizedRows {
+  const int8_t* q;  // [M, K]
+  const float* d;  // [M, K / 32]
+  const float* sxd;  // [M, K / 32]
+};
+
+// x float [M, K] -> its QuantizedRows, in this thread's buffers (valid until its next call).
+QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K) {
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> d, sxd;
+  q.resize(M * K);
+  d.resize(M * (K / 32));
+  sxd.resize(M * (K / 32));
+  quantize_into(x, M, K, q.data(), d.data(), sxd.data());
+  return {q.data(), d.data(), sxd.data()};
+}
+
+// 8 bf16 -> 8 float32 (exact: the bits move to the high half).
+inline __m256 bf16x8(const void* p) {
+  const __m128i raw = _mm_loadu_si128(static_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
 // One tile: weight rows 8 t .. 8 t + 7 (one per int32 lane) against activation rows m0 .. m0 + MR - 1.
 // Per group: 8 vpmaddubsw (4 inputs x 8 rows each) summed in int16 (|sum| <= 8 * 2 * 15 * 127 < 2^15),
 // one vpmaddwd to int32, one conversion, then acc += dot * scale * d + (zero - 8 scale) * d * sum(xq).
 template <int MR>
-void tile(const uint8_t* codes, const uint16_t* sz, const int8_t* xq, const float* d, const float* sxd,
-          float* out, int64_t t, int64_t m0, int64_t N, int64_t K) {
+void tile(const uint8_t* codes, const uint16_t* sz, const QuantizedRows& x, float* out, int64_t t, int64_t m0,
+          int64_t N, int64_t K) {
   const int64_t G = K / 32;
   const uint8_t* tc = codes + t * G * 128;
   const uint16_t* ts = sz + t * G * 16;
@@ -83,24 +106,21 @@ void tile(const uint8_t* codes, const uint16_t* sz, const int8_t* xq, const floa
       const __m256i lo = _mm256_and_si256(packed, low_mask);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
       for (int j = 0; j < MR; ++j) {
-        const int8_t* x = xq + (m0 + j) * K + g * 32 + p * 8;
+        const int8_t* xq = x.q + (m0 + j) * K + g * 32 + p * 8;
         int32_t x0, x1;
-        std::memcpy(&x0, x, 4);
-        std::memcpy(&x1, x + 4, 4);
+        std::memcpy(&x0, xq, 4);
+        std::memcpy(&x1, xq + 4, 4);
         sums[j] = _mm256_add_epi16(sums[j], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x0)));
         sums[j] = _mm256_add_epi16(sums[j], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x1)));
       }
     }
-    const __m128i raw_s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ts + g * 16));
-    const __m128i raw_z = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ts + g * 16 + 8));
-    const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw_s), 16));
-    const __m256 zero = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw_z), 16));
+    const __m256 scale = bf16x8(ts + g * 16), zero = bf16x8(ts + g * 16 + 8);
     const __m256 low = _mm256_fnmadd_ps(eight, scale, zero);
     for (int j = 0; j < MR; ++j) {
       const int64_t m = m0 + j;
       const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(sums[j], ones));
-      const __m256 sd = _mm256_mul_ps(scale, _mm256_broadcast_ss(d + m * G + g));
-      acc[j] = _mm256_fmadd_ps(dot, sd, _mm256_fmadd_ps(low, _mm256_broadcast_ss(sxd + m * G + g), acc[j]));
+      const __m256 sd = _mm256_mul_ps(scale, _mm256_broadcast_ss(x.d + m * G + g));
+      acc[j] = _mm256_fmadd_ps(dot, sd, _mm256_fmadd_ps(low, _mm256_broadcast_ss(x.sxd + m * G + g), acc[j]));
     }
   }
   for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, acc[j]);
@@ -126,20 +146,12 @@ void int4_matmul(const float* x, int64_t M, int64_t K, const torch::Tensor& code
   TORCH_CHECK(K % 32 == 0 && codes.size(1) == K / 32 && codes.size(2) == 4 && codes.size(3) == 32 &&
                   scales.numel() == N * (K / 32) * 2,
               "int4_cpu: codes [N/8, K/32, 4, 32] and scales [N/8, K/32, 2, 8] must match x [..., K]");
-  thread_local std::vector<int8_t> xq_buffer;
-  thread_local std::vector<float> d_buffer, sxd_buffer;
-  xq_buffer.resize(M * K);
-  d_buffer.resize(M * (K / 32));
-  sxd_buffer.resize(M * (K / 32));
-  quantize_rows(x, M, K, xq_buffer.data(), d_buffer.data(), sxd_buffer.data());
+  const QuantizedRows xq = quantize_rows(x, M, K);
   const uint8_t* c = codes.data_ptr<uint8_t>();
   const auto* s = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::BFloat16>());
-  const int8_t* q = xq_buffer.data();
-  const float *dp = d_buffer.data(), *sp = sxd_buffer.data();
   at::parallel_for(0, tiles, 4, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      row_blocks(M, [&](auto rows, int64_t m0) { tile<decltype(rows)::value>(c, s, q, dp, sp, out, t, m0, N, K); });
-    }
+    for (int64_t t = t0; t < t1; ++t)
+      row_blocks(M, [&](auto rows, int64_t m0) { tile<decltype(rows)::value>(c, s, xq, out, t, m0, N, K); });
   });
 }
 

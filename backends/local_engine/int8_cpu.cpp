@@ -17,7 +17,7 @@
 namespace {
 
 template <int MR>
-void int8_tile(const int8_t* codes, const float* row_scales, const int8_t* xq, const float* d, float* out, int64_t t,
+void int8_tile(const int8_t* codes, const float* row_scales, const QuantizedRows& x, float* out, int64_t t,
                int64_t m0, int64_t N, int64_t K) {
   const int64_t G = K / 32;
   const int8_t* tc = codes + t * (K / 4) * 32;
@@ -32,13 +32,13 @@ void int8_tile(const int8_t* codes, const float* row_scales, const int8_t* xq, c
       const __m256i aw = _mm256_abs_epi8(w);
       for (int j = 0; j < MR; ++j) {
         int32_t x4;
-        std::memcpy(&x4, xq + (m0 + j) * K + g * 32 + step * 4, 4);
+        std::memcpy(&x4, x.q + (m0 + j) * K + g * 32 + step * 4, 4);
         const __m256i sx = _mm256_sign_epi8(_mm256_set1_epi32(x4), w);
         sums[j] = _mm256_add_epi32(sums[j], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
       }
     }
     for (int j = 0; j < MR; ++j)
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[j]), _mm256_broadcast_ss(d + (m0 + j) * G + g), acc[j]);
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[j]), _mm256_broadcast_ss(x.d + (m0 + j) * G + g), acc[j]);
   }
   const __m256 scale = _mm256_loadu_ps(row_scales + t * 8);
   for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, _mm256_mul_ps(acc[j], scale));
@@ -56,9 +56,7 @@ torch::Tensor int8_linear_cpu(torch::Tensor x, torch::Tensor codes, torch::Tenso
   const int64_t M = x.size(0), K = x.size(1), tiles = codes.size(0), N = tiles * 8;
   TORCH_CHECK(K % 32 == 0 && codes.size(1) == K / 4 && row_scales.numel() == N, "int8_cpu: shapes do not match");
   const torch::Tensor xf = x.to(torch::kFloat32).contiguous();
-  std::vector<int8_t> xq(M * K);
-  std::vector<float> d(M * (K / 32)), sxd(M * (K / 32));
-  quantize_rows(xf.data_ptr<float>(), M, K, xq.data(), d.data(), sxd.data());
+  const QuantizedRows xq = quantize_rows(xf.data_ptr<float>(), M, K);
   auto out = torch::empty({M, N}, xf.options());
   const int8_t* c = codes.data_ptr<int8_t>();
   const float* s = row_scales.data_ptr<float>();
@@ -66,7 +64,7 @@ torch::Tensor int8_linear_cpu(torch::Tensor x, torch::Tensor codes, torch::Tenso
   at::parallel_for(0, tiles, 16, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       row_blocks(M, [&](auto rows, int64_t m0) {
-        int8_tile<decltype(rows)::value>(c, s, xq.data(), d.data(), o, t, m0, N, K);
+        int8_tile<decltype(rows)::value>(c, s, xq, o, t, m0, N, K);
       });
     }
   });

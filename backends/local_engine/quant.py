@@ -317,3 +317,11 @@ def cpu_int4_kernel(out_features: int, in_features: int, group_size: int) -> boo
     from backends.local_engine import cpu_kernels
 
     return cpu_kernels.supports(out_features, in_features, group_size) and cpu_kernels.available()
+
+
+def cpu_int8_kernel(out_features: int, in_features: int) -> bool:
+    """Whether an int8 CPU layer of this shape can run cpu_kernels.py's int8 kernel (the int4 format's output
+    layer uses it where the int4 kernel is used)."""
+    from backends.local_engine import cpu_kernels
+
+    return cpu_kernels.supports(out_features, in_features, cpu_kernels.GROUP) and cpu_kernels.available()

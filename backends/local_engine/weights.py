@@ -15,7 +15,14 @@ from tqdm import tqdm
 from backends.local_engine.checkpoint import Checkpoint
 from backends.local_engine.model import DecoderLayer, Embedding, LlamaModel
 from backends.local_engine.model_config import ModelConfig
-from backends.local_engine.quant import ConcatLinear, DenseLinear, cpu_int4_kernel, make_linear, quantize_int8
+from backends.local_engine.quant import (
+    ConcatLinear,
+    DenseLinear,
+    cpu_int4_kernel,
+    cpu_int8_kernel,
+    make_linear,
+    quantize_int8,
+)
 from backends.local_engine.rope import interleave_rope_rows
 
 _LAYER_WEIGHTS = (
@@ -132,12 +139,7 @@ class ModelBuilder:
         # int4 keeps the output projection in int8, as llama.cpp's Q4 formats keep it at higher precision
         # (fp16 keeps its own: an int8 head is 0.7 ms faster at 1 row but costs fp16 its near-fp32 quality)
         dtype = "int8" if self.fmt.dtype == "int4" else self.fmt.dtype
-        if (
-            dtype == "int8"
-            and self.fmt.dtype == "int4"
-            and not self.fmt.cuda
-            and cpu_int4_kernel(*weight.shape, 32)
-        ):
+        if self.fmt.dtype == "int4" and not self.fmt.cuda and cpu_int8_kernel(*weight.shape):
             from backends.local_engine.cpu_kernels import Int8CpuLinear
 
             return Int8CpuLinear(weight)  # the AVX2 kernel family: 3-4x fbgemm's int8 GEMM on such CPUs
