@@ -1,7 +1,7 @@
-"""The AVX2 CPU kernels (cpu_kernels.py): int4 / int8 matmuls and the one-call int4 step (cpu_decode.py).
+"""The x86 CPU kernels (cpu_kernels.py): int4 / int8 matmuls and the one-call int4 step (cpu_decode.py).
 
-Run wherever the CPU has AVX2 (LLMGW_INT4_CPU_KERNEL=avx2, whatever the environment says); skipped elsewhere or
-where the extension cannot be built.
+Run wherever the CPU has AVX2 (LLMGW_INT4_CPU_KERNEL=auto, whatever the environment says: AVX-512 VNNI where the
+CPU has it, else AVX2; one test compares the two); skipped elsewhere or where the extension cannot be built.
 """
 
 import pytest
@@ -18,8 +18,8 @@ from backends.local_engine.sequence import ScheduledSeq, Sequence  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def avx2(monkeypatch):
-    monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "avx2")
+def kernels(monkeypatch):
+    monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "auto")
     cpu_kernels.available.cache_clear()
     if not cpu_kernels.available():
         pytest.skip("no AVX2 here, or the CPU kernels did not build")
@@ -73,10 +73,33 @@ def test_int8_matches_the_quantized_weight():
     assert (out.double() - expected).norm() / expected.norm() < 1e-2
 
 
+def test_the_vnni_tiles_give_the_avx2_tiles_bits():
+    if cpu_kernels.choice() != "avx512vnni":
+        pytest.skip("this CPU has no AVX-512 VNNI")
+    torch.manual_seed(3)
+    layer = cpu_kernels.Int4CpuLinear(torch.randn(64, 1536) * 0.05, None, 32)
+    head = cpu_kernels.Int8CpuLinear(torch.randn(72, 576))
+    x4, x8 = torch.randn(9, 1536) * 3, torch.randn(9, 576) * 3
+    extension = cpu_kernels._extension()
+    assert extension.set_isa("avx2") == "avx512vnni"
+    try:
+        avx2 = layer(x4), head(x8)
+    finally:
+        extension.set_isa("avx512vnni")
+    assert torch.equal(layer(x4), avx2[0]) and torch.equal(head(x8), avx2[1])
+
+
 def test_choice_follows_the_cpu_and_the_setting(monkeypatch):
     monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: {"avx2", "fma", "f16c", "avx512f"})
     monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "auto")
     assert cpu_kernels.choice() == "avx2"
+    vnni = {"avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512vl", "avx512bw"}
+    monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: vnni)
+    assert cpu_kernels.choice() == "avx512vnni"
+    monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "avx2")
+    assert cpu_kernels.choice() == "avx2"
+    monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "avx512vnni")
+    assert cpu_kernels.choice() == "avx512vnni"
     monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "torch")
     assert cpu_kernels.choice() == "torch"
     monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: {"sse4_2"})

@@ -38,6 +38,7 @@ from backends.local_engine.quant import quantize_int4, quantize_int8
 GROUP = 32
 TILE = 8
 _FLAGS = ("avx2", "fma", "f16c")
+_VNNI_FLAGS = ("avx512_vnni", "avx512vl", "avx512bw")
 
 
 def _cpu_flags() -> set[str]:
@@ -51,13 +52,15 @@ def _cpu_flags() -> set[str]:
 
 
 def choice() -> str:
-    """ "avx2" or "torch" for CPU int4 layers on this machine (see the module docstring)."""
+    """ "avx512vnni", "avx2" or "torch" for CPU int4 layers on this machine (see the module docstring)."""
     wanted = os.environ.get("LLMGW_INT4_CPU_KERNEL", "auto")
-    if wanted not in ("auto", "avx2", "torch"):
-        raise ValueError(f"LLMGW_INT4_CPU_KERNEL must be auto, avx2 or torch, not {wanted!r}")
+    if wanted not in ("auto", "avx512vnni", "avx2", "torch"):
+        raise ValueError(f"LLMGW_INT4_CPU_KERNEL must be auto, avx512vnni, avx2 or torch, not {wanted!r}")
     flags = _cpu_flags()
     if wanted == "torch" or not all(flag in flags for flag in _FLAGS):
         return "torch"
+    if wanted != "avx2" and all(flag in flags for flag in _VNNI_FLAGS):
+        return "avx512vnni"
     return "avx2"
 
 
@@ -70,7 +73,7 @@ def _extension():  # noqa: ANN202
     return load_inline(
         name="llmgw_cpu_kernels",
         cpp_sources=sources,
-        functions=["int4_linear_cpu", "int8_linear_cpu", "decode_layers"],
+        functions=["int4_linear_cpu", "int8_linear_cpu", "decode_layers", "set_isa"],
         extra_cflags=["-O3", "-fopenmp", "-mavx2", "-mfma", "-mf16c"],
         extra_ldflags=["-fopenmp"],
     )
@@ -79,10 +82,11 @@ def _extension():  # noqa: ANN202
 @functools.cache
 def available() -> bool:
     """Whether CPU int4 layers use this kernel here: chosen (`choice`) and built."""
-    if choice() != "avx2":
+    isa = choice()
+    if isa == "torch":
         return False
     try:
-        _extension()
+        _extension().set_isa(isa)
     except Exception as error:  # noqa: BLE001 - any build failure means: use torch's kernel
         warnings.warn(f"int4 AVX2 kernel unavailable, int4 uses torch's kernel: {error}", stacklevel=2)
         return False

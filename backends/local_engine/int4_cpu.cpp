@@ -9,14 +9,19 @@
 // Activations: each row's groups of 32 quantized to int8 with their own d = max|x| / 127 (llama.cpp's Q8_0),
 // so a row's result depends on that row only. Per group: sum w x = s d sum(q xq) + (z - 8 s) d sum(xq).
 // One register tile is 8 weight rows (the lanes) x up to 4 activation rows; at::parallel_for splits the tiles.
+// On CPUs with AVX-512 VNNI (set_isa, chosen by cpu_kernels.py) the same tile runs with vpdpbusd, which does
+// vpmaddubsw + vpmaddwd + the add in one instruction on the same layout: the integer sums, and so the results,
+// are bit-identical to the AVX2 path's; it is faster where rows share the weights (issue 14, bench/README.md).
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/extension.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -126,6 +131,50 @@ void tile(const uint8_t* codes, const uint16_t* sz, const QuantizedRows& x, floa
   for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, acc[j]);
 }
 
+#define LLMGW_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni")))
+
+// tile() with vpdpbusd: two int32 sums per activation row (low and high nibbles), so 8 dependency chains.
+template <int MR>
+LLMGW_VNNI void tile_vnni(const uint8_t* codes, const uint16_t* sz, const QuantizedRows& x, float* out, int64_t t,
+                          int64_t m0, int64_t N, int64_t K) {
+  const int64_t G = K / 32;
+  const uint8_t* tc = codes + t * G * 128;
+  const uint16_t* ts = sz + t * G * 16;
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256 eight = _mm256_set1_ps(8.f);
+  __m256 acc[MR];
+  for (int j = 0; j < MR; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    __m256i sums[MR][2];
+    for (int j = 0; j < MR; ++j) sums[j][0] = sums[j][1] = _mm256_setzero_si256();
+    for (int p = 0; p < 4; ++p) {
+      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tc + g * 128 + p * 32));
+      const __m256i lo = _mm256_and_si256(packed, low_mask);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
+      for (int j = 0; j < MR; ++j) {
+        const int8_t* xq = x.q + (m0 + j) * K + g * 32 + p * 8;
+        int32_t x0, x1;
+        std::memcpy(&x0, xq, 4);
+        std::memcpy(&x1, xq + 4, 4);
+        sums[j][0] = _mm256_dpbusd_epi32(sums[j][0], lo, _mm256_set1_epi32(x0));
+        sums[j][1] = _mm256_dpbusd_epi32(sums[j][1], hi, _mm256_set1_epi32(x1));
+      }
+    }
+    const __m256 scale = bf16x8(ts + g * 16), zero = bf16x8(ts + g * 16 + 8);
+    const __m256 low = _mm256_fnmadd_ps(eight, scale, zero);
+    for (int j = 0; j < MR; ++j) {
+      const int64_t m = m0 + j;
+      const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(sums[j][0], sums[j][1]));
+      const __m256 sd = _mm256_mul_ps(scale, _mm256_broadcast_ss(x.d + m * G + g));
+      acc[j] = _mm256_fmadd_ps(dot, sd, _mm256_fmadd_ps(low, _mm256_broadcast_ss(x.sxd + m * G + g), acc[j]));
+    }
+  }
+  for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, acc[j]);
+}
+
+// Which tile the kernels run: false = AVX2 (vpmaddubsw), true = AVX-512 VNNI (vpdpbusd). Set by set_isa.
+std::atomic<bool> use_vnni{false};
+
 // Calls tile(std::integral_constant<int, R>, m0) over rows m0 .. m0 + R - 1 of M: blocks of 4, then the rest.
 template <typename Tile>
 void row_blocks(int64_t M, Tile&& tile) {
@@ -149,9 +198,13 @@ void int4_matmul(const float* x, int64_t M, int64_t K, const torch::Tensor& code
   const QuantizedRows xq = quantize_rows(x, M, K);
   const uint8_t* c = codes.data_ptr<uint8_t>();
   const auto* s = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::BFloat16>());
+  const bool vnni = use_vnni.load(std::memory_order_relaxed);
   at::parallel_for(0, tiles, 4, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
-      row_blocks(M, [&](auto rows, int64_t m0) { tile<decltype(rows)::value>(c, s, xq, out, t, m0, N, K); });
+      row_blocks(M, [&](auto rows, int64_t m0) {
+        constexpr int R = decltype(rows)::value;
+        vnni ? tile_vnni<R>(c, s, xq, out, t, m0, N, K) : tile<R>(c, s, xq, out, t, m0, N, K);
+      });
   });
 }
 
@@ -165,6 +218,16 @@ struct GilRelease {
     if (!hold) release.emplace();
   }
 };
+
+// "avx2" or "avx512vnni": the instruction set of every later call (this CPU must have it). Returns the previous.
+std::string set_isa(const std::string& isa) {
+  TORCH_CHECK(isa == "avx2" || isa == "avx512vnni", "isa must be avx2 or avx512vnni, not ", isa);
+  const bool vnni = isa == "avx512vnni";
+  TORCH_CHECK(!vnni || (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512bw")),
+              "this CPU has no AVX-512 VNNI");
+  return use_vnni.exchange(vnni) ? "avx512vnni" : "avx2";
+}
 
 // x [..., K] float32 or bfloat16 -> [..., N] in x's dtype (+ bias float32 [N] if defined). One call does the
 // whole layer: from Python, a layer costs one op dispatch (~5 us here) instead of five.

@@ -5,7 +5,8 @@
 // 4 r + c of (t, k4) = code (8 t + r, 4 k4 + c): one row per int32 lane against 4 activation bytes broadcast.
 // Activations: int8 per group of 32 with its own d (quantize_rows). Per step of 4 inputs: vpmaddubsw of |w|
 // and sign(x, w) (llama.cpp's Q8_0 x Q8_0 on AVX2; |pair sum| <= 2 * 127 * 127 < 2^15), vpmaddwd to int32;
-// per group the int32 sums become floats scaled by d; at the end by the rows' scales.
+// per group the int32 sums become floats scaled by d; at the end by the rows' scales. With AVX-512 VNNI (set_isa)
+// vpdpbusd does the multiply-adds straight into int32.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/extension.h>
@@ -44,6 +45,36 @@ void int8_tile(const int8_t* codes, const float* row_scales, const QuantizedRows
   for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, _mm256_mul_ps(acc[j], scale));
 }
 
+// int8_tile with vpdpbusd (|w| x sign(x, w) summed straight into int32): the same sums, so the same results.
+template <int MR>
+LLMGW_VNNI void int8_tile_vnni(const int8_t* codes, const float* row_scales, const QuantizedRows& x, float* out,
+                               int64_t t, int64_t m0, int64_t N, int64_t K) {
+  const int64_t G = K / 32;
+  const int8_t* tc = codes + t * (K / 4) * 32;
+  __m256 acc[MR];
+  for (int j = 0; j < MR; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    __m256i sums[MR][2];
+    for (int j = 0; j < MR; ++j) sums[j][0] = sums[j][1] = _mm256_setzero_si256();
+    for (int step = 0; step < 8; ++step) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tc + (g * 8 + step) * 32));
+      const __m256i aw = _mm256_abs_epi8(w);
+      for (int j = 0; j < MR; ++j) {
+        int32_t x4;
+        std::memcpy(&x4, x.q + (m0 + j) * K + g * 32 + step * 4, 4);
+        const __m256i sx = _mm256_sign_epi8(_mm256_set1_epi32(x4), w);
+        sums[j][step & 1] = _mm256_dpbusd_epi32(sums[j][step & 1], aw, sx);
+      }
+    }
+    for (int j = 0; j < MR; ++j) {
+      const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(sums[j][0], sums[j][1]));
+      acc[j] = _mm256_fmadd_ps(dot, _mm256_broadcast_ss(x.d + (m0 + j) * G + g), acc[j]);
+    }
+  }
+  const __m256 scale = _mm256_loadu_ps(row_scales + t * 8);
+  for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, _mm256_mul_ps(acc[j], scale));
+}
+
 }  // namespace
 
 // x [M, K] float32 or bfloat16 -> float32 [M, N].
@@ -61,10 +92,12 @@ torch::Tensor int8_linear_cpu(torch::Tensor x, torch::Tensor codes, torch::Tenso
   const int8_t* c = codes.data_ptr<int8_t>();
   const float* s = row_scales.data_ptr<float>();
   float* o = out.data_ptr<float>();
+  const bool vnni = use_vnni.load(std::memory_order_relaxed);
   at::parallel_for(0, tiles, 16, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       row_blocks(M, [&](auto rows, int64_t m0) {
-        int8_tile<decltype(rows)::value>(c, s, xq, o, t, m0, N, K);
+        constexpr int R = decltype(rows)::value;
+        vnni ? int8_tile_vnni<R>(c, s, xq, o, t, m0, N, K) : int8_tile<R>(c, s, xq, o, t, m0, N, K);
       });
     }
   });
