@@ -70,14 +70,23 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
 }
 
+// fn(t) for every row t < T: on the OpenMP threads once there are rows enough to share (rows are independent,
+// so a row's result does not depend on which thread or batch computed it).
+template <typename Fn>
+void for_rows(int64_t T, Fn&& fn) {
+  at::parallel_for(0, T, 8, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) fn(t);
+  });
+}
+
 void rms_norm(const float* x, const float* weight, float eps, int64_t T, int64_t H, float* out) {
-  for (int64_t t = 0; t < T; ++t) {
+  for_rows(T, [&](int64_t t) {
     const float* row = x + t * H;
     float sum = 0.f;
     for (int64_t i = 0; i < H; ++i) sum += row[i] * row[i];
     const float inv = 1.f / std::sqrt(sum / static_cast<float>(H) + eps);
     for (int64_t i = 0; i < H; ++i) out[t * H + i] = row[i] * inv * weight[i];
-  }
+  });
 }
 
 struct Shape {
@@ -90,7 +99,7 @@ template <typename P>
 void rope_and_store(float* qkv, int64_t T, const float* rotations, const int64_t* slots, P* pool, int64_t slot_count,
                     const Shape& s) {
   const int64_t D = s.head_dim, width = (s.heads + 2 * s.kv_heads) * D, kv = s.kv_heads * D;
-  for (int64_t t = 0; t < T; ++t) {
+  for_rows(T, [&](int64_t t) {
     float* row = qkv + t * width;
     const float* rot = rotations + t * D;  // (cos, sin) per pair
     for (int64_t h = 0; h < s.heads + s.kv_heads; ++h)
@@ -106,42 +115,69 @@ void rope_and_store(float* qkv, int64_t T, const float* rotations, const int64_t
       keys[i] = static_cast<P>(row[s.heads * D + i]);
       values[i] = static_cast<P>(row[(s.heads + s.kv_heads) * D + i]);
     }
+  });
+}
+
+// dst[0 .. 8 NV) = sum over p < n of w[p] v[p, 0 .. 8 NV) / total, v's rows `stride` apart, summed in order of p.
+// NV accumulators stay in registers (a runtime-sized array of them went through the stack on every add).
+template <int NV>
+inline void weighted_sum(const float* w, const float* v, int64_t n, int64_t stride, float total, float* dst) {
+  __m256 acc[NV];
+  for (int i = 0; i < NV; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < n; ++p) {
+    const __m256 wp = _mm256_set1_ps(w[p]);
+    for (int i = 0; i < NV; ++i) acc[i] = _mm256_fmadd_ps(wp, _mm256_loadu_ps(v + p * stride + 8 * i), acc[i]);
+  }
+  const __m256 inv = _mm256_set1_ps(1.f / total);
+  for (int i = 0; i < NV; ++i) _mm256_storeu_ps(dst + 8 * i, _mm256_mul_ps(acc[i], inv));
+}
+
+// The first ctx positions of a sequence's context for KV heads h0 .. h1 - 1, converted to float32: keys[hh] in
+// blocks of 8 positions transposed ([blocks, D, 8]: scores of 8 keys per FMA chain over the head dimension),
+// values[hh] as rows [ctx, D]. One pass over the slots in order, each slot's heads together, so that the pool
+// streams from memory in whole cache lines.
+template <typename P>
+void gather_context(const P* pool, int64_t slot_count, const int64_t* table, int64_t ctx, int64_t h0, int64_t h1,
+                    const Shape& s, float* keys, float* values) {
+  const int64_t D = s.head_dim, kv = s.kv_heads * D, blocks = (ctx + 7) / 8;
+  for (int64_t b = 0; b < blocks; ++b) {
+    // the 8 positions of a group share one block (block_size % 8 == 0, checked)
+    const int64_t base = table[8 * b / s.block_size] * s.block_size + 8 * b % s.block_size;
+    const int64_t n = std::min<int64_t>(8, ctx - 8 * b);
+    for (int64_t i = 0; i < n; ++i) {
+      const P* v = pool + (slot_count + base + i) * kv;
+      for (int64_t hh = 0; hh < h1 - h0; ++hh)
+        for (int64_t d = 0; d < D; d += 8)
+          _mm256_storeu_ps(values + (hh * ctx + 8 * b + i) * D + d, load8(v + (h0 + hh) * D + d));
+    }
+    for (int64_t hh = 0; hh < h1 - h0; ++hh)
+      for (int64_t d0 = 0; d0 < D; d0 += 8) {  // 8 keys x 8 dims, transposed in registers; zeros past ctx
+        __m256 rows[8];
+        for (int i = 0; i < 8; ++i)
+          rows[i] = i < n ? load8(pool + (base + i) * kv + (h0 + hh) * D + d0) : _mm256_setzero_ps();
+        transpose8(rows);
+        for (int j = 0; j < 8; ++j) _mm256_storeu_ps(keys + ((hh * blocks + b) * D + d0 + j) * 8, rows[j]);
+      }
   }
 }
 
-// Attention of rows r0 .. r1 - 1 of one span (one sequence, consecutive positions) for KV head h. Each row's
-// arithmetic is fixed whatever rows it is computed with (span length, chunk, batch): a decode row, a
-// speculative verification row and a prefill row of the same token give the same output, bit for bit.
-// The rows' context is converted to float32 once: keys transposed in blocks of 8 (scores of 8 keys per
-// FMA chain over the head dimension), values as rows.
+// Attention of rows r0 .. r1 - 1 of one span (one sequence, consecutive positions) for KV heads h0 .. h1 - 1.
+// Each row's arithmetic is fixed whatever rows it is computed with (span length, chunk, batch, heads per
+// call): a decode row, a speculative verification row and a prefill row of the same token give the same
+// output, bit for bit. The rows' context is converted to float32 once (gather_context).
 template <typename P>
-void attend_rows(const float* qkv, int64_t r0, int64_t r1, int64_t h, const P* pool, int64_t slot_count,
-                 const int64_t* table, const int64_t* context_lens, const Shape& s, float* out) {
-  const int64_t D = s.head_dim, width = (s.heads + 2 * s.kv_heads) * D, kv = s.kv_heads * D;
+void attend_rows(const float* qkv, int64_t r0, int64_t r1, int64_t h0, int64_t h1, const P* pool,
+                 int64_t slot_count, const int64_t* table, const int64_t* context_lens, const Shape& s, float* out) {
+  const int64_t D = s.head_dim, width = (s.heads + 2 * s.kv_heads) * D;
   const int64_t group = s.heads / s.kv_heads, ctx = context_lens[r1 - 1], blocks = (ctx + 7) / 8;
-  thread_local std::vector<float> keys, values, scores;
-  keys.resize(blocks * D * 8);
-  values.resize(ctx * D);
+  thread_local std::vector<float> all_keys, all_values, scores;
+  all_keys.resize((h1 - h0) * blocks * D * 8);
+  all_values.resize((h1 - h0) * ctx * D);
   scores.resize(blocks * 8);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const P* key[8];
-    for (int i = 0; i < 8; ++i) {
-      const int64_t p = 8 * b + i;
-      key[i] = nullptr;  // past the context: zeros
-      if (p >= ctx) continue;
-      const int64_t slot = table[p / s.block_size] * s.block_size + p % s.block_size;
-      key[i] = pool + slot * kv + h * D;
-      for (int64_t d = 0; d < D; d += 8)
-        _mm256_storeu_ps(values.data() + p * D + d, load8(pool + (slot_count + slot) * kv + h * D + d));
-    }
-    for (int64_t d0 = 0; d0 < D; d0 += 8) {  // 8 keys x 8 dims, transposed in registers
-      __m256 rows[8];
-      for (int i = 0; i < 8; ++i) rows[i] = key[i] ? load8(key[i] + d0) : _mm256_setzero_ps();
-      transpose8(rows);
-      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(keys.data() + (b * D + d0 + j) * 8, rows[j]);
-    }
-  }
-  __m256 acc[32];  // head_dim <= 256
+  gather_context(pool, slot_count, table, ctx, h0, h1, s, all_keys.data(), all_values.data());
+  for (int64_t h = h0; h < h1; ++h) {
+    const float* keys = all_keys.data() + (h - h0) * blocks * D * 8;
+    const float* values = all_values.data() + (h - h0) * ctx * D;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t n = context_lens[r];
     for (int64_t g = 0; g < group; ++g) {
@@ -149,7 +185,7 @@ void attend_rows(const float* qkv, int64_t r0, int64_t r1, int64_t h, const P* p
       const int64_t nb = (n + 7) / 8;
       __m256 top8 = _mm256_set1_ps(-INFINITY);
       for (int64_t b = 0; b < nb; ++b) {  // four FMA chains over the head dimension, added in a fixed order
-        const float* block = keys.data() + b * D * 8;
+        const float* block = keys + b * D * 8;
         __m256 dot[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int64_t d = 0; d < D; d += 4)
           for (int k = 0; k < 4; ++k)
@@ -168,15 +204,17 @@ void attend_rows(const float* qkv, int64_t r0, int64_t r1, int64_t h, const P* p
         total8 = _mm256_add_ps(total8, e);
       }
       const float total = hsum8(total8);
-      for (int64_t d = 0; d < D / 8; ++d) acc[d] = _mm256_setzero_ps();
-      for (int64_t p = 0; p < n; ++p) {
-        const __m256 w = _mm256_set1_ps(scores[p]);
-        for (int64_t d = 0; d < D / 8; ++d) acc[d] = _mm256_fmadd_ps(w, _mm256_loadu_ps(values.data() + p * D + 8 * d), acc[d]);
-      }
       float* dst = out + r * s.heads * D + (h * group + g) * D;
-      const __m256 inv = _mm256_set1_ps(1.f / total);
-      for (int64_t d = 0; d < D / 8; ++d) _mm256_storeu_ps(dst + 8 * d, _mm256_mul_ps(acc[d], inv));
+      int64_t d = 0;
+      for (; d + 32 <= D; d += 32) weighted_sum<4>(scores.data(), values + d, n, D, total, dst + d);
+      switch ((D - d) / 8) {
+        case 3: weighted_sum<3>(scores.data(), values + d, n, D, total, dst + d); break;
+        case 2: weighted_sum<2>(scores.data(), values + d, n, D, total, dst + d); break;
+        case 1: weighted_sum<1>(scores.data(), values + d, n, D, total, dst + d); break;
+        default: break;
+      }
     }
+  }
   }
 }
 
@@ -188,11 +226,15 @@ void layer_attention(float* qkv, int64_t T, const float* rotations, const int64_
   std::vector<std::pair<int64_t, int64_t>> chunks;  // row ranges of at most kChunkRows rows within a span
   for (int64_t i = 0, r0 = 0; i < num_spans; r0 += span_lens[i++])
     for (int64_t c = r0; c < r0 + span_lens[i]; c += kChunkRows) chunks.emplace_back(c, std::min(c + kChunkRows, r0 + span_lens[i]));
-  const int64_t tasks = static_cast<int64_t>(chunks.size()) * s.kv_heads;
+  // A task is a chunk and all its KV heads (the pool streams in whole slots) where there are chunks enough
+  // to keep the threads busy, else a chunk and one head.
+  const int64_t per_task = static_cast<int64_t>(chunks.size()) >= 4 * at::get_num_threads() ? s.kv_heads : 1;
+  const int64_t splits = s.kv_heads / per_task, tasks = static_cast<int64_t>(chunks.size()) * splits;
   at::parallel_for(0, tasks, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const auto [r0, r1] = chunks[i / s.kv_heads];
-      attend_rows(qkv, r0, r1, i % s.kv_heads, pool, slot_count, tables + r0 * s.max_blocks, context_lens, s, out);
+      const auto [r0, r1] = chunks[i / splits];
+      const int64_t h0 = i % splits * per_task;
+      attend_rows(qkv, r0, r1, h0, h0 + per_task, pool, slot_count, tables + r0 * s.max_blocks, context_lens, s, out);
     }
   });
 }
@@ -218,6 +260,7 @@ torch::Tensor decode_layers(torch::Tensor residual, std::vector<torch::Tensor> n
   const int64_t slot_count = pool.size(2);
   Shape s{heads, pool.size(3), pool.size(4), block_size, tables.size(1), 0.f};
   s.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
+  TORCH_CHECK(block_size % 8 == 0, "block_size must be a multiple of 8");
   TORCH_CHECK(s.head_dim % 8 == 0 && s.head_dim <= 256 && heads % s.kv_heads == 0,
               "head_dim must be a multiple of 8 up to 256, heads a multiple of kv_heads");
   const int64_t width = (heads + 2 * s.kv_heads) * s.head_dim, inter = linears[4].size(0) * 8 / 2;
@@ -231,7 +274,9 @@ torch::Tensor decode_layers(torch::Tensor residual, std::vector<torch::Tensor> n
   const int64_t num_spans = span_lens.numel();
   const int64_t layer_elems = 2 * slot_count * s.kv_heads * s.head_dim;
   auto add = [&](const std::vector<float>& d) {
-    for (int64_t i = 0; i < T * H; ++i) x[i] += d[i];
+    for_rows(T, [&](int64_t t) {
+      for (int64_t i = t * H; i < (t + 1) * H; ++i) x[i] += d[i];
+    });
   };
   for (int64_t l = 0; l < L; ++l) {
     const torch::Tensor* lin = linears.data() + 8 * l;
@@ -239,8 +284,9 @@ torch::Tensor decode_layers(torch::Tensor residual, std::vector<torch::Tensor> n
     int4_matmul(normed.data(), T, H, lin[0], lin[1], qkv.data());
     if (!qkv_bias.empty()) {
       const float* b = qkv_bias[l].data_ptr<float>();
-      for (int64_t t = 0; t < T; ++t)
+      for_rows(T, [&](int64_t t) {
         for (int64_t i = 0; i < width; ++i) qkv[t * width + i] += b[i];
+      });
     }
     if (pool.scalar_type() == torch::kBFloat16)
       layer_attention(qkv.data(), T, rot, slot, pool.data_ptr<c10::BFloat16>() + l * layer_elems, slot_count, table,
@@ -252,13 +298,14 @@ torch::Tensor decode_layers(torch::Tensor residual, std::vector<torch::Tensor> n
     add(delta);
     rms_norm(x, norms[2 * l + 1].data_ptr<float>(), eps, T, H, normed.data());
     int4_matmul(normed.data(), T, H, lin[4], lin[5], gate_up.data());
-    for (int64_t t = 0; t < T; ++t)
+    for_rows(T, [&](int64_t t) {
       for (int64_t i = 0; i < inter; i += 8) {  // SiLU(gate) * up; inter % 8 == 0 (checked)
         const __m256 g = _mm256_loadu_ps(gate_up.data() + t * 2 * inter + i);
         const __m256 u = _mm256_loadu_ps(gate_up.data() + t * 2 * inter + inter + i);
         const __m256 sig = _mm256_add_ps(_mm256_set1_ps(1.f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)));
         _mm256_storeu_ps(act.data() + t * inter + i, _mm256_mul_ps(_mm256_div_ps(g, sig), u));
       }
+    });
     int4_matmul(act.data(), T, inter, lin[6], lin[7], delta.data());
     add(delta);
   }
