@@ -16,12 +16,13 @@ The int4 format's output layer stays int8 (an int4 one costs +5.5 % perplexity o
 against +0.26 % with int8): int8_cpu.cpp, the same method with llama.cpp's Q8_0 x Q8_0 sign trick, one scale
 per weight row (`Int8CpuLinear`; 0.8-1.2 ms against fbgemm's 3.4 at 1 row, ~7 against 17.7 at 16 rows).
 
-Which kernel a CPU int4 layer uses (`LLMGW_INT4_CPU_KERNEL`): "auto" (default) and "avx2" take this one on
-every CPU with AVX2 and FMA, "torch" torch's packed kernel (then the one-call step of cpu_decode.py is off too).
-Measured on a 2-core AVX2 EPYC: batch-1 step 37.5 ms with torch's kernel, 6.8 ms with these kernels and the
-one-call step. Not measured here: AVX-512 hosts, where torch's kernel was as fast as an AVX-512 VNNI kernel of
-this design (both bound by memory), so the win there is the one-call step's (the ~3.8 ms a step of per-op
-cost measured on such a host) and the output layer's. Where the build fails or the shape does not fit
+Which kernel a CPU int4 layer uses (`LLMGW_INT4_CPU_KERNEL`): "auto" (default) takes these kernels on every CPU
+with AVX2 and FMA, with AVX-512 VNNI tiles (`vpdpbusd`, same layout, bit-identical results) where the CPU has
+avx512_vnni, avx512vl and avx512bw; "avx2" keeps the AVX2 tiles, "avx512vnni" asks for VNNI, "torch" takes torch's
+packed kernel (then the one-call step of cpu_decode.py is off too). Measured: on a 2-core AVX2 EPYC the batch-1
+step took 37.5 ms with torch's kernel, 6.8 ms with these kernels and the one-call step; on a 2-core Zen 4 EPYC the
+VNNI tiles take all int4 layers of a 16-row step in 10.8-12.4 ms against 14.2-15.5 with the AVX2 tiles and 25.0
+with torch's kernel (bench/README.md, "On an AVX-512 host"). Where the build fails or the shape does not fit
 (N % 8, K % 32, group 32), torch's kernel is used.
 """
 
