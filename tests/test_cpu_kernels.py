@@ -204,6 +204,23 @@ def test_a_decode_row_gives_the_same_logits_alone_or_in_a_mixed_step(monkeypatch
     assert torch.equal(alone, in_mixed)
 
 
+def test_a_decode_row_gives_the_same_logits_in_a_step_of_many_sequences(monkeypatch):
+    """With >= 4 chunks per thread a task reads all KV heads of its chunk, alone it reads one: same bits."""
+    runner = tiny_runner(True, monkeypatch)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seqs = [Sequence(list(range(1 + i, 20 + 2 * i)), block_table=[2 * i, 2 * i + 1]) for i in range(10)]
+        runner.execute([ScheduledSeq(seq, len(seq.token_ids) - 1) for seq in seqs])
+        for seq in seqs:
+            seq.num_computed_tokens = len(seq.token_ids) - 1
+        together = [out.logits for out in runner.execute([ScheduledSeq(seq, 1) for seq in seqs])]
+        alone = [runner.execute([ScheduledSeq(seq, 1)])[0].logits for seq in seqs]
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for a, b in zip(alone, together, strict=True))
+
+
 def test_the_kernels_let_other_python_threads_run():
     """The engine computes in a thread beside the server's event loop: a kernel must not hold the GIL."""
     import threading
