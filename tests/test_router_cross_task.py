@@ -185,3 +185,12 @@ def test_bootstrap_intervals_cover_the_estimate_and_random_centres_on_one_half()
     assert low < routing_curve(need, data.weak, data.strong).apgr() < high
     spread = random_apgr(data.weak, data.strong, samples=200)
     assert abs(float(np.mean(spread)) - 0.5) < 0.03
+
+
+def test_the_gsm8k_records_load_as_a_third_task() -> None:
+    from bench.routellm_gsm8k import load_gsm8k
+
+    records = load_gsm8k()
+    assert len(records.prompts) == 1307 and len(set(records.prompts)) > 1300  # 1319 less 12 contaminated
+    assert set(np.unique(records.weak)) <= {0.0, 1.0} and set(np.unique(records.strong)) <= {0.0, 1.0}
+    assert 0.6 < records.weak.mean() < records.strong.mean() < 0.9  # Mixtral 0.637, GPT-4 0.858
