@@ -36,7 +36,9 @@ def build(responses: Path, contaminated: Path, out: Path = RECORDS) -> int:
         writer = csv.writer(handle)
         writer.writerow(["prompt", "weak_correct", "strong_correct"])
         for row in rows:
-            writer.writerow([row["prompt"], int(row[WEAK_COLUMN] == "True"), int(row[STRONG_COLUMN] == "True")])
+            writer.writerow(
+                [row["prompt"], int(row[WEAK_COLUMN] == "True"), int(row[STRONG_COLUMN] == "True")]
+            )
     return len(rows)
 
 
@@ -71,7 +73,9 @@ def score(router: Path = ROUTER) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     make = sub.add_parser("build")
     make.add_argument("--responses", type=Path, required=True)
