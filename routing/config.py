@@ -23,9 +23,11 @@ class ConfidenceConfig(BaseModel):
                   shipped routing/models/cascade_confidence.npz (answer logprobs + top-2 margins, no
                   embedding; bench/train_cascade_confidence.py).
     router:       a model on the question alone, decided BEFORE calling the small model; the shipped
-                  routing/models/router_lr.npz (chosen by cross-task validation, bench/README.md) is a
-                  logistic model on text markers (numbers, math, length, ...): P(weak model correct),
-                  threshold 0..1; a TextRouter/GainModel file from bench/train_router.py also fits.
+                  routing/models/router_lr.npz (chosen by cross-task validation, bench/README.md: the
+                  maximin choice over MMLU groups and MT-Bench, which is the length heuristic, P(weak model
+                  correct) falling with the question's log length; it held on GSM8K too, where the earlier
+                  markers model fell below random) takes threshold 0..1; a TextRouter/GainModel file from
+                  bench/train_router.py also fits.
     """
 
     model_config = ConfigDict(extra="forbid")
