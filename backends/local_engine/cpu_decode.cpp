@@ -161,6 +161,42 @@ void gather_context(const P* pool, int64_t slot_count, const int64_t* table, int
   }
 }
 
+// One query head's attention over the first n positions of its context (keys, values: gather_context's layout
+// for the query's KV head), softmax-weighted into dst [D]. `scores`: room for (n + 7) / 8 * 8 floats.
+inline void attend_query(const float* q, const float* keys, const float* values, int64_t n, const Shape& s,
+                         float* scores, float* dst) {
+  const int64_t D = s.head_dim, nb = (n + 7) / 8;
+  __m256 top8 = _mm256_set1_ps(-INFINITY);
+  for (int64_t b = 0; b < nb; ++b) {  // four FMA chains over the head dimension, added in a fixed order
+    const float* block = keys + b * D * 8;
+    __m256 dot[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t d = 0; d < D; d += 4)
+      for (int k = 0; k < 4; ++k)
+        dot[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + d + k), _mm256_loadu_ps(block + (d + k) * 8), dot[k]);
+    __m256 score = _mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(dot[0], dot[1]), _mm256_add_ps(dot[2], dot[3])),
+                                 _mm256_set1_ps(s.scale));
+    score = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), score, valid_lanes(b, n));
+    _mm256_storeu_ps(scores + b * 8, score);
+    top8 = _mm256_max_ps(top8, score);
+  }
+  const __m256 top = _mm256_set1_ps(hmax(top8));
+  __m256 total8 = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + b * 8), top)), valid_lanes(b, n));
+    _mm256_storeu_ps(scores + b * 8, e);
+    total8 = _mm256_add_ps(total8, e);
+  }
+  const float total = hsum8(total8);
+  int64_t d = 0;
+  for (; d + 32 <= D; d += 32) weighted_sum<4>(scores, values + d, n, D, total, dst + d);
+  switch ((D - d) / 8) {
+    case 3: weighted_sum<3>(scores, values + d, n, D, total, dst + d); break;
+    case 2: weighted_sum<2>(scores, values + d, n, D, total, dst + d); break;
+    case 1: weighted_sum<1>(scores, values + d, n, D, total, dst + d); break;
+    default: break;
+  }
+}
+
 // Attention of rows r0 .. r1 - 1 of one span (one sequence, consecutive positions) for KV heads h0 .. h1 - 1.
 // Each row's arithmetic is fixed whatever rows it is computed with (span length, chunk, batch, heads per
 // call): a decode row, a speculative verification row and a prefill row of the same token give the same
@@ -170,52 +206,19 @@ void attend_rows(const float* qkv, int64_t r0, int64_t r1, int64_t h0, int64_t h
                  int64_t slot_count, const int64_t* table, const int64_t* context_lens, const Shape& s, float* out) {
   const int64_t D = s.head_dim, width = (s.heads + 2 * s.kv_heads) * D;
   const int64_t group = s.heads / s.kv_heads, ctx = context_lens[r1 - 1], blocks = (ctx + 7) / 8;
-  thread_local std::vector<float> all_keys, all_values, scores;
-  all_keys.resize((h1 - h0) * blocks * D * 8);
-  all_values.resize((h1 - h0) * ctx * D);
+  thread_local std::vector<float> keys, values, scores;
+  keys.resize((h1 - h0) * blocks * D * 8);
+  values.resize((h1 - h0) * ctx * D);
   scores.resize(blocks * 8);
-  gather_context(pool, slot_count, table, ctx, h0, h1, s, all_keys.data(), all_values.data());
-  for (int64_t h = h0; h < h1; ++h) {
-    const float* keys = all_keys.data() + (h - h0) * blocks * D * 8;
-    const float* values = all_values.data() + (h - h0) * ctx * D;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t n = context_lens[r];
-    for (int64_t g = 0; g < group; ++g) {
-      const float* q = qkv + r * width + (h * group + g) * D;
-      const int64_t nb = (n + 7) / 8;
-      __m256 top8 = _mm256_set1_ps(-INFINITY);
-      for (int64_t b = 0; b < nb; ++b) {  // four FMA chains over the head dimension, added in a fixed order
-        const float* block = keys + b * D * 8;
-        __m256 dot[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int64_t d = 0; d < D; d += 4)
-          for (int k = 0; k < 4; ++k)
-            dot[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + d + k), _mm256_loadu_ps(block + (d + k) * 8), dot[k]);
-        __m256 score = _mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(dot[0], dot[1]), _mm256_add_ps(dot[2], dot[3])),
-                                     _mm256_set1_ps(s.scale));
-        score = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), score, valid_lanes(b, n));
-        _mm256_storeu_ps(scores.data() + b * 8, score);
-        top8 = _mm256_max_ps(top8, score);
+  gather_context(pool, slot_count, table, ctx, h0, h1, s, keys.data(), values.data());
+  for (int64_t h = h0; h < h1; ++h)
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t head = h * group + g;
+        attend_query(qkv + r * width + head * D, keys.data() + (h - h0) * blocks * D * 8,
+                     values.data() + (h - h0) * ctx * D, context_lens[r], s, scores.data(),
+                     out + r * s.heads * D + head * D);
       }
-      const __m256 top = _mm256_set1_ps(hmax(top8));
-      __m256 total8 = _mm256_setzero_ps();
-      for (int64_t b = 0; b < nb; ++b) {
-        const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(scores.data() + b * 8), top)), valid_lanes(b, n));
-        _mm256_storeu_ps(scores.data() + b * 8, e);
-        total8 = _mm256_add_ps(total8, e);
-      }
-      const float total = hsum8(total8);
-      float* dst = out + r * s.heads * D + (h * group + g) * D;
-      int64_t d = 0;
-      for (; d + 32 <= D; d += 32) weighted_sum<4>(scores.data(), values + d, n, D, total, dst + d);
-      switch ((D - d) / 8) {
-        case 3: weighted_sum<3>(scores.data(), values + d, n, D, total, dst + d); break;
-        case 2: weighted_sum<2>(scores.data(), values + d, n, D, total, dst + d); break;
-        case 1: weighted_sum<1>(scores.data(), values + d, n, D, total, dst + d); break;
-        default: break;
-      }
-    }
-  }
-  }
 }
 
 template <typename P>
