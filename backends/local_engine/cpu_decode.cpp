@@ -118,18 +118,27 @@ void rope_and_store(float* qkv, int64_t T, const float* rotations, const int64_t
   });
 }
 
-// dst[0 .. 8 NV) = sum over p < n of w[p] v[p, 0 .. 8 NV) / total, v's rows `stride` apart, summed in order of p.
-// NV accumulators stay in registers (a runtime-sized array of them went through the stack on every add).
-template <int NV>
-inline void weighted_sum(const float* w, const float* v, int64_t n, int64_t stride, float total, float* dst) {
-  __m256 acc[NV];
-  for (int i = 0; i < NV; ++i) acc[i] = _mm256_setzero_ps();
+// For each of NQ queries i: dst[i][0 .. 8 NV) = sum over p < n of w[i][p] v[p, 0 .. 8 NV) / total[i], v's rows
+// `stride` apart, summed in order of p. The queries share each load of v; the NQ x NV accumulators stay in
+// registers (a runtime-sized array of them went through the stack on every add).
+template <int NQ, int NV>
+inline void weighted_sums(const float* const* w, const float* v, int64_t n, int64_t stride, const float* total,
+                          float* const* dst) {
+  __m256 acc[NQ][NV];
+  for (int i = 0; i < NQ; ++i)
+    for (int j = 0; j < NV; ++j) acc[i][j] = _mm256_setzero_ps();
   for (int64_t p = 0; p < n; ++p) {
-    const __m256 wp = _mm256_set1_ps(w[p]);
-    for (int i = 0; i < NV; ++i) acc[i] = _mm256_fmadd_ps(wp, _mm256_loadu_ps(v + p * stride + 8 * i), acc[i]);
+    __m256 row[NV];
+    for (int j = 0; j < NV; ++j) row[j] = _mm256_loadu_ps(v + p * stride + 8 * j);
+    for (int i = 0; i < NQ; ++i) {
+      const __m256 wp = _mm256_set1_ps(w[i][p]);
+      for (int j = 0; j < NV; ++j) acc[i][j] = _mm256_fmadd_ps(wp, row[j], acc[i][j]);
+    }
   }
-  const __m256 inv = _mm256_set1_ps(1.f / total);
-  for (int i = 0; i < NV; ++i) _mm256_storeu_ps(dst + 8 * i, _mm256_mul_ps(acc[i], inv));
+  for (int i = 0; i < NQ; ++i) {
+    const __m256 inv = _mm256_set1_ps(1.f / total[i]);
+    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(dst[i] + 8 * j, _mm256_mul_ps(acc[i][j], inv));
+  }
 }
 
 // The first ctx positions of a sequence's context for KV heads h0 .. h1 - 1, converted to float32: keys[hh] in
@@ -161,39 +170,57 @@ void gather_context(const P* pool, int64_t slot_count, const int64_t* table, int
   }
 }
 
-// One query head's attention over the first n positions of its context (keys, values: gather_context's layout
-// for the query's KV head), softmax-weighted into dst [D]. `scores`: room for (n + 7) / 8 * 8 floats.
-inline void attend_query(const float* q, const float* keys, const float* values, int64_t n, const Shape& s,
-                         float* scores, float* dst) {
+// NQ query heads' attention (q[i], all of one KV head) over the first n positions of their context (keys,
+// values: gather_context's layout for that KV head), softmax-weighted into dst[i] [D]. The queries share each
+// load of a key or value; each query's arithmetic is the same whatever NQ. `scores`: room for NQ (n + 7) / 8 * 8.
+template <int NQ>
+void attend_queries(const float* const* q, const float* keys, const float* values, int64_t n, const Shape& s,
+                    float* scores, float* const* dst) {
   const int64_t D = s.head_dim, nb = (n + 7) / 8;
-  __m256 top8 = _mm256_set1_ps(-INFINITY);
-  for (int64_t b = 0; b < nb; ++b) {  // four FMA chains over the head dimension, added in a fixed order
+  const float* w[NQ];
+  float total[NQ];
+  __m256 top8[NQ];
+  for (int i = 0; i < NQ; ++i) top8[i] = _mm256_set1_ps(-INFINITY);
+  for (int64_t b = 0; b < nb; ++b) {  // per query, four FMA chains over the head dimension, added in a fixed order
     const float* block = keys + b * D * 8;
-    __m256 dot[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 dot[NQ][4];
+    for (int i = 0; i < NQ; ++i)
+      for (int k = 0; k < 4; ++k) dot[i][k] = _mm256_setzero_ps();
     for (int64_t d = 0; d < D; d += 4)
-      for (int k = 0; k < 4; ++k)
-        dot[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + d + k), _mm256_loadu_ps(block + (d + k) * 8), dot[k]);
-    __m256 score = _mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(dot[0], dot[1]), _mm256_add_ps(dot[2], dot[3])),
-                                 _mm256_set1_ps(s.scale));
-    score = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), score, valid_lanes(b, n));
-    _mm256_storeu_ps(scores + b * 8, score);
-    top8 = _mm256_max_ps(top8, score);
+      for (int k = 0; k < 4; ++k) {
+        const __m256 key = _mm256_loadu_ps(block + (d + k) * 8);
+        for (int i = 0; i < NQ; ++i) dot[i][k] = _mm256_fmadd_ps(_mm256_broadcast_ss(q[i] + d + k), key, dot[i][k]);
+      }
+    for (int i = 0; i < NQ; ++i) {
+      __m256 score = _mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(dot[i][0], dot[i][1]), _mm256_add_ps(dot[i][2], dot[i][3])),
+                                   _mm256_set1_ps(s.scale));
+      score = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), score, valid_lanes(b, n));
+      _mm256_storeu_ps(scores + (i * nb + b) * 8, score);
+      top8[i] = _mm256_max_ps(top8[i], score);
+    }
   }
-  const __m256 top = _mm256_set1_ps(hmax(top8));
-  __m256 total8 = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + b * 8), top)), valid_lanes(b, n));
-    _mm256_storeu_ps(scores + b * 8, e);
-    total8 = _mm256_add_ps(total8, e);
+  for (int i = 0; i < NQ; ++i) {
+    float* si = scores + i * nb * 8;
+    const __m256 top = _mm256_set1_ps(hmax(top8[i]));
+    __m256 total8 = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(si + b * 8), top)), valid_lanes(b, n));
+      _mm256_storeu_ps(si + b * 8, e);
+      total8 = _mm256_add_ps(total8, e);
+    }
+    total[i] = hsum8(total8);
+    w[i] = si;
   }
-  const float total = hsum8(total8);
+  constexpr int NV = NQ >= 3 ? 3 : 4;  // NQ x NV accumulators + NV rows of v within the 16 registers
+  float* out[NQ];
   int64_t d = 0;
-  for (; d + 32 <= D; d += 32) weighted_sum<4>(scores, values + d, n, D, total, dst + d);
-  switch ((D - d) / 8) {
-    case 3: weighted_sum<3>(scores, values + d, n, D, total, dst + d); break;
-    case 2: weighted_sum<2>(scores, values + d, n, D, total, dst + d); break;
-    case 1: weighted_sum<1>(scores, values + d, n, D, total, dst + d); break;
-    default: break;
+  for (; d + 8 * NV <= D; d += 8 * NV) {
+    for (int i = 0; i < NQ; ++i) out[i] = dst[i] + d;
+    weighted_sums<NQ, NV>(w, values + d, n, D, total, out);
+  }
+  for (; d < D; d += 8) {
+    for (int i = 0; i < NQ; ++i) out[i] = dst[i] + d;
+    weighted_sums<NQ, 1>(w, values + d, n, D, total, out);
   }
 }
 
@@ -209,15 +236,25 @@ void attend_rows(const float* qkv, int64_t r0, int64_t r1, int64_t h0, int64_t h
   thread_local std::vector<float> keys, values, scores;
   keys.resize((h1 - h0) * blocks * D * 8);
   values.resize((h1 - h0) * ctx * D);
-  scores.resize(blocks * 8);
   gather_context(pool, slot_count, table, ctx, h0, h1, s, keys.data(), values.data());
+  scores.resize(3 * blocks * 8);
   for (int64_t h = h0; h < h1; ++h)
     for (int64_t r = r0; r < r1; ++r)
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t head = h * group + g;
-        attend_query(qkv + r * width + head * D, keys.data() + (h - h0) * blocks * D * 8,
-                     values.data() + (h - h0) * ctx * D, context_lens[r], s, scores.data(),
-                     out + r * s.heads * D + head * D);
+      for (int64_t g = 0; g < group; g += 3) {  // the row's query heads of KV head h, up to 3 at a time
+        const float* q[3];
+        float* dst[3];
+        const int nq = static_cast<int>(std::min<int64_t>(3, group - g));
+        for (int i = 0; i < nq; ++i) {
+          q[i] = qkv + r * width + (h * group + g + i) * D;
+          dst[i] = out + r * s.heads * D + (h * group + g + i) * D;
+        }
+        const float *k = keys.data() + (h - h0) * blocks * D * 8, *v = values.data() + (h - h0) * ctx * D;
+        const int64_t n = context_lens[r];
+        switch (nq) {
+          case 3: attend_queries<3>(q, k, v, n, s, scores.data(), dst); break;
+          case 2: attend_queries<2>(q, k, v, n, s, scores.data(), dst); break;
+          default: attend_queries<1>(q, k, v, n, s, scores.data(), dst); break;
+        }
       }
 }
 

@@ -65,19 +65,31 @@ def choice() -> str:
     return "avx2"
 
 
-@functools.cache
-def _extension():  # noqa: ANN202
-    from torch.utils.cpp_extension import load_inline
+_BUILD: dict[str, object] = {}  # "module" once built, or "error": the first build's failure
 
-    here = Path(__file__).parent  # one unit: the others call int4_cpu.cpp's quantize_rows and matmul
-    sources = [(here / name).read_text() for name in ("int4_cpu.cpp", "int8_cpu.cpp", "cpu_decode.cpp")]
-    return load_inline(
-        name="llmgw_cpu_kernels",
-        cpp_sources=sources,
-        functions=["int4_linear_cpu", "int8_linear_cpu", "decode_layers", "set_isa"],
-        extra_cflags=["-O3", "-fopenmp", "-mavx2", "-mfma", "-mf16c"],
-        extra_ldflags=["-fopenmp"],
-    )
+
+def _extension():  # noqa: ANN202
+    """The compiled kernels. A failed build is not retried in this process: torch's JIT would then load the
+    library of an earlier successful build, i.e. stale code, as if the failure had not happened."""
+    if "error" in _BUILD:
+        raise RuntimeError("the CPU kernels failed to build earlier in this process") from _BUILD["error"]
+    if "module" not in _BUILD:
+        from torch.utils.cpp_extension import load_inline
+
+        here = Path(__file__).parent  # one unit: the others call int4_cpu.cpp's quantize_rows and matmul
+        sources = [(here / name).read_text() for name in ("int4_cpu.cpp", "int8_cpu.cpp", "cpu_decode.cpp")]
+        try:
+            _BUILD["module"] = load_inline(
+                name="llmgw_cpu_kernels",
+                cpp_sources=sources,
+                functions=["int4_linear_cpu", "int8_linear_cpu", "decode_layers", "set_isa"],
+                extra_cflags=["-O3", "-fopenmp", "-mavx2", "-mfma", "-mf16c"],
+                extra_ldflags=["-fopenmp"],
+            )
+        except Exception as error:
+            _BUILD["error"] = error
+            raise
+    return _BUILD["module"]
 
 
 @functools.cache
