@@ -89,85 +89,90 @@ inline __m256 bf16x8(const void* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
 }
 
+// The parts of a tile both instruction sets share (plain AVX2, inlined into either tile).
+
+// Bytes k .. k + 3 of quantized activation row m, broadcast to every int32 lane.
+inline __m256i x4(const QuantizedRows& x, int64_t m, int64_t K, int64_t k) {
+  int32_t v;
+  std::memcpy(&v, x.q + m * K + k, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Codes of step p of a group: 8 weight rows (one per int32 lane) x inputs 8 p .. 8 p + 3 (lo), 8 p + 4 .. (hi).
+struct Nibbles {
+  __m256i lo, hi;
+};
+inline Nibbles nibbles(const uint8_t* packed32) {
+  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed32));
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  return {_mm256_and_si256(packed, mask), _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask)};
+}
+
+// A group's 8 rows' scales and (zero - 8 scale), from bf16 [2, 8].
+struct GroupScales {
+  __m256 scale, low;
+};
+inline GroupScales group_scales(const uint16_t* sz) {
+  const __m256 scale = bf16x8(sz), zero = bf16x8(sz + 8);
+  return {scale, _mm256_fnmadd_ps(_mm256_set1_ps(8.f), scale, zero)};
+}
+
+// acc + one group of activation row m, from its integer dot (int32 per weight row): s d dot + low d sum(xq).
+inline __m256 add_group(__m256 acc, __m256i dot, const GroupScales& w, const QuantizedRows& x, int64_t m, int64_t G,
+                        int64_t g) {
+  const __m256 sd = _mm256_mul_ps(w.scale, _mm256_broadcast_ss(x.d + m * G + g));
+  const __m256 zeros = _mm256_fmadd_ps(w.low, _mm256_broadcast_ss(x.sxd + m * G + g), acc);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sd, zeros);
+}
+
 // One tile: weight rows 8 t .. 8 t + 7 (one per int32 lane) against activation rows m0 .. m0 + MR - 1.
 // Per group: 8 vpmaddubsw (4 inputs x 8 rows each) summed in int16 (|sum| <= 8 * 2 * 15 * 127 < 2^15),
-// one vpmaddwd to int32, one conversion, then acc += dot * scale * d + (zero - 8 scale) * d * sum(xq).
+// one vpmaddwd to int32, then add_group.
 template <int MR>
 void tile(const uint8_t* codes, const uint16_t* sz, const QuantizedRows& x, float* out, int64_t t, int64_t m0,
           int64_t N, int64_t K) {
   const int64_t G = K / 32;
   const uint8_t* tc = codes + t * G * 128;
-  const uint16_t* ts = sz + t * G * 16;
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256 eight = _mm256_set1_ps(8.f);
-  __m256 acc[MR];
-  for (int j = 0; j < MR; ++j) acc[j] = _mm256_setzero_ps();
+  __m256 acc[MR] = {};
   for (int64_t g = 0; g < G; ++g) {
-    __m256i sums[MR];
-    for (int j = 0; j < MR; ++j) sums[j] = _mm256_setzero_si256();
+    __m256i sums[MR] = {};
     for (int p = 0; p < 4; ++p) {
-      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tc + g * 128 + p * 32));
-      const __m256i lo = _mm256_and_si256(packed, low_mask);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
+      const Nibbles w = nibbles(tc + g * 128 + p * 32);
       for (int j = 0; j < MR; ++j) {
-        const int8_t* xq = x.q + (m0 + j) * K + g * 32 + p * 8;
-        int32_t x0, x1;
-        std::memcpy(&x0, xq, 4);
-        std::memcpy(&x1, xq + 4, 4);
-        sums[j] = _mm256_add_epi16(sums[j], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x0)));
-        sums[j] = _mm256_add_epi16(sums[j], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x1)));
+        const int64_t k = g * 32 + p * 8;
+        sums[j] = _mm256_add_epi16(sums[j], _mm256_maddubs_epi16(w.lo, x4(x, m0 + j, K, k)));
+        sums[j] = _mm256_add_epi16(sums[j], _mm256_maddubs_epi16(w.hi, x4(x, m0 + j, K, k + 4)));
       }
     }
-    const __m256 scale = bf16x8(ts + g * 16), zero = bf16x8(ts + g * 16 + 8);
-    const __m256 low = _mm256_fnmadd_ps(eight, scale, zero);
-    for (int j = 0; j < MR; ++j) {
-      const int64_t m = m0 + j;
-      const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(sums[j], ones));
-      const __m256 sd = _mm256_mul_ps(scale, _mm256_broadcast_ss(x.d + m * G + g));
-      acc[j] = _mm256_fmadd_ps(dot, sd, _mm256_fmadd_ps(low, _mm256_broadcast_ss(x.sxd + m * G + g), acc[j]));
-    }
+    const GroupScales scales = group_scales(sz + (t * G + g) * 16);
+    for (int j = 0; j < MR; ++j)
+      acc[j] = add_group(acc[j], _mm256_madd_epi16(sums[j], _mm256_set1_epi16(1)), scales, x, m0 + j, G, g);
   }
   for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, acc[j]);
 }
 
 #define LLMGW_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni")))
 
-// tile() with vpdpbusd: two int32 sums per activation row (low and high nibbles), so 8 dependency chains.
+// tile() with vpdpbusd: the same integer sums straight into int32, two per activation row (low and high
+// nibbles), so 8 dependency chains. A twin of tile() rather than one template: each needs its own target.
 template <int MR>
 LLMGW_VNNI void tile_vnni(const uint8_t* codes, const uint16_t* sz, const QuantizedRows& x, float* out, int64_t t,
                           int64_t m0, int64_t N, int64_t K) {
   const int64_t G = K / 32;
   const uint8_t* tc = codes + t * G * 128;
-  const uint16_t* ts = sz + t * G * 16;
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  const __m256 eight = _mm256_set1_ps(8.f);
-  __m256 acc[MR];
-  for (int j = 0; j < MR; ++j) acc[j] = _mm256_setzero_ps();
+  __m256 acc[MR] = {};
   for (int64_t g = 0; g < G; ++g) {
-    __m256i sums[MR][2];
-    for (int j = 0; j < MR; ++j) sums[j][0] = sums[j][1] = _mm256_setzero_si256();
+    __m256i lo[MR] = {}, hi[MR] = {};
     for (int p = 0; p < 4; ++p) {
-      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tc + g * 128 + p * 32));
-      const __m256i lo = _mm256_and_si256(packed, low_mask);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
+      const Nibbles w = nibbles(tc + g * 128 + p * 32);
       for (int j = 0; j < MR; ++j) {
-        const int8_t* xq = x.q + (m0 + j) * K + g * 32 + p * 8;
-        int32_t x0, x1;
-        std::memcpy(&x0, xq, 4);
-        std::memcpy(&x1, xq + 4, 4);
-        sums[j][0] = _mm256_dpbusd_epi32(sums[j][0], lo, _mm256_set1_epi32(x0));
-        sums[j][1] = _mm256_dpbusd_epi32(sums[j][1], hi, _mm256_set1_epi32(x1));
+        const int64_t k = g * 32 + p * 8;
+        lo[j] = _mm256_dpbusd_epi32(lo[j], w.lo, x4(x, m0 + j, K, k));
+        hi[j] = _mm256_dpbusd_epi32(hi[j], w.hi, x4(x, m0 + j, K, k + 4));
       }
     }
-    const __m256 scale = bf16x8(ts + g * 16), zero = bf16x8(ts + g * 16 + 8);
-    const __m256 low = _mm256_fnmadd_ps(eight, scale, zero);
-    for (int j = 0; j < MR; ++j) {
-      const int64_t m = m0 + j;
-      const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(sums[j][0], sums[j][1]));
-      const __m256 sd = _mm256_mul_ps(scale, _mm256_broadcast_ss(x.d + m * G + g));
-      acc[j] = _mm256_fmadd_ps(dot, sd, _mm256_fmadd_ps(low, _mm256_broadcast_ss(x.sxd + m * G + g), acc[j]));
-    }
+    const GroupScales scales = group_scales(sz + (t * G + g) * 16);
+    for (int j = 0; j < MR; ++j) acc[j] = add_group(acc[j], _mm256_add_epi32(lo[j], hi[j]), scales, x, m0 + j, G, g);
   }
   for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, acc[j]);
 }

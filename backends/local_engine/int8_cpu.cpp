@@ -17,32 +17,33 @@
 
 namespace {
 
+// Each tile's epilogue: the rows' sums times the weight rows' scales.
+template <int MR>
+inline void store_scaled(const __m256* acc, const float* row_scales, float* out, int64_t t, int64_t m0, int64_t N) {
+  const __m256 scale = _mm256_loadu_ps(row_scales + t * 8);
+  for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, _mm256_mul_ps(acc[j], scale));
+}
+
 template <int MR>
 void int8_tile(const int8_t* codes, const float* row_scales, const QuantizedRows& x, float* out, int64_t t,
                int64_t m0, int64_t N, int64_t K) {
   const int64_t G = K / 32;
   const int8_t* tc = codes + t * (K / 4) * 32;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[MR];
-  for (int j = 0; j < MR; ++j) acc[j] = _mm256_setzero_ps();
+  __m256 acc[MR] = {};
   for (int64_t g = 0; g < G; ++g) {
-    __m256i sums[MR];
-    for (int j = 0; j < MR; ++j) sums[j] = _mm256_setzero_si256();
+    __m256i sums[MR] = {};
     for (int step = 0; step < 8; ++step) {
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tc + (g * 8 + step) * 32));
       const __m256i aw = _mm256_abs_epi8(w);
       for (int j = 0; j < MR; ++j) {
-        int32_t x4;
-        std::memcpy(&x4, x.q + (m0 + j) * K + g * 32 + step * 4, 4);
-        const __m256i sx = _mm256_sign_epi8(_mm256_set1_epi32(x4), w);
-        sums[j] = _mm256_add_epi32(sums[j], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
+        const __m256i sx = _mm256_sign_epi8(x4(x, m0 + j, K, g * 32 + step * 4), w);
+        sums[j] = _mm256_add_epi32(sums[j], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1)));
       }
     }
     for (int j = 0; j < MR; ++j)
       acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[j]), _mm256_broadcast_ss(x.d + (m0 + j) * G + g), acc[j]);
   }
-  const __m256 scale = _mm256_loadu_ps(row_scales + t * 8);
-  for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, _mm256_mul_ps(acc[j], scale));
+  store_scaled<MR>(acc, row_scales, out, t, m0, N);
 }
 
 // int8_tile with vpdpbusd (|w| x sign(x, w) summed straight into int32): the same sums, so the same results.
@@ -51,18 +52,14 @@ LLMGW_VNNI void int8_tile_vnni(const int8_t* codes, const float* row_scales, con
                                int64_t t, int64_t m0, int64_t N, int64_t K) {
   const int64_t G = K / 32;
   const int8_t* tc = codes + t * (K / 4) * 32;
-  __m256 acc[MR];
-  for (int j = 0; j < MR; ++j) acc[j] = _mm256_setzero_ps();
+  __m256 acc[MR] = {};
   for (int64_t g = 0; g < G; ++g) {
-    __m256i sums[MR][2];
-    for (int j = 0; j < MR; ++j) sums[j][0] = sums[j][1] = _mm256_setzero_si256();
+    __m256i sums[MR][2] = {};  // even and odd steps: two dependency chains per row
     for (int step = 0; step < 8; ++step) {
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tc + (g * 8 + step) * 32));
       const __m256i aw = _mm256_abs_epi8(w);
       for (int j = 0; j < MR; ++j) {
-        int32_t x4;
-        std::memcpy(&x4, x.q + (m0 + j) * K + g * 32 + step * 4, 4);
-        const __m256i sx = _mm256_sign_epi8(_mm256_set1_epi32(x4), w);
+        const __m256i sx = _mm256_sign_epi8(x4(x, m0 + j, K, g * 32 + step * 4), w);
         sums[j][step & 1] = _mm256_dpbusd_epi32(sums[j][step & 1], aw, sx);
       }
     }
@@ -71,8 +68,7 @@ LLMGW_VNNI void int8_tile_vnni(const int8_t* codes, const float* row_scales, con
       acc[j] = _mm256_fmadd_ps(dot, _mm256_broadcast_ss(x.d + (m0 + j) * G + g), acc[j]);
     }
   }
-  const __m256 scale = _mm256_loadu_ps(row_scales + t * 8);
-  for (int j = 0; j < MR; ++j) _mm256_storeu_ps(out + (m0 + j) * N + t * 8, _mm256_mul_ps(acc[j], scale));
+  store_scaled<MR>(acc, row_scales, out, t, m0, N);
 }
 
 }  // namespace
