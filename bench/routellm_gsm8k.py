@@ -18,12 +18,11 @@ import csv
 import json
 from pathlib import Path
 
-import numpy as np
-
 from bench.cross_task import print_rows, public, rows_for, shipped_need
-from bench.routellm_data import REPO, RESULTS, STRONG_COLUMN, WEAK_COLUMN, Records, _contaminated
+from bench.routellm_data import REPO, RESULTS, STRONG_COLUMN, WEAK_COLUMN, _contaminated
+from bench.routellm_tasks import GSM8K_RECORDS as RECORDS
+from bench.routellm_tasks import load_gsm8k
 
-RECORDS = REPO / "bench" / "data" / "routellm_gsm8k" / "records.csv"
 ROUTER = REPO / "routing" / "models" / "router_lr.npz"
 
 
@@ -40,17 +39,6 @@ def build(responses: Path, contaminated: Path, out: Path = RECORDS) -> int:
                 [row["prompt"], int(row[WEAK_COLUMN] == "True"), int(row[STRONG_COLUMN] == "True")]
             )
     return len(rows)
-
-
-def load_gsm8k(path: Path = RECORDS) -> Records:
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    return Records(
-        [r["prompt"] for r in rows],
-        np.array(["gsm8k"] * len(rows)),
-        np.array([float(r["weak_correct"]) for r in rows]),
-        np.array([float(r["strong_correct"]) for r in rows]),
-    )
 
 
 def score(router: Path = ROUTER) -> list[dict]:

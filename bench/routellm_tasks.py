@@ -1,18 +1,22 @@
-"""The routing tasks of the shared RouteLLM records: MMLU (by subject group) and MT-Bench.
+"""The routing tasks of the RouteLLM records: MMLU (by subject group), MT-Bench, and GSM8K.
 
 MMLU: quality = answered correctly (0/1). Its 57 subjects fall in the four groups of the MMLU paper
 (STEM, humanities, social sciences, other); a group held out whole stands in for an unseen task.
 MT-Bench: 80 two-turn questions, each routed on its first turn; a model's quality on a question is
-the mean GPT-4 grade (1-10) of its two turns. Contaminated prompts are left out of both.
+the mean GPT-4 grade (1-10) of its two turns. Contaminated prompts are left out of all three.
+GSM8K: quality = answered correctly; the records live in bench/data/routellm_gsm8k (bench/routellm_gsm8k.py).
 """
 
+import csv
 import json
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from bench.routellm_data import STRONG_COLUMN, WEAK_COLUMN, Records, _contaminated, data_dir
+from bench.routellm_data import REPO, STRONG_COLUMN, WEAK_COLUMN, Records, _contaminated, data_dir
+
+GSM8K_RECORDS = REPO / "bench" / "data" / "routellm_gsm8k" / "records.csv"
 
 _STEM = """abstract_algebra anatomy astronomy college_biology college_chemistry college_computer_science
 college_mathematics college_physics computer_security conceptual_physics electrical_engineering
@@ -59,3 +63,14 @@ def load_mt_bench(root: Path | None = None) -> Records:
     if not prompts:
         raise FileNotFoundError(f"no MT-Bench records under {folder}")
     return Records(prompts, np.array(categories), np.array(weak), np.array(strong))
+
+
+def load_gsm8k(path: Path = GSM8K_RECORDS) -> Records:
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return Records(
+        [r["prompt"] for r in rows],
+        np.array(["gsm8k"] * len(rows)),
+        np.array([float(r["weak_correct"]) for r in rows]),
+        np.array([float(r["strong_correct"]) for r in rows]),
+    )
