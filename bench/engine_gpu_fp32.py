@@ -83,8 +83,10 @@ def patched(variant: str) -> Iterator[None]:
     level = VARIANTS.index(variant)
     if level < VARIANTS.index("default"):  # one matmul over the stacked weights, as other formats run
 
-        def fused(self, parts: list[Tensor], biases: list[Tensor] | None = None) -> nn.Module:
-            return self._linear(torch.cat(parts), None if biases is None else torch.cat(biases))
+        def fused(
+            self, parts: list[Tensor], biases: list[Tensor] | None = None, gate_up: bool = False
+        ) -> nn.Module:
+            return self._linear(torch.cat(parts), None if biases is None else torch.cat(biases), gate_up)
 
         weights.ModelBuilder._stacked = fused
     if level >= VARIANTS.index("torchnorm"):

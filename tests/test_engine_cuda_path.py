@@ -244,3 +244,39 @@ def test_async_decode_through_the_step_runner_matches_plain_decode(model_pair) -
                 tokens[out.seq_id] += out.new_token_ids
         outputs.append(list(tokens.values()))
     assert outputs[0] == outputs[1] and [len(t) for t in outputs[0]] == [6, 4]
+
+
+def test_int4_forward_wires_the_fused_layer_as_the_unfused_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """model.int4_forward (LLMGW_INT4_FUSED=1: norms, residual adds and SwiGLU inside int4_mma's kernel)
+    against fused_forward over the same int4_mma layers, prefill and decode. int4_mma's kernel is replaced by a
+    torch reference of its semantics here (the kernel itself: tests/test_int4_mma_fused.py on a GPU)."""
+    from backends.local_engine import int4_mma
+    from tests.test_int4_mma_fused import reference_int4_mma
+
+    hf = build_hf("tiny", torch.device(DEVICE))
+    runner = build_ours(hf, "tiny", "bf16", 4, 16).runner
+    steps = runner.cuda_steps or CudaStepRunner(
+        runner.model, runner.kv_cache, runner.block_size, 4, 2048, 256
+    )
+    model = runner.model
+    monkeypatch.setenv("LLMGW_INT4_FUSED", "1")
+    monkeypatch.setattr(int4_mma, "int4_mma_matmul", reference_int4_mma)
+    for layer in model.layers:
+        for name in ("qkv", "o_proj", "gate_up", "down"):
+            weight = getattr(layer, name).weight.float()
+            setattr(layer, name, int4_mma.Int4MmaLinear(weight, None, 32, gate_up=name == "gate_up"))
+
+    def run(fused: bool, blocks: list[int]) -> list[torch.Tensor]:
+        model._int4_fused_cache = fused
+        seq = Sequence(list(range(30, 50)), block_table=blocks)
+        out = [steps.run([ScheduledSeq(seq, 20, 1)])[0]]
+        seq.num_computed_tokens = 20
+        for token in (11, 12):
+            seq.append_token(token)
+            out.append(steps.run([ScheduledSeq(seq, 1)])[0])
+            seq.num_computed_tokens += 1
+        return out
+
+    assert model._int4_fused()  # every layer qualifies
+    for fused, unfused in zip(run(True, [6, 1]), run(False, [7, 2]), strict=True):
+        assert rel(fused, unfused) < 3e-2  # bf16 roundings differ (x * norm rounded, not the normed x)

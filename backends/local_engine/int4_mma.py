@@ -15,6 +15,11 @@ Layout (`pack_codes`, `pack_scales`): weight row r = 16 T + 8 h + g, input k = 6
 Word [T, S, lane, j] holds the codes of (h, kh, e) at bit 4 (h + 2 kh) + 16 e. A lane's inputs of a step
 are 16 consecutive ones (its B operands: two 16-byte loads) in one group of 32. Scales: [T, group, 16 rows] int32 = bf16 scale | bf16 zero << 16.
 
+Fused forms for the decode layer (`Int4MmaLinear.fused`, used by model.py's `int4_forward`): RMSNorm of the
+input inside the kernel, a residual added in its epilogue, and SwiGLU for the gate/up weight, whose rows are
+stored interleaved per 16-row tile (`interleave_gate_up`) so that one block holds a gate row and its up row.
+Not yet measured on a GPU: model.py takes them only with LLMGW_INT4_FUSED=1 (bench/README.md).
+
 Launch shapes for one to eight rows (warps per block, loads in flight per thread): `config_for`, from H200
 measurements (bench/engine_gpu_int4_kernels.py --configs). Measured there at 8B (per layer, four
 projections): 56.3 µs at 1 row and 57.5 at 8 against tinygemm's 83.5 and 168.5; batch-1 decode 408 tok/s
@@ -32,7 +37,13 @@ from torch import Tensor, nn
 from backends.local_engine.quant import quantize_int4
 
 GROUP = 32
+STORE_PLAIN, STORE_GATE_UP, STORE_SWIGLU = 0, 1, 2  # int4_mma.cu's output modes
 _SHIFTS = torch.tensor([[[4 * (h + 2 * kh) + 16 * e for e in (0, 1)] for kh in (0, 1)] for h in (0, 1)])
+
+
+def fused_wanted() -> bool:
+    """LLMGW_INT4_FUSED=1: build gate/up interleaved and let model.py run `int4_forward` (off until measured)."""
+    return os.environ.get("LLMGW_INT4_FUSED", "0") == "1"
 
 
 def supports(out_features: int, in_features: int, group_size: int) -> bool:
@@ -47,6 +58,13 @@ def pack_codes(q: Tensor) -> Tensor:
     words = (view << _SHIFTS.to(q.device)).sum(dim=(-3, -2, -1))  # disjoint bits: the sum is an or
     words = torch.where(words >= 2**31, words - 2**32, words)
     return words.to(torch.int32).reshape(n // 16, k // 64, 32, 4).contiguous()
+
+
+def interleave_gate_up(weight: Tensor) -> Tensor:
+    """[gate; up] rows [2I, K] → tile T's rows 0-7 = gate rows 8T.., rows 8-15 = up rows 8T.. (I % 8 == 0).
+    The kernel stores row r of tile T at output 8T + r (r < 8) or I + 8T + r - 8: the original order."""
+    n, k = weight.shape
+    return weight.view(2, n // 16, 8, k).transpose(0, 1).reshape(n, k)
 
 
 def pack_scales(scale: Tensor, zero: Tensor) -> Tensor:
@@ -81,17 +99,26 @@ def _extension():  # noqa: ANN202
     return load_inline(
         name="llmgw_int4_mma",
         cpp_sources="torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, "
-        "int64_t n, int64_t config);",
+        "int64_t n, int64_t config, std::optional<torch::Tensor> norm, std::optional<torch::Tensor> residual, "
+        "double eps, int64_t mode);",
         cuda_sources=source,
         functions=["int4_mma_matmul"],
         extra_cuda_cflags=["-O3"],
     )
 
 
-def int4_mma_matmul(x: Tensor, codes: Tensor, scales: Tensor, out_features: int, config: int = 0) -> Tensor:
+def int4_mma_matmul(
+    x: Tensor, codes: Tensor, scales: Tensor, out_features: int, config: int = 0, *, norm: Tensor | None = None,
+    residual: Tensor | None = None, eps: float = 0.0, mode: int = STORE_PLAIN,
+) -> Tensor:  # fmt: skip
     """x [M, K] bf16 → [M, N] bf16 (any M; 64 rows per weight pass). `config` 0-4: the launch shape of
-    one-to-eight-row calls, (warps, loads in flight) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8)."""
-    return _extension().int4_mma_matmul(x.contiguous(), codes, scales, out_features, config)
+    one-to-eight-row calls, (warps, loads in flight) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8).
+    `norm` [K] bf16: multiply by RMSNorm(x) * norm instead of x; `residual` [M, N] bf16: added to the rounded
+    product; `mode` STORE_GATE_UP / STORE_SWIGLU for interleaved gate/up rows: [gate | up], or silu(gate) * up
+    [M, N / 2]."""
+    return _extension().int4_mma_matmul(
+        x.contiguous(), codes, scales, out_features, config, norm, residual, eps, mode
+    )
 
 
 CONFIGS = range(5)
@@ -124,13 +151,20 @@ def available() -> bool:
 class Int4MmaLinear(nn.Module):
     """Drop-in for quant.Int4Linear on CUDA when `supports` the shape; holds only the packed int4 bytes."""
 
-    def __init__(self, weight: Tensor, bias: Tensor | None, group_size: int) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor | None, group_size: int, gate_up: bool = False) -> None:
+        """`gate_up`: `weight` is [gate; up]; its rows are stored interleaved (`interleave_gate_up`), the
+        output keeps the original order, and `fused(..., swiglu=True)` can apply SwiGLU in the kernel."""
         super().__init__()
         out_features, in_features = weight.shape
         if not supports(out_features, in_features, group_size):
             raise ValueError(
                 f"int4_mma needs group 32, N % 16 == 0, K % 64 == 0; got {weight.shape}, {group_size}"
             )
+        if gate_up and bias is not None:
+            raise ValueError("int4_mma's gate/up layout takes no bias")
+        self.mode = STORE_GATE_UP if gate_up else STORE_PLAIN
+        if gate_up:
+            weight = interleave_gate_up(weight)
         q, scales_and_zeros = quantize_int4(weight.float(), group_size)
         scale, zero = scales_and_zeros.unbind(-1)  # [K / group, N]; zero is min + 8 * scale
         self.out_features = out_features
@@ -142,6 +176,20 @@ class Int4MmaLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1]).bfloat16()
-        out = int4_mma_matmul(x2, self.codes, self.scales, self.out_features, self.config)
+        out = int4_mma_matmul(x2, self.codes, self.scales, self.out_features, self.config, mode=self.mode)
         out = out.to(x.dtype).reshape(*shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias.to(x.dtype)
+
+    def fused(
+        self, x: Tensor, norm: Tensor | None = None, eps: float = 0.0, residual: Tensor | None = None,
+        swiglu: bool = False,
+    ) -> Tensor:  # fmt: skip
+        """bf16 x [M, K] → W (RMSNorm(x) * norm) (norm given) + residual (given); with `swiglu` (a gate_up
+        layer) silu(gate) * up [M, N / 2]. No bias (model.py's `int4_forward` takes only bias-free layers)."""
+        if swiglu and self.mode != STORE_GATE_UP:
+            raise ValueError("swiglu needs a layer built with gate_up=True")
+        mode = STORE_SWIGLU if swiglu else self.mode
+        return int4_mma_matmul(
+            x, self.codes, self.scales, self.out_features, self.config, norm=norm, residual=residual, eps=eps,
+            mode=mode,
+        )  # fmt: skip

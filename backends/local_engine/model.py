@@ -5,7 +5,9 @@ On CUDA (steps carrying attention_cuda metadata) the layers run `fused_forward`:
 RoPE + K/V write and SwiGLU are one Triton kernel each (fused_triton.py). One-token steps whose
 projections all run the Triton GEMV (bf16, int8) take `gemv_forward` instead: six kernels a layer, the
 norms, SwiGLU and residual adds inside the GEMVs (8B batch-1 graph 4.54 → 4.32 ms on the H200,
-bench/README.md). The CPU path is unchanged.
+bench/README.md). With LLMGW_INT4_FUSED=1, steps of up to 64 tokens whose projections are all int4_mma
+layers take `int4_forward`: six kernels a layer in the same way (int4_mma.cu's fused forms; not yet measured
+on a GPU, so off by default). The CPU path is unchanged.
 """
 
 import os
@@ -100,6 +102,36 @@ class DecoderLayer(nn.Module):
             mlp = silu_mul(gemv(residual, gu_w, gu_s, norm=self.post_norm, eps=self.eps))
         return gemv(mlp, down_w, down_s, residual=residual)
 
+    def int4_ready(self) -> bool:
+        """Whether `int4_forward` can run this layer: bias-free int4_mma projections, gate/up interleaved."""
+        from backends.local_engine.int4_mma import STORE_GATE_UP, Int4MmaLinear
+
+        linears = (self.qkv, self.o_proj, self.gate_up, self.down)
+        return (
+            all(isinstance(m, Int4MmaLinear) and m.bias is None for m in linears)
+            and self.gate_up.mode == STORE_GATE_UP
+            and self.input_norm.dtype == self.post_norm.dtype == torch.bfloat16
+        )
+
+    def int4_forward(
+        self, residual: Tensor, positions: Tensor, rotations: Tensor, meta, kv_pool: Tensor
+    ) -> Tensor:
+        """CUDA, int4_mma layers: the bf16 residual stream in and out in six kernels, as `gemv_forward`."""
+        from backends.local_engine.attention_cuda import attend
+        from backends.local_engine.fused_triton import rope_write_kv
+
+        tokens = residual.shape[0]
+        qkv = self.qkv.fused(residual, norm=self.input_norm, eps=self.eps)
+        rope_write_kv(qkv, positions, rotations, meta.slot_mapping, kv_pool, self.heads, self.kv_heads)
+        q = qkv.view(tokens, self.heads + 2 * self.kv_heads, self.head_dim)[:, : self.heads]
+        attention = attend(q, kv_pool, meta).reshape(tokens, self.heads * self.head_dim)
+        residual = self.o_proj.fused(attention, residual=residual)
+        mlp = self.gate_up.fused(residual, norm=self.post_norm, eps=self.eps, swiglu=True)
+        return self.down.fused(mlp, residual=residual)
+
+
+INT4_FUSED_MAX_TOKENS = 64  # one weight pass of int4_mma
+
 
 class Embedding(nn.Module):
     """Token embedding stored dense, or int8 per row (quantized formats) and dequantized on lookup."""
@@ -145,6 +177,11 @@ class LlamaModel(nn.Module):
         eps = self.config.rms_norm_eps
         layers = list(self.layers)
         operands = self._gemv_operands() if input_ids.shape[0] == 1 else None
+        if input_ids.shape[0] <= INT4_FUSED_MAX_TOKENS and self._int4_fused():
+            residual = self.embed(input_ids)
+            for layer, kv_pool in zip(layers, kv_cache.layers, strict=True):
+                residual = layer.int4_forward(residual, positions, self.rotary.rotations, meta, kv_pool)
+            return add_rms_norm(residual, None, self.norm, eps)[0]
         if operands is not None:
             residual = self.embed(input_ids)
             for layer, kv_pool, ops in zip(layers, kv_cache.layers, operands, strict=True):
@@ -170,6 +207,14 @@ class LlamaModel(nn.Module):
             self._gemv_cache = found if mode != "0" and all(found) else None
             self._gemv_swiglu = mode != "2"
         return self._gemv_cache
+
+    def _int4_fused(self) -> bool:
+        """Whether short steps take `int4_forward` (LLMGW_INT4_FUSED=1 and every layer can); looked up once."""
+        if not hasattr(self, "_int4_fused_cache"):
+            from backends.local_engine.int4_mma import fused_wanted
+
+            self._int4_fused_cache = fused_wanted() and all(layer.int4_ready() for layer in self.layers)
+        return self._int4_fused_cache
 
     @torch.inference_mode()
     def logits(self, hidden: Tensor) -> Tensor:

@@ -285,8 +285,11 @@ def cuda_quant_kernel(dtype: str) -> str:
     return os.environ.get(f"LLMGW_{dtype.upper()}_KERNEL") or default
 
 
-def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int) -> nn.Module:
-    """Build the layer for `dtype` from a float32 weight already on its target device."""
+def make_linear(
+    weight: Tensor, bias: Tensor | None, dtype: str, group_size: int, gate_up: bool = False
+) -> nn.Module:
+    """Build the layer for `dtype` from a float32 weight already on its target device. `gate_up`: the weight
+    is [gate; up] (int4_mma's layer stores it interleaved for its fused SwiGLU; others ignore it)."""
     if dtype in ("int8", "int4") and weight.is_cuda and cuda_quant_kernel(dtype) == "kernels":
         from backends.local_engine.kernels import TritonInt4Linear, TritonInt8Linear
 
@@ -299,7 +302,9 @@ def make_linear(weight: Tensor, bias: Tensor | None, dtype: str, group_size: int
         from backends.local_engine import int4_mma
 
         if int4_mma.supports(*weight.shape, group_size) and int4_mma.available():
-            return int4_mma.Int4MmaLinear(weight, bias, group_size)
+            return int4_mma.Int4MmaLinear(
+                weight, bias, group_size, gate_up=gate_up and bias is None and int4_mma.fused_wanted()
+            )
     if dtype == "int4" and not weight.is_cuda and cpu_int4_kernel(*weight.shape, group_size):
         from backends.local_engine.cpu_kernels import Int4CpuLinear
 

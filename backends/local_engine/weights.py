@@ -72,15 +72,17 @@ class ModelBuilder:
         if all(key in layer for key in required_layer_names(self.config)):
             self.layers[int(index_text)] = self._layer(self.pending.pop(int(index_text)))
 
-    def _linear(self, weight: Tensor, bias: Tensor | None = None) -> torch.nn.Module:
+    def _linear(self, weight: Tensor, bias: Tensor | None = None, gate_up: bool = False) -> torch.nn.Module:
         fmt = self.fmt
-        return make_linear(weight, bias, fmt.dtype, fmt.int4_group_size)
+        return make_linear(weight, bias, fmt.dtype, fmt.int4_group_size, gate_up=gate_up)
 
-    def _stacked(self, weights: list[Tensor], biases: list[Tensor] | None = None) -> torch.nn.Module:
+    def _stacked(
+        self, weights: list[Tensor], biases: list[Tensor] | None = None, gate_up: bool = False
+    ) -> torch.nn.Module:
         """One matmul over the stacked weights; fp32 on CUDA: one per weight (quant.ConcatLinear)."""
         if self.fmt.dtype == "fp32" and self.fmt.cuda:
             return ConcatLinear(weights, biases)
-        return self._linear(torch.cat(weights), None if biases is None else torch.cat(biases))
+        return self._linear(torch.cat(weights), None if biases is None else torch.cat(biases), gate_up)
 
     def _qkv_parts(self, t: dict[str, Tensor], kind: str) -> list[Tensor]:
         """q, k, v; q and k rows in the adjacent-pair order RoPE uses (rope.interleave_rope_rows)."""
@@ -96,7 +98,7 @@ class ModelBuilder:
             norms,
             qkv=self._stacked(self._qkv_parts(t, "weight"), qkv_bias),
             o_proj=self._linear(t["self_attn.o_proj.weight"]),
-            gate_up=self._stacked([t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"]]),
+            gate_up=self._stacked([t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"]], gate_up=True),
             down=self._linear(t["mlp.down_proj.weight"]),
             mlp_dtype=self._mlp_dtype(t["mlp.down_proj.weight"]),
         )
