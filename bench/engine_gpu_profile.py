@@ -10,6 +10,8 @@ A variant is a set of environment switches read when the engine is built (CUDA g
   unfused    split-K attention, separate norm / SwiGLU / residual kernels (LLMGW_FUSED_GEMV=0)
   old        neither (the engine before both changes)
   sync       fused, but every decode step waits for its tokens (async_decode off; pipeline.py)
+  int4fused  int4_mma layers in six kernels a layer too (LLMGW_INT4_FUSED=1: norms, SwiGLU and residual
+             adds inside int4_mma.cu; model.int4_forward), for steps of up to 64 tokens
 For each (shape, format, variant): batch-1 decode tok/s through the engine step beside the bucket-1 decode
 graph replayed alone (its GPU time; the rest of a step is host work), the prefix TTFT (1024-token cached
 prefix + 32 new tokens, bench/engine_gpu.py's measure) beside its prefill graph replayed alone, and the
@@ -36,9 +38,16 @@ VARIANTS = {
     "sync": {},
     "tinygemm": {"LLMGW_INT4_KERNEL": "tinygemm"},
     "kernels": {"LLMGW_INT8_KERNEL": "kernels", "LLMGW_INT4_KERNEL": "kernels"},
+    "int4fused": {"LLMGW_INT4_FUSED": "1"},
 }
 SETTINGS = {"sync": {"async_decode": False}}  # engine settings a variant changes
-SWITCHES = ("LLMGW_FUSED_GEMV", "LLMGW_ATTENTION_SPLITS", "LLMGW_INT4_KERNEL", "LLMGW_INT8_KERNEL")
+SWITCHES = (
+    "LLMGW_FUSED_GEMV",
+    "LLMGW_ATTENTION_SPLITS",
+    "LLMGW_INT4_KERNEL",
+    "LLMGW_INT8_KERNEL",
+    "LLMGW_INT4_FUSED",
+)
 
 
 def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 200) -> float:
