@@ -12,6 +12,8 @@ A variant is a set of environment switches read when the engine is built (CUDA g
   sync       fused, but every decode step waits for its tokens (async_decode off; pipeline.py)
   int4fused  int4_mma layers in six kernels a layer too (LLMGW_INT4_FUSED=1: norms, SwiGLU and residual
              adds inside int4_mma.cu; model.int4_forward), for steps of up to 64 tokens
+  int4pdl    int4_mma launched with programmatic dependent launch (LLMGW_INT4_PDL=1)
+  int4both   int4fused and int4pdl together
 For each (shape, format, variant): batch-1 decode tok/s through the engine step beside the bucket-1 decode
 graph replayed alone (its GPU time; the rest of a step is host work), the prefix TTFT (1024-token cached
 prefix + 32 new tokens, bench/engine_gpu.py's measure) beside its prefill graph replayed alone, and the
@@ -39,6 +41,8 @@ VARIANTS = {
     "tinygemm": {"LLMGW_INT4_KERNEL": "tinygemm"},
     "kernels": {"LLMGW_INT8_KERNEL": "kernels", "LLMGW_INT4_KERNEL": "kernels"},
     "int4fused": {"LLMGW_INT4_FUSED": "1"},
+    "int4pdl": {"LLMGW_INT4_PDL": "1"},
+    "int4both": {"LLMGW_INT4_FUSED": "1", "LLMGW_INT4_PDL": "1"},
 }
 SETTINGS = {"sync": {"async_decode": False}}  # engine settings a variant changes
 SWITCHES = (
@@ -47,6 +51,7 @@ SWITCHES = (
     "LLMGW_INT4_KERNEL",
     "LLMGW_INT8_KERNEL",
     "LLMGW_INT4_FUSED",
+    "LLMGW_INT4_PDL",
 )
 
 

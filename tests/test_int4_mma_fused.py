@@ -184,3 +184,35 @@ def test_gate_up_order_and_swiglu_in_the_kernel(rows: int) -> None:
     assert rel(out, F.silu(gate) * up) < 1e-2
     with pytest.raises(RuntimeError, match="residual"):
         layer.fused(x, residual=torch.zeros(rows, 2 * inner, device="cuda").bfloat16(), swiglu=True)
+
+
+@cuda
+def test_programmatic_dependent_launch_changes_no_result() -> None:
+    """A chain of int4_mma launches, each reading the previous output, with and without PDL, eager and as a
+    CUDA graph: the same bits (the wait in the kernel orders every read of x and the residual)."""
+    from backends.local_engine.int4_mma import Int4MmaLinear
+
+    torch.manual_seed(7)
+    k = 1024
+    norm = (1 + 0.3 * torch.randn(k, device="cuda")).bfloat16()
+    up = Int4MmaLinear(torch.randn(2 * 4 * k, k, device="cuda") * 0.05, None, 32, gate_up=True)
+    down = Int4MmaLinear(torch.randn(k, 4 * k, device="cuda") * 0.05, None, 32)
+    x = torch.randn(3, k, device="cuda").bfloat16()
+
+    def chain(h: torch.Tensor) -> torch.Tensor:
+        for _ in range(4):
+            h = down.fused(up.fused(h, norm=norm, eps=1e-6, swiglu=True), residual=h)
+        return h
+
+    results = []
+    for pdl in (False, True):
+        up.pdl = down.pdl = pdl
+        eager = chain(x)
+        graph, static_x = torch.cuda.CUDAGraph(), x.clone()
+        chain(static_x)  # warm up outside the capture
+        with torch.cuda.graph(graph):
+            static_out = chain(static_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        results += [eager, static_out.clone()]
+    assert all(torch.equal(results[0], r) for r in results[1:])

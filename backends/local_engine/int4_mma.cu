@@ -75,6 +75,7 @@ struct Epilogue {
   const __nv_bfloat16* residual;  // [M, N] added to the rounded product, or nullptr
   float eps;
   int mode;  // STORE_PLAIN: out [M, N]; STORE_GATE_UP: interleaved rows stored as [gate | up]; STORE_SWIGLU: [M, N/2]
+  bool pdl;  // launched with programmatic stream serialization (sm_90+): wait for the previous kernel in-kernel
 };
 
 template <int MCHUNKS, int UNROLL, int WARPS, bool NORM>
@@ -96,6 +97,18 @@ int4_mma_kernel(const uint4* __restrict__ codes, const uint32_t* __restrict__ sc
   float squares[MCHUNKS];  // NORM: this lane's share of x row c * 8 + g's sum of squares
 #pragma unroll
   for (int c = 0; c < MCHUNKS; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = squares[c] = 0.f;
+
+  // The weights depend on no earlier kernel: under programmatic dependent launch (epi.pdl) this lane's first
+  // steps of codes are fetched into L2 while the kernel before this one finishes; x and the residual are read
+  // only after the wait. Without it the kernel runs as before (the main loop is the same code).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (epi.pdl) {
+    for (int s = begin; s < min(end, begin + 2 * UNROLL); ++s)
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(tile_codes + static_cast<size_t>(s) * 32));
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  }
+#endif
 
   for (int s0 = begin; s0 < end; s0 += UNROLL) {
     uint4 w[UNROLL];
@@ -204,10 +217,22 @@ void launch(const int32_t* codes, const int32_t* scales, const __nv_bfloat16* x,
             int N, int K, const Epilogue& epi, cudaStream_t stream) {
   const auto* c = reinterpret_cast<const uint4*>(codes);
   const auto* s = reinterpret_cast<const uint32_t*>(scales);
-  if (epi.norm != nullptr)
-    int4_mma_kernel<MCHUNKS, UNROLL, WARPS, true><<<N / 16, WARPS * 32, 0, stream>>>(c, s, x, out, M, N, K, epi);
-  else
-    int4_mma_kernel<MCHUNKS, UNROLL, WARPS, false><<<N / 16, WARPS * 32, 0, stream>>>(c, s, x, out, M, N, K, epi);
+  auto kernel = epi.norm != nullptr ? int4_mma_kernel<MCHUNKS, UNROLL, WARPS, true>
+                                    : int4_mma_kernel<MCHUNKS, UNROLL, WARPS, false>;
+  if (!epi.pdl) {
+    kernel<<<N / 16, WARPS * 32, 0, stream>>>(c, s, x, out, M, N, K, epi);
+    return;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(N / 16);
+  config.blockDim = dim3(WARPS * 32);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  cudaLaunchKernelEx(&config, kernel, c, s, x, out, M, N, K, epi);
 }
 
 // One 8-row chunk: (warps, unroll) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8) for config 0..4 (32 warps with
@@ -251,7 +276,7 @@ void llmgw_int4_mma_instantiate(const int32_t* c, const int32_t* s, const __nv_b
 #else
 torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, int64_t n, int64_t config,
                               std::optional<torch::Tensor> norm, std::optional<torch::Tensor> residual, double eps,
-                              int64_t mode) {
+                              int64_t mode, bool pdl) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kBFloat16 && x.dim() == 2 && x.is_contiguous(),
               "x must be a contiguous 2-D bf16 CUDA tensor");
   TORCH_CHECK(codes.scalar_type() == torch::kInt32 && scales.scalar_type() == torch::kInt32,
@@ -262,7 +287,9 @@ torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tenso
               "codes / scales do not match the shape");
   TORCH_CHECK(codes.device() == x.device() && scales.device() == x.device(), "x, codes and scales on one device");
   TORCH_CHECK(mode >= STORE_PLAIN && mode <= STORE_SWIGLU, "mode must be 0, 1 or 2");
-  Epilogue epi{nullptr, nullptr, static_cast<float>(eps), static_cast<int>(mode)};
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const auto properties = at::cuda::getCurrentDeviceProperties();
+  Epilogue epi{nullptr, nullptr, static_cast<float>(eps), static_cast<int>(mode), pdl && properties->major >= 9};
   if (norm.has_value()) {
     TORCH_CHECK(norm->device() == x.device() && norm->scalar_type() == torch::kBFloat16 && norm->is_contiguous() &&
                     norm->numel() == K && reinterpret_cast<uintptr_t>(norm->data_ptr()) % 16 == 0,
@@ -276,7 +303,6 @@ torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tenso
                 "residual must be a contiguous bf16 [M, N] tensor on x's device");
     epi.residual = reinterpret_cast<const __nv_bfloat16*>(residual->data_ptr<at::BFloat16>());
   }
-  const c10::cuda::CUDAGuard device_guard(x.device());
   auto out = torch::empty({M, mode == STORE_SWIGLU ? N / 2 : N}, x.options());
   launch_rows(static_cast<int>(config), codes.data_ptr<int32_t>(), scales.data_ptr<int32_t>(),
               reinterpret_cast<const __nv_bfloat16*>(x.data_ptr<at::BFloat16>()),

@@ -18,7 +18,10 @@ are 16 consecutive ones (its B operands: two 16-byte loads) in one group of 32. 
 Fused forms for the decode layer (`Int4MmaLinear.fused`, used by model.py's `int4_forward`): RMSNorm of the
 input inside the kernel, a residual added in its epilogue, and SwiGLU for the gate/up weight, whose rows are
 stored interleaved per 16-row tile (`interleave_gate_up`) so that one block holds a gate row and its up row.
-Not yet measured on a GPU: model.py takes them only with LLMGW_INT4_FUSED=1 (bench/README.md).
+Not yet measured on a GPU: model.py takes them only with LLMGW_INT4_FUSED=1 (bench/README.md). Likewise
+LLMGW_INT4_PDL=1 launches the kernel with programmatic dependent launch (sm_90+): each block prefetches its
+first steps of codes into L2 and lets the next kernel in the stream start, then waits for the previous one
+before reading x, so launch gaps overlap the weight stream.
 
 Launch shapes for one to eight rows (warps per block, loads in flight per thread): `config_for`, from H200
 measurements (bench/engine_gpu_int4_kernels.py --configs). Measured there at 8B (per layer, four
@@ -39,6 +42,11 @@ from backends.local_engine.quant import quantize_int4
 GROUP = 32
 STORE_PLAIN, STORE_GATE_UP, STORE_SWIGLU = 0, 1, 2  # int4_mma.cu's output modes
 _SHIFTS = torch.tensor([[[4 * (h + 2 * kh) + 16 * e for e in (0, 1)] for kh in (0, 1)] for h in (0, 1)])
+
+
+def pdl_wanted() -> bool:
+    """LLMGW_INT4_PDL=1: launch with programmatic dependent launch (off until measured on a GPU)."""
+    return os.environ.get("LLMGW_INT4_PDL", "0") == "1"
 
 
 def fused_wanted() -> bool:
@@ -100,7 +108,7 @@ def _extension():  # noqa: ANN202
         name="llmgw_int4_mma",
         cpp_sources="torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, "
         "int64_t n, int64_t config, std::optional<torch::Tensor> norm, std::optional<torch::Tensor> residual, "
-        "double eps, int64_t mode);",
+        "double eps, int64_t mode, bool pdl);",
         cuda_sources=source,
         functions=["int4_mma_matmul"],
         extra_cuda_cflags=["-O3"],
@@ -109,15 +117,16 @@ def _extension():  # noqa: ANN202
 
 def int4_mma_matmul(
     x: Tensor, codes: Tensor, scales: Tensor, out_features: int, config: int = 0, *, norm: Tensor | None = None,
-    residual: Tensor | None = None, eps: float = 0.0, mode: int = STORE_PLAIN,
+    residual: Tensor | None = None, eps: float = 0.0, mode: int = STORE_PLAIN, pdl: bool = False,
 ) -> Tensor:  # fmt: skip
     """x [M, K] bf16 → [M, N] bf16 (any M; 64 rows per weight pass). `config` 0-4: the launch shape of
     one-to-eight-row calls, (warps, loads in flight) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8).
     `norm` [K] bf16: multiply by RMSNorm(x) * norm instead of x; `residual` [M, N] bf16: added to the rounded
     product; `mode` STORE_GATE_UP / STORE_SWIGLU for interleaved gate/up rows: [gate | up], or silu(gate) * up
-    [M, N / 2]."""
+    [M, N / 2]. `pdl` (sm_90+; ignored below): programmatic dependent launch, the first weight loads issued
+    before the wait for the previous kernel in the stream (or graph) to finish."""
     return _extension().int4_mma_matmul(
-        x.contiguous(), codes, scales, out_features, config, norm, residual, eps, mode
+        x.contiguous(), codes, scales, out_features, config, norm, residual, eps, mode, pdl
     )
 
 
@@ -163,6 +172,7 @@ class Int4MmaLinear(nn.Module):
         if gate_up and bias is not None:
             raise ValueError("int4_mma's gate/up layout takes no bias")
         self.mode = STORE_GATE_UP if gate_up else STORE_PLAIN
+        self.pdl = pdl_wanted()
         if gate_up:
             weight = interleave_gate_up(weight)
         q, scales_and_zeros = quantize_int4(weight.float(), group_size)
@@ -176,7 +186,9 @@ class Int4MmaLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1]).bfloat16()
-        out = int4_mma_matmul(x2, self.codes, self.scales, self.out_features, self.config, mode=self.mode)
+        out = int4_mma_matmul(
+            x2, self.codes, self.scales, self.out_features, self.config, mode=self.mode, pdl=self.pdl
+        )
         out = out.to(x.dtype).reshape(*shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias.to(x.dtype)
 
@@ -191,5 +203,5 @@ class Int4MmaLinear(nn.Module):
         mode = STORE_SWIGLU if swiglu else self.mode
         return int4_mma_matmul(
             x, self.codes, self.scales, self.out_features, self.config, norm=norm, residual=residual, eps=eps,
-            mode=mode,
+            mode=mode, pdl=self.pdl,
         )  # fmt: skip
