@@ -91,7 +91,7 @@ def main() -> None:
     else:
         from bench.train_cascade_confidence import main as train_cascade_confidence
 
-        train_cascade_confidence()
+        train_cascade_confidence([])
 
 
 if __name__ == "__main__":

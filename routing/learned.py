@@ -75,17 +75,30 @@ class LogisticModel:
 class AnswerModel:
     """The cascade confidence: a LogisticModel on answer_features → P(the small answer is correct).
 
-    Needs no embedding, only the small answer's logprobs with top-2 alternatives (top_logprobs=2).
+    Needs no embedding, only the small answer's logprobs with top-2 alternatives (top_logprobs=2). `columns`:
+    the answer_features it reads, by name (stored in the file; files without them read all seven).
     """
 
     head: LogisticModel
     uses_logprobs: bool = True
+    columns: tuple[str, ...] = ANSWER_FEATURES
+
+    def __post_init__(self) -> None:
+        unknown = set(self.columns) - set(ANSWER_FEATURES)
+        if unknown or len(self.columns) != len(self.head.weights):
+            raise ValueError(
+                f"answer model columns {self.columns} do not fit its {len(self.head.weights)} weights"
+            )
+        self._index = [ANSWER_FEATURES.index(name) for name in self.columns]
 
     def confidence(self, question: str, logprobs: list[float], margins: list[float]) -> float:
-        return float(self.head.predict(answer_features(question, logprobs, margins)[None, :])[0])
+        features = answer_features(question, logprobs, margins)[self._index]
+        return float(self.head.predict(features[None, :])[0])
 
     def save(self, path: Path) -> None:
-        np.savez_compressed(path, features=np.str_("answer"), **self.head.arrays())
+        np.savez_compressed(
+            path, features=np.str_("answer"), answer_columns=np.array(self.columns), **self.head.arrays()
+        )
 
 
 @dataclass
@@ -154,7 +167,8 @@ class TextRouter:
 def load_model(path: Path) -> LogisticModel | GainModel | TextRouter | AnswerModel:
     with np.load(path) as data:
         if "features" in data and str(data["features"]) == "answer":
-            return AnswerModel(LogisticModel.from_arrays(data))
+            columns = tuple(data["answer_columns"].tolist()) if "answer_columns" in data else ANSWER_FEATURES
+            return AnswerModel(LogisticModel.from_arrays(data), columns=columns)
         head: LogisticModel | GainModel
         if "small_weights" in data:
             head = GainModel(

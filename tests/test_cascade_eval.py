@@ -107,6 +107,26 @@ def test_answer_features_and_model_round_trip(tmp_path) -> None:  # noqa: ANN001
     )
 
 
+def test_answer_model_reads_only_its_columns_and_old_files_read_all(tmp_path) -> None:  # noqa: ANN001
+    columns = ("mean", "first_margin")
+    head = LogisticModel(np.array([1.0, 2.0]), -0.5, np.zeros(2), np.ones(2), True)
+    AnswerModel(head, columns=columns).save(tmp_path / "c.npz")
+    loaded = load_model(tmp_path / "c.npz")
+    assert isinstance(loaded, AnswerModel) and loaded.columns == columns
+    question_a, question_b = "Q: who?", "Q: a much longer question, and another clause?"
+    a = loaded.confidence(question_a, [-0.5, -1.5], [2.0, 0.4])
+    assert a == pytest.approx(head.predict(np.array([[-1.0, 2.0]]))[0])
+    assert loaded.confidence(question_b, [-0.5, -1.5], [2.0, 0.4]) == a  # question length not read
+    with pytest.raises(ValueError, match="do not fit"):
+        AnswerModel(head, columns=("mean",))
+    with np.load(tmp_path / "c.npz") as data:  # a file of the earlier format: no column names, all seven
+        arrays = {k: data[k] for k in data.files if k != "answer_columns"}
+    full = LogisticModel(np.ones(len(ANSWER_FEATURES)), 0.0, np.zeros(7), np.ones(7), True)
+    arrays.update(full.arrays())
+    np.savez(tmp_path / "old.npz", **arrays)
+    assert load_model(tmp_path / "old.npz").columns == ANSWER_FEATURES
+
+
 def test_random_router_has_apgr_one_half_and_linear_cpt() -> None:
     rng = np.random.default_rng(0)
     weak, strong = (rng.random(1000) < 0.6).astype(float), (rng.random(1000) < 0.8).astype(float)
