@@ -35,9 +35,10 @@ def deinterleave(rows: torch.Tensor) -> torch.Tensor:
 def reference_int4_mma(
     x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, out_features: int, config: int = 0, *,
     norm: torch.Tensor | None = None, residual: torch.Tensor | None = None, eps: float = 0.0,
-    mode: int = STORE_PLAIN,
+    mode: int = STORE_PLAIN, pdl: bool = False,
 ) -> torch.Tensor:  # fmt: skip
-    """int4_mma.int4_mma_matmul's semantics in torch (float32 sums), rounding where the kernel rounds."""
+    """int4_mma.int4_mma_matmul's semantics in torch (float32 sums), rounding where the kernel rounds (`pdl`
+    changes only how the kernel is launched)."""
     q, scale, zero = unpack(codes.cpu(), scales.cpu())
     n, k = q.shape
     weight = (q.float().view(n, k // 32, 32) - 8) * scale.float()[..., None] + zero.float()[..., None]
