@@ -23,7 +23,7 @@ import aiohttp
 import yaml
 
 from bench.routellm_data import RESULTS
-from bench.trivia_data import is_correct, load_questions, prompt
+from bench.trivia_data import SETS, is_correct, load_questions, prompt
 from routing.confidence import choice_logprobs, choice_margins
 
 RECORD = RESULTS / "cascade_live_record.json"
@@ -110,7 +110,7 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--small", default="smollm2")
     parser.add_argument("--large", default="gemma3")
     parser.add_argument("--config", default="bench/cascade_live.yaml", help="gateway YAML (prices)")
-    parser.add_argument("--set", default="trivia_qa", choices=["trivia_qa", "basic_skills"])
+    parser.add_argument("--set", default="trivia_qa", choices=sorted(SETS))
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=8)

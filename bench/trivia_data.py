@@ -16,9 +16,14 @@ from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
 QUESTIONS = DATA / "trivia_qa" / "questions.jsonl"
-# The question sets of the live cascade: TriviaQA (Q:/A: quiz questions) and basic_skills (sentences and sums
-# to complete, bench/data/basic_skills/, ODC-BY): its `task` field picks the completion-style shots below.
-SETS = {"trivia_qa": QUESTIONS, "basic_skills": DATA / "basic_skills" / "questions.jsonl"}
+# The question sets of the live cascade: TriviaQA (Q:/A: quiz questions), basic_skills (sentences and sums
+# to complete, bench/data/basic_skills/, ODC-BY: its `task` field picks the completion-style shots below) and
+# entity_questions (Q:/A: template questions over Wikidata facts, bench/data/entity_questions/, MIT).
+SETS = {
+    "trivia_qa": QUESTIONS,
+    "basic_skills": DATA / "basic_skills" / "questions.jsonl",
+    "entity_questions": DATA / "entity_questions" / "questions.jsonl",
+}
 # The shots are ours (not from the set), so no evaluated question is ever shown with its answer.
 SHOTS = (
     ("What is the capital of France?", "Paris"),
@@ -62,5 +67,6 @@ def is_correct(question: dict[str, Any], text: str) -> bool:
 
 
 def group(question: dict[str, Any]) -> str:
-    """The quiz site the question was written for (TriviaQA's id prefix: qb, sfq, odql, qw, ...), or the task."""
+    """The quiz site the question was written for (TriviaQA's id prefix: qb, sfq, odql, qw, ...), the task, or
+    the Wikidata relation (entity_questions' id prefix: P17, P50, ...)."""
     return question.get("task") or question["id"].split("_")[0]
