@@ -52,7 +52,7 @@ def test_trivia_prompt_is_the_recorded_three_shot_q_a() -> None:
     assert prompt({"id": "qb_1", "question": "Who was Nero?"}) == expected
 
 
-@pytest.mark.parametrize("name", ["trivia_qa", "basic_skills"])
+@pytest.mark.parametrize("name", ["trivia_qa", "basic_skills", "entity_questions"])
 def test_every_shot_and_question_ends_in_an_answer_slot(name: str) -> None:
     """No example ends where a blank line is the likeliest continuation (Gemma answered "" there)."""
     for question in load_questions(name)[:50]:
@@ -60,6 +60,31 @@ def test_every_shot_and_question_ends_in_an_answer_slot(name: str) -> None:
         assert len(shots) == 3 and last.endswith(question["question"] + ("" if "=" in last else "\nA:"))
         for shot in shots:
             assert re.fullmatch(r"Q: [^\n]+\nA: [^\n]+|[^\n]+ = \S+", shot), shot
+
+
+def test_entity_questions_grade_short_names_and_the_head_before_a_comma() -> None:
+    questions = load_questions("entity_questions")
+    assert len(questions) == 400 and len({q["id"] for q in questions}) == 400
+    assert {group(q) for q in questions} == {
+        "P17",
+        "P36",
+        "P106",
+        "P136",
+        "P176",
+        "P407",
+        "P413",
+        "P495",
+        "P19",
+        "P50",
+    }
+    usa = next(q for q in questions if q["answer"] == "United States of America")
+    assert (
+        is_correct(usa, " United States")
+        and is_correct(usa, " the USA")
+        and not is_correct(usa, " United Kingdom")
+    )
+    comma = next(q for q in questions if "," in q["answer"])
+    assert is_correct(comma, " " + comma["answer"].split(",")[0])
 
 
 def test_sums_keep_their_equals_sign_as_the_slot() -> None:
