@@ -75,7 +75,7 @@ struct Epilogue {
   const __nv_bfloat16* residual;  // [M, N] added to the rounded product, or nullptr
   float eps;
   int mode;  // STORE_PLAIN: out [M, N]; STORE_GATE_UP: interleaved rows stored as [gate | up]; STORE_SWIGLU: [M, N/2]
-  bool pdl;  // launched with programmatic stream serialization (sm_90+): wait for the previous kernel in-kernel
+  bool pdl;  // launched with programmatic stream serialization (sm_90+, the caller's check): wait in-kernel
 };
 
 template <int MCHUNKS, int UNROLL, int WARPS, bool NORM>
@@ -287,9 +287,7 @@ torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tenso
               "codes / scales do not match the shape");
   TORCH_CHECK(codes.device() == x.device() && scales.device() == x.device(), "x, codes and scales on one device");
   TORCH_CHECK(mode >= STORE_PLAIN && mode <= STORE_SWIGLU, "mode must be 0, 1 or 2");
-  const c10::cuda::CUDAGuard device_guard(x.device());
-  const auto properties = at::cuda::getCurrentDeviceProperties();
-  Epilogue epi{nullptr, nullptr, static_cast<float>(eps), static_cast<int>(mode), pdl && properties->major >= 9};
+  Epilogue epi{nullptr, nullptr, static_cast<float>(eps), static_cast<int>(mode), pdl};
   if (norm.has_value()) {
     TORCH_CHECK(norm->device() == x.device() && norm->scalar_type() == torch::kBFloat16 && norm->is_contiguous() &&
                     norm->numel() == K && reinterpret_cast<uintptr_t>(norm->data_ptr()) % 16 == 0,
@@ -303,6 +301,7 @@ torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tenso
                 "residual must be a contiguous bf16 [M, N] tensor on x's device");
     epi.residual = reinterpret_cast<const __nv_bfloat16*>(residual->data_ptr<at::BFloat16>());
   }
+  const c10::cuda::CUDAGuard device_guard(x.device());
   auto out = torch::empty({M, mode == STORE_SWIGLU ? N / 2 : N}, x.options());
   launch_rows(static_cast<int>(config), codes.data_ptr<int32_t>(), scales.data_ptr<int32_t>(),
               reinterpret_cast<const __nv_bfloat16*>(x.data_ptr<at::BFloat16>()),

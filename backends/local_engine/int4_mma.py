@@ -44,9 +44,10 @@ STORE_PLAIN, STORE_GATE_UP, STORE_SWIGLU = 0, 1, 2  # int4_mma.cu's output modes
 _SHIFTS = torch.tensor([[[4 * (h + 2 * kh) + 16 * e for e in (0, 1)] for kh in (0, 1)] for h in (0, 1)])
 
 
-def pdl_wanted() -> bool:
-    """LLMGW_INT4_PDL=1: launch with programmatic dependent launch (off until measured on a GPU)."""
-    return os.environ.get("LLMGW_INT4_PDL", "0") == "1"
+def pdl_wanted(device: torch.device) -> bool:
+    """LLMGW_INT4_PDL=1 on an sm_90+ `device`: launch with programmatic dependent launch (off until measured
+    on a GPU)."""
+    return os.environ.get("LLMGW_INT4_PDL", "0") == "1" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def fused_wanted() -> bool:
@@ -123,7 +124,7 @@ def int4_mma_matmul(
     one-to-eight-row calls, (warps, loads in flight) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8).
     `norm` [K] bf16: multiply by RMSNorm(x) * norm instead of x; `residual` [M, N] bf16: added to the rounded
     product; `mode` STORE_GATE_UP / STORE_SWIGLU for interleaved gate/up rows: [gate | up], or silu(gate) * up
-    [M, N / 2]. `pdl` (sm_90+; ignored below): programmatic dependent launch, the first weight loads issued
+    [M, N / 2]. `pdl` (sm_90+ only: the caller checks, as `pdl_wanted` does): programmatic dependent launch, the first weight loads issued
     before the wait for the previous kernel in the stream (or graph) to finish."""
     return _extension().int4_mma_matmul(
         x.contiguous(), codes, scales, out_features, config, norm, residual, eps, mode, pdl
@@ -172,7 +173,7 @@ class Int4MmaLinear(nn.Module):
         if gate_up and bias is not None:
             raise ValueError("int4_mma's gate/up layout takes no bias")
         self.mode = STORE_GATE_UP if gate_up else STORE_PLAIN
-        self.pdl = pdl_wanted()
+        self.pdl = weight.is_cuda and pdl_wanted(weight.device)
         if gate_up:
             weight = interleave_gate_up(weight)
         q, scales_and_zeros = quantize_int4(weight.float(), group_size)

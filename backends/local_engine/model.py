@@ -176,12 +176,12 @@ class LlamaModel(nn.Module):
 
         eps = self.config.rms_norm_eps
         layers = list(self.layers)
-        operands = self._gemv_operands() if input_ids.shape[0] == 1 else None
         if input_ids.shape[0] <= INT4_FUSED_MAX_TOKENS and self._int4_fused():
             residual = self.embed(input_ids)
             for layer, kv_pool in zip(layers, kv_cache.layers, strict=True):
                 residual = layer.int4_forward(residual, positions, self.rotary.rotations, meta, kv_pool)
             return add_rms_norm(residual, None, self.norm, eps)[0]
+        operands = self._gemv_operands() if input_ids.shape[0] == 1 else None
         if operands is not None:
             residual = self.embed(input_ids)
             for layer, kv_pool, ops in zip(layers, kv_cache.layers, operands, strict=True):
