@@ -6,6 +6,7 @@ shot and the question end in an explicit answer slot ("A:", or a sum's "="), als
 to complete: without it, shots separated by blank lines make "\\n\\n" Gemma's likeliest next token (an
 empty answer). An answer is correct when one of TriviaQA's normalised aliases appears as whole words in the
 normalised answer (lower case, punctuation to spaces, no articles: TriviaQA's own normalisation).
+LAMBADA's passages are asked bare (no shots, the passage is the prompt) and graded on the first word only.
 """
 
 import json
@@ -18,11 +19,13 @@ DATA = Path(__file__).resolve().parent / "data"
 QUESTIONS = DATA / "trivia_qa" / "questions.jsonl"
 # The question sets of the live cascade: TriviaQA (Q:/A: quiz questions), basic_skills (sentences and sums
 # to complete, bench/data/basic_skills/, ODC-BY: its `task` field picks the completion-style shots below) and
-# entity_questions (Q:/A: template questions over Wikidata facts, bench/data/entity_questions/, MIT).
+# entity_questions (Q:/A: template questions over Wikidata facts, bench/data/entity_questions/, MIT) and
+# lambada (a passage whose last word is the answer, bench/data/lambada/, CC BY 4.0 / MIT).
 SETS = {
     "trivia_qa": QUESTIONS,
     "basic_skills": DATA / "basic_skills" / "questions.jsonl",
     "entity_questions": DATA / "entity_questions" / "questions.jsonl",
+    "lambada": DATA / "lambada" / "questions.jsonl",
 }
 # The shots are ours (not from the set), so no evaluated question is ever shown with its answer.
 SHOTS = (
@@ -34,10 +37,12 @@ COMPLETION_SHOTS = {
     "common_knowledge": (("The capital city of France is", "Paris"), ("The animal that says moo is a", "cow"),
                          ("The season that comes after spring is", "summer")),
     "arithmetic": (("3 + 4 =", "7"), ("12 - 5 =", "7"), ("6 * 3 =", "18")),
+    "lambada": (),
 }  # fmt: skip
 # An equation's trailing "=" is its own answer slot: "Q: 5 + 14 =\nA:" halved both models' arithmetic scores
 # (SmolLM2 0.16 -> 0.08, Gemma 0.15 -> 0.055 on basic_skills' 200 sums), so sums keep "a + b = c" shots.
-SLOTS = {"arithmetic": "{}"}
+SLOTS = {"arithmetic": "{}", "lambada": "{}"}
+_QUOTES = string.punctuation + "‘’´`“”"
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans({c: " " for c in string.punctuation + "‘’´`"})
 
@@ -60,6 +65,9 @@ def normalise(text: str) -> str:
 
 
 def is_correct(question: dict[str, Any], text: str) -> bool:
+    if question.get("task") == "lambada":  # the passage's next word, quotes and punctuation around it dropped
+        words = text.split()
+        return bool(words) and words[0].strip(_QUOTES).lower() in question["aliases"]
     answer = normalise(text.strip().split("\n")[0])
     return bool(answer) and any(
         re.search(rf"(^| ){re.escape(alias)}( |$)", answer) for alias in question["aliases"] if alias
