@@ -47,8 +47,11 @@ def point(mask: np.ndarray, weak: np.ndarray, strong: np.ndarray, picks: np.ndar
     return result
 
 
-def evaluate(saved: dict[str, Any], questions: list[dict], transfer: bool = False) -> dict[str, Any]:
-    """The curves; `transfer`: the learned confidence is the one fit on TriviaQA, never on this set."""
+def evaluate(
+    saved: dict[str, Any], questions: list[dict], transfer: bool = False, threshold: float | None = None
+) -> dict[str, Any]:
+    """The curves; `transfer`: the learned confidence is the one fit on TriviaQA, never on this set, and
+    `threshold` the gateway's fixed operating point for it (escalate when P(small correct) < threshold)."""
     small, large = (saved["answers"][saved[k]] for k in ("small", "large"))
     rows_s, rows_l = [small[q["id"]] for q in questions], [large[q["id"]] for q in questions]
     weak = np.array([r["correct"] for r in rows_s], float)
@@ -87,6 +90,11 @@ def evaluate(saved: dict[str, Any], questions: list[dict], transfer: bool = Fals
               "disagreements": {"small_wrong_large_right": int(((1 - weak) * strong).sum()),
                                 "small_right_large_wrong": int((weak * (1 - strong)).sum())},
               "curves": table, "summary": summary, "operating_points": _targets(table, strong.mean())}  # fmt: skip
+    if transfer and threshold is not None:
+        mask = confidence["learned (fit on TriviaQA)"] < threshold
+        cost = (cost_s.sum() + cost_l[mask].sum()) / cost_l.sum()
+        result["threshold_point"] = {"threshold": threshold, "rate": float(mask.mean()), "cost": float(cost),
+                                     **point(mask, weak, strong, picks)}  # fmt: skip
     print_result(result)
     return result
 
@@ -155,5 +163,10 @@ def print_result(result: dict[str, Any]) -> None:
                 else ""
             )
         )
+    if fixed := result.get("threshold_point"):
+        print(f"  the gateway's threshold {fixed['threshold']}: {fixed['rate']:.1%} escalated, accuracy "
+              f"{fixed['accuracy']:.4f} [{fixed['low']:.3f}, {fixed['high']:.3f}] at cost {fixed['cost']:.2f}; vs Gemma "
+              f"{fixed['vs_large']:+.4f} [{fixed['vs_large_low']:+.3f}, {fixed['vs_large_high']:+.3f}], vs random "
+              f"{fixed['vs_random']:+.4f} [{fixed['vs_random_low']:+.3f}, {fixed['vs_random_high']:+.3f}]")  # fmt: skip
     for name, t in result["operating_points"].items():
         print(f"  {name}: cheapest point >= Gemma: {t['cheapest_matching_large']}; best: {t['best']}")

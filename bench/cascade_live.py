@@ -72,6 +72,15 @@ def prices(config: str, alias: str) -> tuple[float, float]:
     return deployment.input_price_per_1m, deployment.output_price_per_1m
 
 
+def learned_threshold(config: str) -> float | None:
+    """The threshold of the config's first cascade with the learned confidence (the `auto` alias)."""
+    cascades = (yaml.safe_load(Path(config).read_text()).get("routing") or {}).get("cascades") or []
+    found = [
+        c["confidence"]["threshold"] for c in cascades if c.get("confidence", {}).get("method") == "learned"
+    ]
+    return found[0] if found else None
+
+
 def record(args: argparse.Namespace) -> dict[str, Any]:
     """Both models on every question, once; a finished model's answers are kept if the run is resumed."""
     questions, path = load_questions(args.set)[: args.limit], record_path(args.set)
@@ -121,4 +130,7 @@ def main(argv: list[str]) -> dict:
     from bench.cascade_curves import evaluate
 
     questions = load_questions(args.set)[: args.limit]
-    return {"set": args.set} | evaluate(load_record(args.set), questions, transfer=args.set != "trivia_qa")
+    transfer = args.set != "trivia_qa"
+    return {"set": args.set} | evaluate(
+        load_record(args.set), questions, transfer=transfer, threshold=learned_threshold(args.config)
+    )

@@ -2,6 +2,7 @@
 
 import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -85,6 +86,30 @@ def test_entity_questions_grade_short_names_and_the_head_before_a_comma() -> Non
     )
     comma = next(q for q in questions if "," in q["answer"])
     assert is_correct(comma, " " + comma["answer"].split(",")[0])
+
+
+def test_lambada_passages_are_bare_prompts_graded_on_the_first_word() -> None:
+    questions = load_questions("lambada")
+    assert len(questions) == 400 and len({q["id"] for q in questions}) == 400
+    assert all(len(q["answer"].split()) == 1 and q["aliases"] == [q["answer"].lower()] for q in questions)
+    passage = questions[0]
+    assert prompt(passage) == passage["question"] and not passage["question"].endswith(" ")
+    answer = passage["answer"]
+    assert is_correct(passage, f" {answer}.") and is_correct(passage, f' "{answer.upper()}," he said')
+    assert not is_correct(passage, f" the {answer}") and not is_correct(passage, f" {answer}s")
+    assert not is_correct(passage, "") and not is_correct(passage, "\n")
+
+
+def test_the_gateway_threshold_is_read_from_the_learned_cascade_of_the_config(tmp_path) -> None:  # noqa: ANN001
+    from bench.cascade_live import learned_threshold
+
+    shipped = Path(__file__).resolve().parents[1] / "bench" / "cascade_live.yaml"
+    assert learned_threshold(str(shipped)) == 0.08
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "routing: {cascades: [{alias: a, confidence: {method: mean_logprob, threshold: -1.0}}]}"
+    )
+    assert learned_threshold(str(config)) is None
 
 
 def test_sums_keep_their_equals_sign_as_the_slot() -> None:
