@@ -37,6 +37,7 @@ _RANGES = {
     "repetition_penalty": (0.0, 10.0),
 }
 _POSITIVE_INTS = ("max_tokens", "max_completion_tokens", "n")
+MAX_CHOICES = 128  # OpenAI's limit on n
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -119,10 +120,13 @@ def _check_sampling(body: dict[str, Any]) -> None:
         value = body.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise bad_request(f"Invalid '{name}': expected an integer >= 1, got {value!r}.", param=name)
+    if (body.get("n") or 1) > MAX_CHOICES:
+        raise bad_request(f"Invalid 'n': at most {MAX_CHOICES} choices, got {body['n']}.", param="n")
     _check_type(body, "stream", bool)
     _check_type(body, "stream_options", dict)
     _check_type(body, "seed", int)
     _check_stop(body.get("stop"))
+    _check_logit_bias(body.get("logit_bias"))
 
 
 def _check_number(body: dict[str, Any], name: str, low: float, high: float) -> None:
@@ -148,6 +152,25 @@ def _check_stop(stop: Any) -> None:
         return
     if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) for s in stop):
         raise bad_request("'stop' must be a string or an array of at most 4 strings.", param="stop")
+
+
+def _check_logit_bias(bias: Any) -> None:
+    """A map of token ids (as JSON keys: decimal strings) to a bias between -100 and 100, as OpenAI's."""
+    if bias is None:
+        return
+    if not isinstance(bias, dict):
+        raise bad_request("Invalid type for 'logit_bias': expected an object.", param="logit_bias")
+    for token, value in bias.items():
+        if not token.isdigit() or not token.isascii() or len(token) > 9:
+            raise bad_request(
+                f"Invalid key in 'logit_bias': {token!r} is not a token id.", param="logit_bias"
+            )
+        if not isinstance(value, int | float) or isinstance(value, bool) or not -100 <= value <= 100:
+            raise bad_request(
+                f"Invalid value in 'logit_bias' for token {token}: expected a number between -100 and 100, "
+                f"got {value!r}.",
+                param="logit_bias",
+            )
 
 
 def upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:

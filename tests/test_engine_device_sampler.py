@@ -64,7 +64,7 @@ def test_dense_penalties_and_truncation_equal_the_per_request_sampler() -> None:
     params = [
         SamplingParams(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2),
         SamplingParams(top_k=5, temperature=0.7),
-        SamplingParams(top_p=0.8, min_p=0.05),
+        SamplingParams(top_p=0.8, min_p=0.05, logit_bias={3: 2.5, 0: -100.0}),
         SamplingParams(),
     ]
     prompts, outputs = [[1, 2, 3], [4], [5, 6], []], [[2, 2, 9], [], [7], [1]]

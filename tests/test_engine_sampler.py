@@ -147,3 +147,17 @@ def test_penalties_apply_per_row_in_a_batch() -> None:
     out = penalize(logits, params, [[0], [0]], [[2, 2], [2, 2]])
     assert torch.equal(out[0], logits[0])  # no penalties asked: untouched although it saw the same tokens
     assert torch.allclose(out[1], torch.tensor([1.0, -2.0, 0.5 - 2.0]))
+
+
+def test_logit_bias_moves_the_greedy_choice_per_row_and_comes_before_the_penalties() -> None:
+    logits = torch.tensor([[2.0, -2.0, 1.0], [2.0, -2.0, 1.0], [2.0, -2.0, 1.0]])
+    params = [
+        SamplingParams(temperature=0.0, logit_bias={1: 5.0}),  # -2 + 5 = 3: token 1 wins
+        SamplingParams(temperature=0.0, logit_bias={0: -100.0}),  # the argmax banned: token 2 wins
+        SamplingParams(temperature=0.0),
+    ]
+    probs = probabilities(logits, params, [[], [], []], [[], [], []])
+    assert probs.argmax(dim=-1).tolist() == [1, 2, 0]
+    # bias first, then the repetition penalty divides the biased (now positive) logit: (-2 + 4) / 2 = 1
+    out = penalize(logits[:1], [SamplingParams(logit_bias={1: 4.0}, repetition_penalty=2.0)], [[1]], [[]])
+    assert torch.allclose(out[0], torch.tensor([2.0, 1.0, 1.0]))

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 import uvicorn
-from test_engine_serving_fakes import FakeDetokenizer, FakeRunner, fake_probs
+from test_engine_serving_fakes import VOCAB, FakeDetokenizer, FakeRunner, fake_probs
 
 from backends.local_engine.async_engine import AsyncEngine
 from backends.local_engine.chat_template import ChatTemplate, text_messages
@@ -31,7 +31,7 @@ def fake_load() -> LoadedEngine:
             raise ValueError("chat template: Conversation roles must alternate user/assistant/user/...")
         return encode_text("".join(m["content"] for m in messages))
 
-    model = ServedModel("fake", encode_text, encode_chat, lambda t: f"<{t}>")
+    model = ServedModel("fake", encode_text, encode_chat, lambda t: f"<{t}>", vocab_size=VOCAB)
     return LoadedEngine(AsyncEngine(engine, metrics), model, metrics)
 
 
@@ -116,12 +116,77 @@ def test_context_too_long_is_a_clear_400(client):
 
 @pytest.mark.parametrize(
     "kwargs, param",
-    [({"temperature": 5}, "temperature"), ({"n": 2}, "n"), ({"top_logprobs": 3}, "logprobs")],
+    [
+        ({"temperature": 5}, "temperature"),
+        ({"n": 129}, "n"),
+        ({"top_logprobs": 3}, "logprobs"),
+        ({"logit_bias": {"x": 1}}, "logit_bias"),
+        ({"logit_bias": {"5": 101}}, "logit_bias"),
+        ({"logit_bias": {str(VOCAB): 1}}, "logit_bias"),  # past the vocabulary: only the engine knows
+    ],
 )
 def test_bad_parameters_are_openai_shaped_400s(client, kwargs, param):
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}], **kwargs)
     assert info.value.body["param"] == param and info.value.body["type"] == "invalid_request_error"
+
+
+def test_n_choices_share_one_prompt_and_sum_their_completion_tokens(client):
+    def ask(seed):
+        return client.completions.create(model="fake", prompt="abcdefgh", max_tokens=5, n=3, seed=seed,
+                                         temperature=1.5, extra_body={"ignore_eos": True})  # fmt: skip
+
+    reply = ask(7)
+    assert [c.index for c in reply.choices] == [0, 1, 2] and all(
+        c.finish_reason == "length" for c in reply.choices
+    )
+    assert reply.usage.prompt_tokens == 8 and reply.usage.completion_tokens == 15
+    assert len({c.text for c in reply.choices}) > 1  # seeds 7, 8, 9: different draws
+    assert [c.text for c in ask(7).choices] == [c.text for c in reply.choices]  # and each reproducible
+    greedy = client.completions.create(model="fake", prompt="abcdefgh", max_tokens=5, n=2, temperature=0)
+    assert greedy.choices[0].text == greedy.choices[1].text
+
+
+def test_n_choices_stream_interleaved_with_one_usage_chunk(client):
+    messages = [{"role": "user", "content": "abc"}]
+    stream = client.chat.completions.create(model="fake", messages=messages, max_tokens=4, n=2, stream=True,
+                                            stream_options={"include_usage": True})  # fmt: skip
+    texts, finishes, roles, usage = {0: "", 1: ""}, {}, set(), None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            roles |= {choice.index} if choice.delta.role == "assistant" else set()
+            texts[choice.index] += choice.delta.content or ""
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+    assert roles == {0, 1} and set(finishes) == {0, 1} and all(texts.values())
+    assert usage.completion_tokens == sum(t.count("<") for t in texts.values()) and usage.prompt_tokens == 3
+
+
+async def test_client_disconnect_aborts_every_choice(server):
+    base, app = server
+    engine = app.state.engine_state.loaded.engine.engine
+    body = {
+        "model": "fake",
+        "prompt": "a long one",
+        "max_tokens": 100,
+        "stream": True,
+        "ignore_eos": True,
+        "n": 3,
+    }
+    async with (
+        httpx.AsyncClient() as http,
+        http.stream("POST", f"{base}/v1/completions", json=body) as response,
+    ):
+        async for _ in response.aiter_lines():
+            break
+    for _ in range(200):
+        if engine.num_requests == 0 and engine.block_manager.num_free_blocks == 64:
+            break
+        await asyncio.sleep(0.01)
+    assert engine.num_requests == 0
+    assert engine.block_manager.num_free_blocks == 64
 
 
 def test_text_content_parts_are_joined_like_a_string(client):

@@ -50,6 +50,13 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
         ({**GOOD, "max_tokens": True}, "max_tokens"),
         ({**GOOD, "stream": "yes"}, "stream"),
         ({**GOOD, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({**GOOD, "n": 129}, "n"),
+        ({**GOOD, "logit_bias": [1, 2]}, "logit_bias"),
+        ({**GOOD, "logit_bias": {"hello": 1}}, "logit_bias"),
+        ({**GOOD, "logit_bias": {"-5": 1}}, "logit_bias"),
+        ({**GOOD, "logit_bias": {"12345678901": 1}}, "logit_bias"),
+        ({**GOOD, "logit_bias": {"42": -101}}, "logit_bias"),
+        ({**GOOD, "logit_bias": {"42": "up"}}, "logit_bias"),
     ],
 )
 def test_bad_chat_bodies_are_400(gateway: ServerThread, payload: bytes | dict, param: str | None) -> None:

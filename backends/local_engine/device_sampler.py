@@ -13,7 +13,7 @@ import random
 import torch
 from torch import Tensor
 
-from backends.local_engine.sampler import _SEED_MIX, _has_penalty
+from backends.local_engine.sampler import _SEED_MIX, _has_penalty, bias_index
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.sequence import Sequence
 
@@ -67,6 +67,10 @@ def penalize_dense(
             result.index_put_((index,), torch.ones_like(index, dtype=torch.float32), accumulate=True)
         return result.view(n, vocab)
 
+    if any(p.logit_bias for p in params):
+        index, bias = bias_index([p.logit_bias for p in params], vocab)
+        index, bias = index.to(device, non_blocking=True), bias.to(device=device, dtype=logits.dtype)
+        logits = logits.reshape(-1).index_add(0, index, bias).view(n, vocab)
     values = torch.tensor(
         [[p.repetition_penalty, p.frequency_penalty, p.presence_penalty] for p in params], device=device
     )

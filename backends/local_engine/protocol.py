@@ -7,7 +7,7 @@ parameters and builds completions, chat completions and their streaming chunks.
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from backends.local_engine.outputs import RequestOutput, TokenLogprob
@@ -22,8 +22,6 @@ def sampling_params(
     endpoint: str, body: dict[str, Any], default_max_tokens: int, grammars: Any = None
 ) -> SamplingParams:
     """`grammars`: a structured.Grammars for this model's tokenizer, which makes JSON response formats possible."""
-    if body.get("n", 1) != 1:
-        raise bad_request("Only n=1 is supported by this engine.", param="n")
     refuse_what_cannot_be_honoured(body, json_modes=grammars is not None)
     tools = tool_request(body) if endpoint == "chat" else None
     stop = body.get("stop") or []
@@ -41,9 +39,28 @@ def sampling_params(
         stop=[stop] if isinstance(stop, str) else list(stop),
         stop_token_ids=list(body.get("stop_token_ids") or []),
         ignore_eos=bool(body.get("ignore_eos", False)),
+        logit_bias={int(token): float(bias) for token, bias in (body.get("logit_bias") or {}).items()},
         constraint=_constraint(body, tools, grammars),
         **_logprob_options(endpoint, body),
     )
+
+
+def choice_params(
+    endpoint: str, body: dict[str, Any], default_max_tokens: int, grammars: Any = None
+) -> list[SamplingParams]:
+    """The sampling parameters of each of the request's n choices. A seeded request's choices take seeds seed,
+    seed + 1, ..., so they differ from each other and each is reproducible; a grammar-constrained choice gets
+    its own matcher, which keeps the state of its own answer."""
+    first = sampling_params(endpoint, body, default_max_tokens, grammars)
+    choices = [first]
+    for index in range(1, body.get("n") or 1):
+        params = (
+            first
+            if first.constraint is None
+            else sampling_params(endpoint, body, default_max_tokens, grammars)
+        )
+        choices.append(replace(params, seed=None if first.seed is None else first.seed + index))
+    return choices
 
 
 _JSON_MODES = ("json_object", "json_schema")
@@ -111,6 +128,7 @@ class Completion:
     token_text: TokenText
     include_usage: bool = False
     tools: ToolRequest | None = None  # the answer may be a constrained tool call (tools.py): `tool_calls`
+    index: int = 0  # which of the request's n choices this is
     id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
     text: str = ""
@@ -129,26 +147,20 @@ class Completion:
     # --- whole responses -------------------------------------------------------------------------------
 
     def response(self) -> dict[str, Any]:
+        return {**self._envelope(), "choices": [self.choice()], "usage": self.usage()}
+
+    def choice(self) -> dict[str, Any]:
         finish = self.last.finish_reason if self.last else "stop"
+        choice: dict[str, Any] = {"index": self.index}
         if self.is_chat:
             message: dict[str, Any] = {"role": "assistant", "content": self.text}
             calls = self._tool_calls(finish)
             if calls:
                 message, finish = {"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls"
-            choice = {
-                "index": 0,
-                "message": message,
-                "logprobs": self._logprobs(self.logprobs),
-                "finish_reason": finish,
-            }
+            choice["message"] = message
         else:
-            choice = {
-                "index": 0,
-                "text": self.text,
-                "logprobs": self._logprobs(self.logprobs),
-                "finish_reason": finish,
-            }
-        return {**self._envelope(), "choices": [choice], "usage": self.usage()}
+            choice["text"] = self.text
+        return {**choice, "logprobs": self._logprobs(self.logprobs), "finish_reason": finish}
 
     def usage(self) -> dict[str, Any]:
         out = self.last
@@ -182,7 +194,7 @@ class Completion:
         calls = self._tool_calls(finish)
         if not calls:  # cut short by max_tokens: the partial JSON, as text
             return self._chunk({"content": self.text}, finish, [])
-        return self._chunk({"tool_calls": [{"index": 0, **c} for c in calls]}, "tool_calls", [])
+        return self._chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}, "tool_calls", [])
 
     def _may_be_call(self) -> bool:
         """Under "auto" the answer is text unless its first character opens the call marker."""
@@ -195,7 +207,11 @@ class Completion:
         return {**self._envelope(), "object": self._chunk_object(), "choices": [], "usage": self.usage()}
 
     def _chunk(self, content: Any, finish: str | None, logprobs: list[TokenLogprob]) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": self._logprobs(logprobs)}
+        choice: dict[str, Any] = {
+            "index": self.index,
+            "finish_reason": finish,
+            "logprobs": self._logprobs(logprobs),
+        }
         choice["delta" if self.is_chat else "text"] = content
         chunk = {**self._envelope(), "object": self._chunk_object(), "choices": [choice]}
         if self.include_usage:
@@ -234,3 +250,33 @@ class Completion:
             "top_logprobs": [{self.token_text(t): lp for t, lp in i.top} for i in items],
             "text_offset": offsets,
         }
+
+
+@dataclass
+class Choices:
+    """A request's n choices: a Completion each, sharing id and creation time; one response, one usage."""
+
+    completions: list[Completion]
+
+    @classmethod
+    def of(cls, n: int, endpoint: str, model: str, token_text: TokenText, include_usage: bool = False,
+           tools: ToolRequest | None = None) -> "Choices":  # fmt: skip
+        first = Completion(endpoint, model, token_text, include_usage, tools)
+        rest = [
+            Completion(endpoint, model, token_text, include_usage, tools, i, first.id, first.created)
+            for i in range(1, n)
+        ]
+        return cls([first, *rest])
+
+    def response(self) -> dict[str, Any]:
+        first = self.completions[0]
+        return {**first._envelope(), "choices": [c.choice() for c in self.completions], "usage": self.usage()}
+
+    def usage(self) -> dict[str, Any]:
+        """The prompt counted once (as OpenAI bills n choices), the completion tokens of every choice."""
+        usage = self.completions[0].usage()
+        completion = sum(c.usage()["completion_tokens"] for c in self.completions)
+        return {**usage, "completion_tokens": completion, "total_tokens": usage["prompt_tokens"] + completion}
+
+    def usage_chunk(self) -> dict[str, Any]:
+        return {**self.completions[0].usage_chunk(), "usage": self.usage()}

@@ -1,6 +1,6 @@
 """Turn logits into next tokens, per request and batched.
 
-Order of processing (as in vLLM): repetition / presence / frequency penalties, temperature, top-k,
+Order of processing (as in vLLM): logit bias, repetition / presence / frequency penalties, temperature, top-k,
 top-p, min-p. Greedy rows (temperature 0) take the argmax of the penalized logits. Seeded requests draw
 their noise from a generator seeded with (seed, position), so the same seed gives the same tokens
 whatever else shares the batch. Logprobs are those of the model's raw distribution (log-softmax of the
@@ -35,14 +35,18 @@ class SamplerOutput:
 def penalize(
     logits: Tensor, params: list[SamplingParams], prompts: list[list[int]], outputs: list[list[int]]
 ) -> Tensor:
-    """Repetition penalty over prompt + output tokens (HF semantics); presence/frequency over outputs (OpenAI).
+    """The logit bias, then the repetition penalty over prompt + output tokens (HF semantics) and presence /
+    frequency over outputs (OpenAI).
 
-    Batched and sparse: only the logits of tokens that occurred are read and written.
+    Batched and sparse: only the logits of biased tokens and of tokens that occurred are read and written.
     """
     if not any(_has_penalty(p) for p in params):
         return logits
     logits = logits.clone()
     flat, vocab = logits.view(-1), logits.shape[-1]
+    if any(p.logit_bias for p in params):
+        index, bias = bias_index([p.logit_bias for p in params], vocab)
+        flat.index_add_(0, index.to(logits.device), bias.to(logits.device, logits.dtype))
     if any(p.repetition_penalty != 1.0 for p in params):
         contexts = [prompt + output for prompt, output in zip(prompts, outputs, strict=True)]
         seen = _flat_index(contexts, vocab, logits.device).unique()
@@ -69,7 +73,15 @@ def _per_row(values: list[float], like: Tensor) -> Tensor:
 
 
 def _has_penalty(params: SamplingParams) -> bool:
-    return params.repetition_penalty != 1.0 or bool(params.presence_penalty or params.frequency_penalty)
+    penalties = params.repetition_penalty != 1.0 or bool(params.presence_penalty or params.frequency_penalty)
+    return penalties or bool(params.logit_bias)
+
+
+def bias_index(biases: list[dict[int, float]], vocab: int) -> tuple[Tensor, Tensor]:
+    """Each row's logit bias as (row * vocab + token, bias) over the flattened [N, vocab] logits."""
+    pairs = [(row * vocab + token, value) for row, bias in enumerate(biases) for token, value in bias.items()]
+    index = torch.tensor([i for i, _ in pairs], dtype=torch.long)
+    return index, torch.tensor([v for _, v in pairs], dtype=torch.float32)
 
 
 def truncate(logits: Tensor, params: list[SamplingParams]) -> Tensor:

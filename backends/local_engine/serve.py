@@ -92,6 +92,7 @@ def load_local_engine(settings: EngineSettings) -> LoadedEngine:
         tokenizer.encode_chat,
         tokenizer.token_text,
         grammars_for(tokenizer),
+        runner.config.vocab_size,
     )
     return LoadedEngine(AsyncEngine(engine, metrics), model, metrics)
 

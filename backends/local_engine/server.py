@@ -23,7 +23,8 @@ from backends.local_engine.async_engine import AsyncEngine
 from backends.local_engine.chat_template import text_messages
 from backends.local_engine.metrics import EngineMetrics
 from backends.local_engine.outputs import RequestOutput
-from backends.local_engine.protocol import Completion, sampling_params
+from backends.local_engine.protocol import Choices, choice_params
+from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.tools import tool_request, with_tools_prompt
 from core.errors import OpenAIError, bad_request, model_not_found
 from core.sse import DONE, event
@@ -41,6 +42,7 @@ class ServedModel:
     encode_chat: Callable[[list[dict[str, Any]]], list[int]]
     token_text: Callable[[int], str]
     grammars: Any = None  # structured.Grammars: JSON response formats by constrained decoding; None = refused
+    vocab_size: int | None = None  # token ids a logit_bias may name; None = not checked
 
 
 @dataclass
@@ -136,7 +138,8 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
     validate(endpoint, body)
     if body["model"] != loaded.model.name:
         raise model_not_found(body["model"])
-    params = sampling_params(endpoint, body, default_max_tokens, loaded.model.grammars)
+    params = choice_params(endpoint, body, default_max_tokens, loaded.model.grammars)
+    _check_logit_bias(params[0], loaded.model.vocab_size)
     tools = None
     if endpoint == "chat":
         body = {**body, "messages": text_messages(body["messages"])}
@@ -145,12 +148,83 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
         body = {**body, "messages": with_tools_prompt(body["messages"], tools)}
     prompt_ids = _prompt_ids(loaded.model, endpoint, body)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    completion = Completion(endpoint, loaded.model.name, loaded.model.token_text, include_usage, tools)
-    outputs = loaded.engine.generate(prompt_ids, params)
-    first = await _first_output(outputs, "messages" if endpoint == "chat" else "prompt")
+    choices = Choices.of(
+        len(params), endpoint, loaded.model.name, loaded.model.token_text, include_usage, tools
+    )
+    starts = await _start(loaded.engine, prompt_ids, params, "messages" if endpoint == "chat" else "prompt")
     if body.get("stream"):
-        return StreamingResponse(_sse(completion, first, outputs), media_type="text/event-stream")
-    return await _until_done_or_disconnect(request, completion, first, outputs)
+        return StreamingResponse(_sse(choices, starts), media_type="text/event-stream")
+    return await _until_done_or_disconnect(request, choices, starts)
+
+
+Started = list[tuple[RequestOutput, AsyncIterator[RequestOutput]]]  # per choice: first output, the rest
+
+
+def _check_logit_bias(params: SamplingParams, vocab_size: int | None) -> None:
+    outside = [t for t in params.logit_bias if vocab_size is not None and t >= vocab_size]
+    if outside:
+        raise bad_request(f"Invalid key in 'logit_bias': token id {outside[0]} is outside the model's "
+                          f"vocabulary of {vocab_size} tokens.", param="logit_bias")  # fmt: skip
+
+
+async def _start(
+    engine: AsyncEngine, prompt_ids: list[int], params: list[SamplingParams], param: str
+) -> Started:
+    """Each choice's first output. The first choice runs its prefill alone, so the others find the prompt in the
+    prefix cache; a refusal (context too long) is a 400 before any other choice starts."""
+    outputs = engine.generate(prompt_ids, params[0])
+    starts = [(await _first_output(outputs, param), outputs)]
+    rest = [engine.generate(prompt_ids, p) for p in params[1:]]
+    firsts = await asyncio.gather(*(_first_output(o, param) for o in rest), return_exceptions=True)
+    starts += [
+        (first, o) for first, o in zip(firsts, rest, strict=True) if not isinstance(first, BaseException)
+    ]
+    if failed := [first for first in firsts if isinstance(first, BaseException)]:
+        await _close(starts)
+        raise failed[0]
+    return starts  # type: ignore[return-value]
+
+
+async def _close(starts: Started) -> None:
+    for _, outputs in starts:
+        await outputs.aclose()  # aborts the request in the engine if it is still running
+
+
+async def _interleave(starts: Started) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """(choice index, output) as the engine produces them, across the choices."""
+    if len(starts) == 1:  # the common case, without a task and a queue per token
+        first, outputs = starts[0]
+        yield 0, first
+        async for output in outputs:
+            yield 0, output
+        return
+    queue: asyncio.Queue[tuple[int, RequestOutput | BaseException | None]] = asyncio.Queue()
+
+    async def pump(index: int, first: RequestOutput, outputs: AsyncIterator[RequestOutput]) -> None:
+        try:
+            await queue.put((index, first))
+            async for output in outputs:
+                await queue.put((index, output))
+            await queue.put((index, None))
+        except Exception as error:  # the engine loop died: the reader raises it
+            await queue.put((index, error))
+
+    tasks = [asyncio.ensure_future(pump(i, first, outputs)) for i, (first, outputs) in enumerate(starts)]
+    try:
+        running = len(tasks)
+        while running:
+            index, item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            if item is None:
+                running -= 1
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await _close(starts)
 
 
 def _prompt_ids(model: ServedModel, endpoint: str, body: dict[str, Any]) -> list[int]:
@@ -180,30 +254,27 @@ async def _first_output(outputs: AsyncIterator[RequestOutput], param: str) -> Re
         raise OpenAIError(503, str(error), code="engine_unavailable") from error
 
 
-async def _sse(completion: Completion, first: RequestOutput, outputs: AsyncIterator) -> AsyncIterator[bytes]:
+async def _sse(choices: Choices, starts: Started) -> AsyncIterator[bytes]:
+    merged = _interleave(starts)
     try:
-        opening = completion.first_chunk()
-        if opening is not None:
-            yield event(opening)
-        if (chunk := completion.chunk(first)) is not None:
-            yield event(chunk)
-        async for output in outputs:
-            if (chunk := completion.chunk(output)) is not None:
+        for completion in choices.completions:
+            if (opening := completion.first_chunk()) is not None:
+                yield event(opening)
+        async for index, output in merged:
+            if (chunk := choices.completions[index].chunk(output)) is not None:
                 yield event(chunk)
-        if completion.include_usage:
-            yield event(completion.usage_chunk())
+        if choices.completions[0].include_usage:
+            yield event(choices.usage_chunk())
         yield DONE
-    finally:
-        await outputs.aclose()  # the client left early: abort the request
+    finally:  # the client left early: abort every choice's request
+        await merged.aclose()
+        await _close(starts)
 
 
-async def _until_done_or_disconnect(
-    request: Request, completion: Completion, first: RequestOutput, outputs: AsyncIterator
-) -> Response:
+async def _until_done_or_disconnect(request: Request, choices: Choices, starts: Started) -> Response:
     async def collect() -> None:
-        completion.add(first)
-        async for output in outputs:
-            completion.add(output)
+        async for index, output in _interleave(starts):
+            choices.completions[index].add(output)
 
     task = asyncio.ensure_future(collect())
     while not task.done():
@@ -212,13 +283,13 @@ async def _until_done_or_disconnect(
             task.cancel()
             with suppress(asyncio.CancelledError):
                 await task
-            await outputs.aclose()
+            await _close(starts)
             return Response(status_code=499)
     try:
         task.result()
     except RuntimeError as error:  # the engine loop died mid-request
         raise OpenAIError(503, str(error), code="engine_unavailable") from error
-    return _json(completion.response())
+    return _json(choices.response())
 
 
 def _json(content: dict[str, Any], status: int = 200) -> Response:
