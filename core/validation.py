@@ -36,7 +36,14 @@ _RANGES = {
     "min_p": (0.0, 1.0),
     "repetition_penalty": (0.0, 10.0),
 }
-_POSITIVE_INTS = ("max_tokens", "max_completion_tokens", "n")
+_POSITIVE_INTS = ("max_tokens", "max_completion_tokens", "n", "best_of")
+_TYPED = {  # vLLM's and legacy fields, by type: a wrong type is a 400 here, as vLLM would answer
+    bool: ("echo", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens",
+           "add_generation_prompt", "continue_final_message"),
+    dict: ("chat_template_kwargs",),
+    int: ("priority", "top_k"),
+    str: ("suffix",),
+}  # fmt: skip
 MAX_CHOICES = 128  # OpenAI's limit on n
 
 
@@ -113,7 +120,13 @@ def _check_input(body: dict[str, Any]) -> None:
 def _check_sampling(body: dict[str, Any]) -> None:
     for name, (low, high) in _RANGES.items():
         _check_number(body, name, low, high)
-    for name in (*_POSITIVE_INTS, "seed"):  # JSON Schema's integers include 2.0: take it as 2
+    for name in (
+        *_POSITIVE_INTS,
+        "seed",
+        "top_k",
+        "priority",
+        "min_tokens",
+    ):  # JSON Schema's integers include 2.0: take it as 2
         if isinstance(body.get(name), float) and body[name].is_integer() and abs(body[name]) < 2**63:
             body[name] = int(body[name])
     for name in _POSITIVE_INTS:
@@ -125,6 +138,16 @@ def _check_sampling(body: dict[str, Any]) -> None:
     _check_type(body, "stream", bool)
     _check_type(body, "stream_options", dict)
     _check_type(body, "seed", int)
+    for kind, names in _TYPED.items():
+        for name in names:
+            _check_type(body, name, kind)
+    min_tokens = body.get("min_tokens")
+    if min_tokens is not None and (
+        not isinstance(min_tokens, int) or isinstance(min_tokens, bool) or min_tokens < 0
+    ):
+        raise bad_request(
+            f"Invalid 'min_tokens': expected an integer >= 0, got {min_tokens!r}.", param="min_tokens"
+        )
     _check_stop(body.get("stop"))
     _check_logit_bias(body.get("logit_bias"))
 

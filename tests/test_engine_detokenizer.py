@@ -23,9 +23,11 @@ def tokenizer() -> Tokenizer:
     return load_tokenizer(load_gguf(packaged_model_path()).tokenizer)
 
 
-def stream(tokenizer: Tokenizer, text: str, stop: list[str]) -> tuple[list[str], IncrementalDetokenizer]:
+def stream(
+    tokenizer: Tokenizer, text: str, stop: list[str], **options: object
+) -> tuple[list[str], IncrementalDetokenizer]:
     prompt = tokenizer.encode("Answer:")
-    detok = IncrementalDetokenizer(tokenizer, prompt, SamplingParams(stop=stop))
+    detok = IncrementalDetokenizer(tokenizer, prompt, SamplingParams(stop=stop, **options))
     pieces = []
     for token_id in tokenizer.encode(text):
         pieces.append(detok.add(token_id))
@@ -84,3 +86,26 @@ def test_sentencepiece_style_word_starts_follow_the_prompt() -> None:
     streamed = "".join(detok.add(i) for i in output) + detok.flush()
     expected = backend.decode(prompt + output)[len(backend.decode(prompt)) :]
     assert streamed == expected == " The keeper lit the lamp."
+
+
+def test_stop_string_is_kept_when_asked(tokenizer: Tokenizer) -> None:
+    pieces, detok = stream(
+        tokenizer, "The answer is 42. STOP HERE and more", ["STOP HERE"], include_stop_str_in_output=True
+    )
+    assert detok.stopped and "".join(pieces) == "The answer is 42. STOP HERE"
+
+
+def test_stop_strings_count_only_from_min_tokens_on(tokenizer: Tokenizer) -> None:
+    text = "x. y. z. w"
+    first_stop = len(tokenizer.encode("x."))
+    pieces, detok = stream(tokenizer, text, ["."], min_tokens=first_stop + 1)
+    assert detok.stopped and "".join(pieces) == "x. y"
+
+
+def test_special_tokens_are_left_out_unless_asked(tokenizer: Tokenizer) -> None:
+    eos = tokenizer.encode("<|im_end|>")
+    assert len(eos) == 1  # one special token
+    for skip, expected in ((True, "hi"), (False, "hi<|im_end|>")):
+        detok = IncrementalDetokenizer(tokenizer, [], SamplingParams(skip_special_tokens=skip))
+        text = "".join(detok.add(t) for t in tokenizer.encode("hi") + eos) + detok.flush()
+        assert text == expected

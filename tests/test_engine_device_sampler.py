@@ -63,7 +63,7 @@ def test_exponential_noise_is_exp1_and_depends_only_on_key_and_token() -> None:
 def test_dense_penalties_and_truncation_equal_the_per_request_sampler() -> None:
     params = [
         SamplingParams(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2),
-        SamplingParams(top_k=5, temperature=0.7),
+        SamplingParams(top_k=5, temperature=0.7, min_tokens=3, eos_token_ids=(0, 4), stop_token_ids=[6]),
         SamplingParams(top_p=0.8, min_p=0.05, logit_bias={3: 2.5, 0: -100.0}),
         SamplingParams(),
     ]

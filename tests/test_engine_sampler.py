@@ -161,3 +161,10 @@ def test_logit_bias_moves_the_greedy_choice_per_row_and_comes_before_the_penalti
     # bias first, then the repetition penalty divides the biased (now positive) logit: (-2 + 4) / 2 = 1
     out = penalize(logits[:1], [SamplingParams(logit_bias={1: 4.0}, repetition_penalty=2.0)], [[1]], [[]])
     assert torch.allclose(out[0], torch.tensor([2.0, 1.0, 1.0]))
+
+
+def test_min_tokens_holds_back_eos_and_stop_tokens_until_reached() -> None:
+    logits = torch.tensor([[5.0, 4.0, 0.0, 1.0]] * 2)  # EOS (0) first, stop token (1) second
+    params = SamplingParams(temperature=0.0, min_tokens=2, eos_token_ids=(0,), stop_token_ids=[1])
+    probs = probabilities(logits, [params, params], [[], []], [[3], [3, 3]])
+    assert probs.argmax(dim=-1).tolist() == [3, 0]  # one output token: held back; two: free again

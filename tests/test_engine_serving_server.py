@@ -26,9 +26,11 @@ def fake_load() -> LoadedEngine:
     def encode_text(text: str) -> list[int]:
         return [1 + ord(c) % 50 for c in text]
 
-    def encode_chat(messages: list[dict]) -> list[int]:
+    def encode_chat(messages: list[dict], **options) -> list[int]:
         if messages[0]["role"] == "assistant":  # as Gemma's template does
             raise ValueError("chat template: Conversation roles must alternate user/assistant/user/...")
+        if options:  # the server passed template options: render them with the real template
+            return encode_text(ChatTemplate(None, "", "").render(messages, **options))
         return encode_text("".join(m["content"] for m in messages))
 
     model = ServedModel("fake", encode_text, encode_chat, lambda t: f"<{t}>", vocab_size=VOCAB)
@@ -241,6 +243,75 @@ def test_template_renders_joined_parts_not_a_python_literal():
     messages = text_messages([{"role": "user", "content": [{"type": "text", "text": "Q: 2+2?"}]}])
     prompt = ChatTemplate(None, "", "").render(messages)
     assert prompt == "<|im_start|>user\nQ: 2+2?<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_final_assistant_message_is_continued_and_template_kwargs_reach_the_template():
+    messages = [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "It is "}]
+    prompt = ChatTemplate(None, "", "").render(
+        messages, add_generation_prompt=False, continue_final_message=True
+    )
+    assert prompt == "<|im_start|>user\nCapital of France?<|im_end|>\n<|im_start|>assistant\nIt is"
+    template = ChatTemplate("{{ 'think' if enable_thinking else 'plain' }}", "", "")
+    assert template.render(messages, template_kwargs={"enable_thinking": True}) == "think"
+    assert template.render(messages) == "plain"
+
+
+def test_continue_final_message_through_the_server(server):
+    base, _ = server
+    body = {"model": "fake", "max_tokens": 2, "temperature": 0, "continue_final_message": True,
+            "add_generation_prompt": False}  # fmt: skip
+    user = [{"role": "user", "content": "Q?"}]
+    ok = httpx.post(
+        f"{base}/v1/chat/completions",
+        json={**body, "messages": [*user, {"role": "assistant", "content": "A"}]},
+    )
+    assert ok.status_code == 200
+    # the prompt ends in the assistant's text: no end-of-turn, no new assistant header
+    full = ChatTemplate(None, "", "").render(
+        [*user, {"role": "assistant", "content": "A"}], add_generation_prompt=False
+    )
+    assert ok.json()["usage"]["prompt_tokens"] == len(full) - len("<|im_end|>\n")
+    refused = httpx.post(f"{base}/v1/chat/completions", json={**body, "messages": user})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages"
+
+
+def test_echo_returns_the_prompt_before_the_answer_streamed_or_not(client):
+    reply = client.completions.create(model="fake", prompt="abc", max_tokens=2, temperature=0, echo=True, n=2)
+    assert all(c.text.startswith("abc<") for c in reply.choices)
+    pieces = [c.choices[0].text for c in client.completions.create(
+        model="fake", prompt="abc", max_tokens=2, temperature=0, echo=True, stream=True) if c.choices]  # fmt: skip
+    assert pieces[0] == "abc" and "".join(pieces) == reply.choices[0].text
+    ids = client.completions.create(model="fake", prompt=[5, 6], max_tokens=1, temperature=0, echo=True)
+    assert ids.choices[0].text.startswith("<5><6>")
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"echo": True, "logprobs": 1}, "echo"),
+        ({"best_of": 3}, "best_of"),
+        ({"suffix": "tail"}, "suffix"),
+        ({"priority": 2}, "priority"),
+        ({"min_tokens": -1}, "min_tokens"),
+        ({"skip_special_tokens": "no"}, "skip_special_tokens"),
+    ],
+)
+def test_what_the_engine_cannot_honour_is_refused_not_ignored(server, extra, param):
+    body = {"model": "fake", "prompt": "abc", "max_tokens": 2, **extra}
+    response = httpx.post(f"{server[0]}/v1/completions", json=body)
+    assert response.status_code == 400 and response.json()["error"]["param"] == param
+
+
+def test_min_tokens_keeps_going_past_a_stop_token(client):
+    first = client.completions.create(model="fake", prompt="abc", max_tokens=1, temperature=0).choices[0].text
+    stop_id = int(first.strip("<>"))  # the fake's greedy first token
+    kwargs = {"model": "fake", "prompt": "abc", "max_tokens": 6, "temperature": 0}
+    assert (
+        client.completions.create(**kwargs, extra_body={"stop_token_ids": [stop_id]}).usage.completion_tokens
+        == 1
+    )
+    held = client.completions.create(**kwargs, extra_body={"stop_token_ids": [stop_id], "min_tokens": 3})
+    assert held.usage.completion_tokens >= 3
 
 
 def test_unknown_model_is_404(client):

@@ -32,14 +32,32 @@ class ChatTemplate:
         self.template = environment.from_string(source or DEFAULT_TEMPLATE)
         self.special = {"bos_token": bos_token, "eos_token": eos_token}
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        """Prompt text; ValueError when the template rejects the conversation (e.g. bad role order)."""
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> str:
+        """Prompt text; ValueError when the template rejects the conversation (e.g. bad role order).
+
+        vLLM's options: `continue_final_message` ends the prompt inside the last (assistant) message, so the
+        model continues its text; `template_kwargs` are extra variables for the template (e.g. enable_thinking).
+        """
+        variables = {**(template_kwargs or {}), **self.special}
         try:
-            return self.template.render(
-                messages=messages, add_generation_prompt=add_generation_prompt, **self.special
+            text = self.template.render(
+                messages=messages, add_generation_prompt=add_generation_prompt, **variables
             )
         except TemplateError as error:
             raise ValueError(f"chat template: {error}") from error
+        if not continue_final_message:
+            return text
+        final = messages[-1].get("content") or ""
+        end = text.rfind(final.strip()) if final.strip() else -1
+        if end < 0:
+            raise ValueError("chat template: the final message's text is not in the rendered prompt")
+        return text[: end + len(final.strip())]
 
 
 def text_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -5,7 +5,8 @@ Text is released only once it is final:
   (decoding a short window of previous tokens too, so word-initial spaces come out right for every
   tokenizer family);
 - text that could be the start of a stop string is held back until it is clear it is not one; when a stop
-  string appears (even spread over several tokens), the text is cut before it and `stopped` is set.
+  string appears (even spread over several tokens), the text is cut before it (after it with
+  `include_stop_str_in_output`) and `stopped` is set; stop strings count only from `min_tokens` tokens on.
 """
 
 from typing import Protocol
@@ -21,15 +22,12 @@ class TextDecoder(Protocol):
 
 
 class IncrementalDetokenizer:
-    def __init__(
-        self,
-        tokenizer: TextDecoder,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        skip_special_tokens: bool = True,
-    ) -> None:
+    def __init__(self, tokenizer: TextDecoder, prompt_ids: list[int], params: SamplingParams) -> None:
         self.tokenizer = tokenizer
-        self.skip_special_tokens = skip_special_tokens
+        self.skip_special_tokens = params.skip_special_tokens
+        self.include_stop = params.include_stop_str_in_output
+        self.min_tokens = params.min_tokens
+        self.added = 0  # output tokens seen
         self.ids = list(prompt_ids[-_CONTEXT_TOKENS:])
         self.prefix_offset = 0
         self.read_offset = len(self.ids)
@@ -43,6 +41,7 @@ class IncrementalDetokenizer:
         if self.stopped:
             return ""
         self.ids.append(token_id)
+        self.added += 1
         self.text += self._new_text()
         return self._release()
 
@@ -69,7 +68,7 @@ class IncrementalDetokenizer:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
     def _release(self) -> str:
-        cut = self._stop_position()
+        cut = self._stop_position() if self.added >= self.min_tokens else None
         if cut is not None:
             self.text, self.stopped = self.text[:cut], True
             end = len(self.text)
@@ -79,8 +78,12 @@ class IncrementalDetokenizer:
         return released
 
     def _stop_position(self) -> int | None:
-        found = [i for i in (self.text.find(s, self.released) for s in self.stop_strings) if i >= 0]
-        return min(found) if found else None
+        """Where the text ends at the first stop string: before it, or after it when it is kept."""
+        found = [(i, len(s)) for s in self.stop_strings if (i := self.text.find(s, self.released)) >= 0]
+        if not found:
+            return None
+        start, length = min(found)
+        return start + length if self.include_stop else start
 
     def _held_back(self) -> int:
         """Length of the longest tail of `text` that a stop string starts with."""

@@ -13,7 +13,7 @@ import random
 import torch
 from torch import Tensor
 
-from backends.local_engine.sampler import _SEED_MIX, _has_penalty, bias_index
+from backends.local_engine.sampler import _SEED_MIX, _has_penalty, bias_index, held_back
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.sequence import Sequence
 
@@ -71,6 +71,9 @@ def penalize_dense(
         index, bias = bias_index([p.logit_bias for p in params], vocab)
         index, bias = index.to(device, non_blocking=True), bias.to(device=device, dtype=logits.dtype)
         logits = logits.reshape(-1).index_add(0, index, bias).view(n, vocab)
+    if held := held_back(params, outputs, vocab):
+        index = torch.tensor(held, dtype=torch.int64).to(device, non_blocking=True)
+        logits = logits.reshape(-1).index_fill(0, index, float("-inf")).view(n, vocab)
     values = torch.tensor(
         [[p.repetition_penalty, p.frequency_penalty, p.presence_penalty] for p in params], device=device
     )

@@ -115,6 +115,8 @@ class LLMEngine:
                 f"However, your prompt has {len(prompt_ids)} tokens."
             )
         params = replace(params, max_tokens=min(params.max_tokens, limit - len(prompt_ids)))
+        if params.min_tokens and not params.ignore_eos:
+            params = replace(params, eos_token_ids=tuple(self._eos))
         seq = Sequence(list(prompt_ids), params)
         self.scheduler.add(seq)
         generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
@@ -332,6 +334,8 @@ class LLMEngine:
         return out
 
     def _stop_reason(self, seq: Sequence, token_id: int) -> str | None:
+        if len(seq.output_ids) <= seq.params.min_tokens:  # the sampler held EOS back; a draft may not
+            return None
         is_eos = token_id in self._eos and not seq.params.ignore_eos
         return "stop" if is_eos or token_id in seq.params.stop_token_ids else None
 

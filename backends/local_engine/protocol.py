@@ -39,6 +39,9 @@ def sampling_params(
         stop=[stop] if isinstance(stop, str) else list(stop),
         stop_token_ids=list(body.get("stop_token_ids") or []),
         ignore_eos=bool(body.get("ignore_eos", False)),
+        min_tokens=min(body.get("min_tokens") or 0, max_tokens),
+        include_stop_str_in_output=bool(body.get("include_stop_str_in_output", False)),
+        skip_special_tokens=body.get("skip_special_tokens", True) is not False,
         logit_bias={int(token): float(bias) for token, bias in (body.get("logit_bias") or {}).items()},
         constraint=_constraint(body, tools, grammars),
         **_logprob_options(endpoint, body),
@@ -103,6 +106,31 @@ def refuse_what_cannot_be_honoured(body: dict[str, Any], json_modes: bool = Fals
             raise bad_request(
                 f"This engine does not support {name}.", param=name, code="unsupported_parameter"
             )
+    for name, message in _unsupported(body):
+        raise bad_request(message, param=name, code="unsupported_parameter")
+
+
+def _unsupported(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """Parameters whose meaning this engine cannot give, as (param, message): refused, never ignored."""
+    n, best_of = body.get("n") or 1, body.get("best_of")
+    checks = [
+        ("echo", bool(body.get("echo")) and body.get("logprobs") is not None,
+         "This engine cannot return the prompt's logprobs: echo with logprobs is not supported."),
+        ("best_of", best_of is not None and best_of != n,
+         f"This engine returns every choice it generates: best_of must equal n ({n})."),
+        ("suffix", bool(body.get("suffix")), "This engine cannot insert text: suffix is not supported."),
+        ("priority", bool(body.get("priority")), "This engine schedules first come, first served: priority must be 0."),
+        ("audio", body.get("audio") is not None or "audio" in (body.get("modalities") or ()),
+         "This engine answers in text only: audio output is not supported."),
+        ("web_search_options", body.get("web_search_options") is not None, "This engine cannot search the web."),
+        ("continue_final_message",
+         bool(body.get("continue_final_message")) and body.get("add_generation_prompt") is True,
+         "continue_final_message and add_generation_prompt cannot both be true."),
+        ("spaces_between_special_tokens",
+         body.get("spaces_between_special_tokens") is False and body.get("skip_special_tokens") is False,
+         "This engine's tokenizers cannot leave out the spaces between special tokens."),
+    ]  # fmt: skip
+    return [(name, message) for name, refused, message in checks if refused]
 
 
 def _logprob_options(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -129,6 +157,7 @@ class Completion:
     include_usage: bool = False
     tools: ToolRequest | None = None  # the answer may be a constrained tool call (tools.py): `tool_calls`
     index: int = 0  # which of the request's n choices this is
+    echo: str = ""  # completions' echo: the prompt's text, before the answer
     id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
     text: str = ""
@@ -159,7 +188,7 @@ class Completion:
                 message, finish = {"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls"
             choice["message"] = message
         else:
-            choice["text"] = self.text
+            choice["text"] = self.echo + self.text
         return {**choice, "logprobs": self._logprobs(self.logprobs), "finish_reason": finish}
 
     def usage(self) -> dict[str, Any]:
@@ -179,8 +208,10 @@ class Completion:
     # --- streaming -------------------------------------------------------------------------------------
 
     def first_chunk(self) -> dict[str, Any] | None:
-        """Chat streams open with the assistant role."""
-        return self._chunk({"role": "assistant", "content": ""}, None, []) if self.is_chat else None
+        """Chat streams open with the assistant role; an echoing completion's with the prompt."""
+        if self.is_chat:
+            return self._chunk({"role": "assistant", "content": ""}, None, [])
+        return self._chunk(self.echo, None, []) if self.echo else None
 
     def chunk(self, output: RequestOutput) -> dict[str, Any] | None:
         """The stream's next chunk; for a tool call, None until the call is complete, then the whole call."""
@@ -260,10 +291,10 @@ class Choices:
 
     @classmethod
     def of(cls, n: int, endpoint: str, model: str, token_text: TokenText, include_usage: bool = False,
-           tools: ToolRequest | None = None) -> "Choices":  # fmt: skip
-        first = Completion(endpoint, model, token_text, include_usage, tools)
+           tools: ToolRequest | None = None, echo: str = "") -> "Choices":  # fmt: skip
+        first = Completion(endpoint, model, token_text, include_usage, tools, echo=echo)
         rest = [
-            Completion(endpoint, model, token_text, include_usage, tools, i, first.id, first.created)
+            Completion(endpoint, model, token_text, include_usage, tools, i, echo, first.id, first.created)
             for i in range(1, n)
         ]
         return cls([first, *rest])

@@ -47,6 +47,8 @@ def penalize(
     if any(p.logit_bias for p in params):
         index, bias = bias_index([p.logit_bias for p in params], vocab)
         flat.index_add_(0, index.to(logits.device), bias.to(logits.device, logits.dtype))
+    if held := held_back(params, outputs, vocab):
+        flat[torch.tensor(held, device=logits.device)] = float("-inf")
     if any(p.repetition_penalty != 1.0 for p in params):
         contexts = [prompt + output for prompt, output in zip(prompts, outputs, strict=True)]
         seen = _flat_index(contexts, vocab, logits.device).unique()
@@ -74,7 +76,17 @@ def _per_row(values: list[float], like: Tensor) -> Tensor:
 
 def _has_penalty(params: SamplingParams) -> bool:
     penalties = params.repetition_penalty != 1.0 or bool(params.presence_penalty or params.frequency_penalty)
-    return penalties or bool(params.logit_bias)
+    return penalties or bool(params.logit_bias) or params.min_tokens > 0
+
+
+def held_back(params: list[SamplingParams], outputs: list[list[int]], vocab: int) -> list[int]:
+    """Flat indexes of the EOS and stop tokens of rows still short of their min_tokens (vLLM's min_tokens)."""
+    return [
+        row * vocab + token
+        for row, (p, output) in enumerate(zip(params, outputs, strict=True))
+        if len(output) < p.min_tokens
+        for token in {*p.eos_token_ids, *p.stop_token_ids}
+    ]
 
 
 def bias_index(biases: list[dict[int, float]], vocab: int) -> tuple[Tensor, Tensor]:

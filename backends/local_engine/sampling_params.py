@@ -20,6 +20,10 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    min_tokens: int = 0  # vLLM's: no EOS, stop token or stop string before this many output tokens
+    eos_token_ids: tuple[int, ...] = ()  # the model's, filled in by the engine: what min_tokens holds back
+    include_stop_str_in_output: bool = False  # vLLM's: keep the stop string that ended the text
+    skip_special_tokens: bool = True  # vLLM's: special tokens' text is left out of the output
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit (OpenAI's)
     constraint: Any = None  # structured.JsonConstraint: masks what a response_format forbids
 

@@ -39,7 +39,7 @@ class ServedModel:
 
     name: str
     encode_text: Callable[[str], list[int]]
-    encode_chat: Callable[[list[dict[str, Any]]], list[int]]
+    encode_chat: Callable[..., list[int]]  # (messages, continue_final_message=, template_kwargs=) -> ids
     token_text: Callable[[int], str]
     grammars: Any = None  # structured.Grammars: JSON response formats by constrained decoding; None = refused
     vocab_size: int | None = None  # token ids a logit_bias may name; None = not checked
@@ -148,9 +148,9 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
         body = {**body, "messages": with_tools_prompt(body["messages"], tools)}
     prompt_ids = _prompt_ids(loaded.model, endpoint, body)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    choices = Choices.of(
-        len(params), endpoint, loaded.model.name, loaded.model.token_text, include_usage, tools
-    )
+    echo = _echo(loaded.model, body, prompt_ids) if endpoint == "completions" and body.get("echo") else ""
+    name, token_text = loaded.model.name, loaded.model.token_text
+    choices = Choices.of(len(params), endpoint, name, token_text, include_usage, tools, echo)
     starts = await _start(loaded.engine, prompt_ids, params, "messages" if endpoint == "chat" else "prompt")
     if body.get("stream"):
         return StreamingResponse(_sse(choices, starts), media_type="text/event-stream")
@@ -229,8 +229,17 @@ async def _interleave(starts: Started) -> AsyncIterator[tuple[int, RequestOutput
 
 def _prompt_ids(model: ServedModel, endpoint: str, body: dict[str, Any]) -> list[int]:
     if endpoint == "chat":
+        options = {
+            key: body[key] for key in ("add_generation_prompt", "continue_final_message") if key in body
+        }
+        if body.get("chat_template_kwargs"):
+            options["template_kwargs"] = body["chat_template_kwargs"]
+        if options.get("continue_final_message"):
+            options.setdefault("add_generation_prompt", False)
+            if body["messages"][-1].get("role") != "assistant":
+                raise bad_request("continue_final_message needs an assistant message last.", param="messages")
         try:
-            return model.encode_chat(body["messages"])
+            return model.encode_chat(body["messages"], **options)
         except ValueError as error:  # the chat template refused the conversation (e.g. its role order)
             raise bad_request(str(error), param="messages") from error
     prompt = body["prompt"]
@@ -241,6 +250,13 @@ def _prompt_ids(model: ServedModel, endpoint: str, body: dict[str, Any]) -> list
     if all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
         return list(prompt)
     raise bad_request("'prompt' must be one string or one array of token ids.", param="prompt")
+
+
+def _echo(model: ServedModel, body: dict[str, Any], prompt_ids: list[int]) -> str:
+    """The prompt as the client sent it, or the text of the token ids it sent."""
+    prompt = body["prompt"]
+    prompt = prompt[0] if isinstance(prompt, list) and len(prompt) == 1 else prompt
+    return prompt if isinstance(prompt, str) else "".join(model.token_text(t) for t in prompt_ids)
 
 
 async def _first_output(outputs: AsyncIterator[RequestOutput], param: str) -> RequestOutput:

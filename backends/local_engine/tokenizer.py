@@ -76,12 +76,17 @@ class Tokenizer:
     def is_special(self, token_id: int) -> bool:
         return token_id in self._special_ids()
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        return self.chat_template.render(messages, add_generation_prompt)
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **options: Any
+    ) -> str:
+        """`options`: ChatTemplate.render's continue_final_message and template_kwargs."""
+        return self.chat_template.render(messages, add_generation_prompt, **options)
 
-    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+    def encode_chat(self, messages: list[dict[str, Any]], **options: Any) -> list[int]:
         """Prompt ids for a chat; the template writes any BOS itself."""
-        return self.backend.encode(self.apply_chat_template(messages), add_special_tokens=False).ids
+        return self.backend.encode(
+            self.apply_chat_template(messages, **options), add_special_tokens=False
+        ).ids
 
     def _token(self, token_id: int | None) -> str:
         return "" if token_id is None else (self.backend.id_to_token(token_id) or "")
