@@ -148,6 +148,11 @@ def write(mode: str, payload: dict) -> None:
     print(f"\nwrote {path}")
 
 
+def write_live(result: dict) -> None:
+    """bench/results/cascade_eval_live.json for TriviaQA, cascade_eval_live_<set>.json for the others."""
+    write("live" if result.get("set", "trivia_qa") == "trivia_qa" else f"live_{result['set']}", result)
+
+
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     parser = argparse.ArgumentParser(
@@ -164,8 +169,7 @@ def main() -> None:
     else:
         from bench.cascade_live import main as live_main
 
-        result = live_main(rest)
-        write("live" if result.get("set", "trivia_qa") == "trivia_qa" else f"live_{result['set']}", result)
+        write_live(live_main(rest))
 
 
 if __name__ == "__main__":

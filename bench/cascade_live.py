@@ -1,9 +1,10 @@
-"""Live cascade SmolLM2-135M → Gemma 3 270M through the gateway, on 1,000 TriviaQA questions.
+"""Live cascade SmolLM2-135M → Gemma 3 270M through the gateway, on TriviaQA and the other question sets.
 
     # the gateway with both models in our engine (two local-engine deployments, prices in the YAML):
     LLMGW_CONFIG_FILE=bench/cascade_live.yaml LLMGW_PORT=8731 .venv/bin/llmgw serve &
     .venv/bin/python -m bench.cascade_eval live --gateway http://127.0.0.1:8731   # record once, then score
     .venv/bin/python -m bench.cascade_eval live --offline                          # score the record only
+    .venv/bin/python -m bench.cascade_live --offline --set lambada                 # the same, this module alone
 
 Each model answers every question once through `/v1/completions` (3-shot, temperature 0, max_tokens 8,
 stop at the newline, logprobs with the top-2 alternatives). The answers, token logprobs, top-1 − top-2
@@ -134,3 +135,11 @@ def main(argv: list[str]) -> dict:
     return {"set": args.set} | evaluate(
         load_record(args.set), questions, transfer=transfer, threshold=learned_threshold(args.config)
     )
+
+
+if __name__ == "__main__":
+    import sys
+
+    from bench.cascade_eval import write_live
+
+    write_live(main(sys.argv[1:]))
