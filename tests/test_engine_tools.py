@@ -22,7 +22,7 @@ from backends.local_engine.outputs import RequestOutput  # noqa: E402
 from backends.local_engine.protocol import Completion, sampling_params  # noqa: E402
 from backends.local_engine.serve import load_local_engine  # noqa: E402
 from backends.local_engine.server import create_app  # noqa: E402
-from backends.local_engine.tools import tool_request, with_tools_prompt  # noqa: E402
+from backends.local_engine.tools import closed, tool_request, with_tools_prompt  # noqa: E402
 from core.errors import OpenAIError  # noqa: E402
 from tests.fakes import ServerThread  # noqa: E402
 
@@ -187,3 +187,44 @@ def test_auto_grammar_allows_text_or_marker_and_call(grammars: Any) -> None:
     logits = torch.zeros(lltok.vocab_size)
     constraint.mask(logits, lltok.tokenize_str("<tool_call>"))
     assert int((~torch.isinf(logits)).sum()) < 100  # after the marker: only the start of a call
+
+
+def test_argument_objects_are_closed_unless_they_say_otherwise() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "place": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}},
+            "extra": {"type": "object", "properties": {}, "additionalProperties": True},
+            "free": {"type": "object"},
+        },
+        "$defs": {"unit": {"type": "object", "properties": {"u": {"type": "string"}}}},
+    }
+    out = closed(schema)
+    assert out["additionalProperties"] is False and "additionalProperties" not in schema  # a copy
+    assert out["properties"]["place"]["additionalProperties"] is False
+    assert out["properties"]["tags"]["items"]["additionalProperties"] is False
+    assert out["$defs"]["unit"]["additionalProperties"] is False
+    assert out["properties"]["extra"]["additionalProperties"] is True  # said: kept
+    assert "additionalProperties" not in out["properties"]["free"]  # no properties listed: a free-form map
+    request = tool_request({**CHAT, "tool_choice": "required"})
+    assert request is not None and all(
+        o["properties"]["arguments"]["additionalProperties"] is False for o in request.schema()["anyOf"]
+    )
+    assert (
+        "additionalProperties"
+        not in with_tools_prompt(CHAT["messages"], request)[0]["content"].split("get_time")[1]
+    )
+
+
+def test_a_forced_call_cannot_invent_argument_keys(grammars: Any) -> None:
+    import torch
+
+    lltok = grammars.tokenizer()
+    body = {**CHAT, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
+    constraint = sampling_params("chat", body, 16, grammars).constraint
+    logits = torch.zeros(lltok.vocab_size)
+    constraint.mask(logits, lltok.tokenize_str('{"name": "get_time", "arguments": {"zone": "UTC"'))
+    comma, brace = lltok.tokenize_str(","), lltok.tokenize_str("}")
+    assert len(comma) == 1 and torch.isinf(logits[comma[0]])  # TIME says nothing of additional keys: closed
+    assert not torch.isinf(logits[brace[0]])

@@ -5,6 +5,10 @@ and its answer is constrained (structured.py, llguidance) to `{"name": <a tool's
 tool's parameters schema>}`: one schema per tool, `anyOf` when several may be called. Under "auto" the answer
 is either text (not starting with "<") or `<tool_call>` followed by such a call (a Lark grammar). A call
 becomes an OpenAI `tool_calls` message.
+
+In the grammar, object schemas of the arguments that say nothing of `additionalProperties` are closed (as
+OpenAI's `strict` mode has them): left open, SmolLM2 filled a forced call's arguments with invented keys
+("description", "parameters", ...) until max_tokens cut it, so LangChain's `bind_tools` got no call at all.
 """
 
 import secrets
@@ -111,7 +115,32 @@ def _function(tool: Any) -> dict[str, Any]:
 def _call_schema(tool: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {"name": {"const": tool["name"]}, "arguments": tool["parameters"]},
+        "properties": {"name": {"const": tool["name"]}, "arguments": closed(tool["parameters"])},
         "required": ["name", "arguments"],
         "additionalProperties": False,
     }
+
+
+_NESTED = ("items", "additionalItems", "not", "if", "then", "else", "contains")
+_NESTED_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_NESTED_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def closed(schema: Any) -> Any:
+    """The schema with `additionalProperties: false` on every object schema that lists properties and says
+    nothing of additional ones; everything else unchanged."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _NESTED:
+        if key in out:
+            out[key] = closed(out[key])
+    for key in _NESTED_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed(s) for s in out[key]]
+    for key in _NESTED_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed(s) for name, s in out[key].items()}
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
