@@ -4,6 +4,7 @@ import logging
 
 from backends.base import Backend
 from backends.local import LocalEngineBackend
+from backends.local_embeddings import LocalEmbeddingsBackend
 from backends.local_engine.config import EngineSettings
 from backends.openai_compat import OpenAICompatBackend
 from core.models import DeploymentConfig, ModelConfig
@@ -16,6 +17,8 @@ def build_backend(
 ) -> Backend:
     if config.backend == "local_engine":
         return LocalEngineBackend(config, engine, engine_startup_timeout_s)
+    if config.backend == "local_embeddings":
+        return LocalEmbeddingsBackend(config)
     return OpenAICompatBackend(config)
 
 

@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-BackendKind = Literal["openai", "local_engine"]
+BackendKind = Literal["openai", "local_engine", "local_embeddings"]
 ExtraParams = Literal["passthrough", "reject"]
 _NO_EXTRAS_HOSTS = ("api.openai.com",)  # hosted APIs that answer 400 to parameters they do not know
 Endpoint = Literal["chat", "completions", "embeddings"]
@@ -40,6 +40,13 @@ class DeploymentConfig(BaseModel):
             raise ValueError(f"deployment {self.name!r}: backend 'openai' needs base_url")
         if self.responses_api and self.backend != "openai":
             raise ValueError(f"deployment {self.name!r}: responses_api needs an OpenAI-compatible upstream")
+        if self.backend == "local_embeddings":  # an embedding model: it serves /v1/embeddings only
+            if "endpoints" not in self.model_fields_set:
+                self.endpoints = ["embeddings"]
+            if self.endpoints != ["embeddings"]:
+                raise ValueError(
+                    f"deployment {self.name!r}: local_embeddings serves endpoints ['embeddings'] only"
+                )
         return self
 
     def accepts_extras(self) -> bool:
