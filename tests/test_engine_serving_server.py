@@ -166,6 +166,30 @@ def test_n_choices_stream_interleaved_with_one_usage_chunk(client):
     assert usage.completion_tokens == sum(t.count("<") for t in texts.values()) and usage.prompt_tokens == 3
 
 
+def test_a_batch_of_prompts_gives_n_choices_each_in_prompt_order(client):
+    reply = client.completions.create(model="fake", prompt=["ab", "cdef", [7, 8, 9]], max_tokens=2, n=2, temperature=0,
+                                      echo=True)  # fmt: skip
+    assert [c.index for c in reply.choices] == list(range(6))
+    assert [c.text.split("<")[0] for c in reply.choices] == ["ab", "ab", "cdef", "cdef", "", ""]
+    assert reply.choices[4].text.startswith("<7><8><9>")
+    assert reply.usage.prompt_tokens == 2 + 4 + 3 and reply.usage.completion_tokens == 12
+    single = client.completions.create(model="fake", prompt="cdef", max_tokens=2, temperature=0)
+    assert reply.choices[2].text == "cdef" + single.choices[0].text  # each prompt answered as if alone
+
+
+@pytest.mark.parametrize("prompt", [[], [[]], [1, "a"], [["a"]], ["ok", "x" * 200]])
+def test_a_bad_batch_is_a_400_and_starts_nothing(server, prompt):
+    base, app = server
+    engine = app.state.engine_state.loaded.engine.engine
+    response = httpx.post(f"{base}/v1/completions", json={"model": "fake", "prompt": prompt, "max_tokens": 2})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "prompt"
+    for _ in range(100):
+        if engine.num_requests == 0:
+            break
+        time.sleep(0.01)
+    assert engine.num_requests == 0 and engine.block_manager.num_free_blocks == 64
+
+
 async def test_client_disconnect_aborts_every_choice(server):
     base, app = server
     engine = app.state.engine_state.loaded.engine.engine

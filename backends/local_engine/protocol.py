@@ -288,26 +288,33 @@ class Choices:
     """A request's n choices: a Completion each, sharing id and creation time; one response, one usage."""
 
     completions: list[Completion]
+    n: int = 1  # choices per prompt
 
     @classmethod
     def of(cls, n: int, endpoint: str, model: str, token_text: TokenText, include_usage: bool = False,
-           tools: ToolRequest | None = None, echo: str = "") -> "Choices":  # fmt: skip
-        first = Completion(endpoint, model, token_text, include_usage, tools, echo=echo)
+           tools: ToolRequest | None = None, echoes: tuple[str, ...] | list[str] = ("",)) -> "Choices":  # fmt: skip
+        """n choices for each prompt (one echo text each); choice index = prompt index * n + choice."""
+        first = Completion(endpoint, model, token_text, include_usage, tools, 0, echoes[0])
         rest = [
-            Completion(endpoint, model, token_text, include_usage, tools, i, echo, first.id, first.created)
-            for i in range(1, n)
+            Completion(
+                endpoint, model, token_text, include_usage, tools, i, echoes[i // n], first.id, first.created
+            )
+            for i in range(1, n * len(echoes))
         ]
-        return cls([first, *rest])
+        return cls([first, *rest], n)
 
     def response(self) -> dict[str, Any]:
         first = self.completions[0]
         return {**first._envelope(), "choices": [c.choice() for c in self.completions], "usage": self.usage()}
 
     def usage(self) -> dict[str, Any]:
-        """The prompt counted once (as OpenAI bills n choices), the completion tokens of every choice."""
-        usage = self.completions[0].usage()
+        """Each prompt counted once (as OpenAI bills n choices), the completion tokens of every choice."""
+        firsts = [c.usage() for c in self.completions[:: self.n]]
+        prompt = sum(u["prompt_tokens"] for u in firsts)
+        cached = sum(u["prompt_tokens_details"]["cached_tokens"] for u in firsts)
         completion = sum(c.usage()["completion_tokens"] for c in self.completions)
-        return {**usage, "completion_tokens": completion, "total_tokens": usage["prompt_tokens"] + completion}
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
 
     def usage_chunk(self) -> dict[str, Any]:
         return {**self.completions[0].usage_chunk(), "usage": self.usage()}

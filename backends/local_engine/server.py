@@ -23,6 +23,7 @@ from backends.local_engine.async_engine import AsyncEngine
 from backends.local_engine.chat_template import text_messages
 from backends.local_engine.metrics import EngineMetrics
 from backends.local_engine.outputs import RequestOutput
+from backends.local_engine.prompts import prompts
 from backends.local_engine.protocol import Choices, choice_params
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.tools import tool_request, with_tools_prompt
@@ -39,7 +40,7 @@ class ServedModel:
 
     name: str
     encode_text: Callable[[str], list[int]]
-    encode_chat: Callable[..., list[int]]  # (messages, continue_final_message=, template_kwargs=) -> ids
+    encode_chat: Callable[..., list[int]]  # (messages, **template options) -> ids: prompts.chat_ids
     token_text: Callable[[int], str]
     grammars: Any = None  # structured.Grammars: JSON response formats by constrained decoding; None = refused
     vocab_size: int | None = None  # token ids a logit_bias may name; None = not checked
@@ -146,12 +147,12 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
         tools = tool_request(body)
     if tools is not None:
         body = {**body, "messages": with_tools_prompt(body["messages"], tools)}
-    prompt_ids = _prompt_ids(loaded.model, endpoint, body)
+    batch = prompts(loaded.model, endpoint, body)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    echo = _echo(loaded.model, body, prompt_ids) if endpoint == "completions" and body.get("echo") else ""
-    name, token_text = loaded.model.name, loaded.model.token_text
-    choices = Choices.of(len(params), endpoint, name, token_text, include_usage, tools, echo)
-    starts = await _start(loaded.engine, prompt_ids, params, "messages" if endpoint == "chat" else "prompt")
+    name, token_text, echoes = loaded.model.name, loaded.model.token_text, [p.echo for p in batch]
+    choices = Choices.of(len(params), endpoint, name, token_text, include_usage, tools, echoes)
+    param = "messages" if endpoint == "chat" else "prompt"
+    starts = await _start_all(loaded.engine, [p.ids for p in batch], params, param)
     if body.get("stream"):
         return StreamingResponse(_sse(choices, starts), media_type="text/event-stream")
     return await _until_done_or_disconnect(request, choices, starts)
@@ -183,6 +184,25 @@ async def _start(
         await _close(starts)
         raise failed[0]
     return starts  # type: ignore[return-value]
+
+
+async def _start_all(
+    engine: AsyncEngine, batch: list[list[int]], params: list[SamplingParams], param: str
+) -> Started:
+    """Every prompt's choices, in order (choice index = prompt index * n + choice); a 400 for any prompt
+    stops the others."""
+    if len(batch) == 1:
+        return await _start(engine, batch[0], params, param)
+    started = await asyncio.gather(
+        *(_start(engine, ids, params, param) for ids in batch), return_exceptions=True
+    )
+    failed = [s for s in started if isinstance(s, BaseException)]
+    for prompt in started:
+        if failed and not isinstance(prompt, BaseException):
+            await _close(prompt)
+    if failed:
+        raise failed[0]
+    return [start for prompt in started for start in prompt]  # type: ignore[union-attr]
 
 
 async def _close(starts: Started) -> None:
@@ -225,38 +245,6 @@ async def _interleave(starts: Started) -> AsyncIterator[tuple[int, RequestOutput
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await _close(starts)
-
-
-def _prompt_ids(model: ServedModel, endpoint: str, body: dict[str, Any]) -> list[int]:
-    if endpoint == "chat":
-        options = {
-            key: body[key] for key in ("add_generation_prompt", "continue_final_message") if key in body
-        }
-        if body.get("chat_template_kwargs"):
-            options["template_kwargs"] = body["chat_template_kwargs"]
-        if options.get("continue_final_message"):
-            options.setdefault("add_generation_prompt", False)
-            if body["messages"][-1].get("role") != "assistant":
-                raise bad_request("continue_final_message needs an assistant message last.", param="messages")
-        try:
-            return model.encode_chat(body["messages"], **options)
-        except ValueError as error:  # the chat template refused the conversation (e.g. its role order)
-            raise bad_request(str(error), param="messages") from error
-    prompt = body["prompt"]
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        return model.encode_text(prompt)
-    if all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
-        return list(prompt)
-    raise bad_request("'prompt' must be one string or one array of token ids.", param="prompt")
-
-
-def _echo(model: ServedModel, body: dict[str, Any], prompt_ids: list[int]) -> str:
-    """The prompt as the client sent it, or the text of the token ids it sent."""
-    prompt = body["prompt"]
-    prompt = prompt[0] if isinstance(prompt, list) and len(prompt) == 1 else prompt
-    return prompt if isinstance(prompt, str) else "".join(model.token_text(t) for t in prompt_ids)
 
 
 async def _first_output(outputs: AsyncIterator[RequestOutput], param: str) -> RequestOutput:
