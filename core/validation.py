@@ -45,6 +45,9 @@ _TYPED = {  # vLLM's and legacy fields, by type: a wrong type is a 400 here, as 
     str: ("suffix",),
 }  # fmt: skip
 MAX_CHOICES = 128  # OpenAI's limit on n
+# OpenAI takes 4 stop strings, vLLM any number (evaluation harnesses send more): the upstream applies its own
+# limit, the gateway only bounds the work.
+MAX_STOPS = 64
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -173,8 +176,10 @@ def _check_type(body: dict[str, Any], name: str, kind: type) -> None:
 def _check_stop(stop: Any) -> None:
     if stop is None or isinstance(stop, str):
         return
-    if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) for s in stop):
-        raise bad_request("'stop' must be a string or an array of at most 4 strings.", param="stop")
+    if not isinstance(stop, list) or len(stop) > MAX_STOPS or not all(isinstance(s, str) for s in stop):
+        raise bad_request(
+            f"'stop' must be a string or an array of at most {MAX_STOPS} strings.", param="stop"
+        )
 
 
 def _check_logit_bias(bias: Any) -> None:
@@ -209,4 +214,4 @@ def too_large(limit: int) -> OpenAIError:
 
 
 # What the checks above accept, for the OpenAPI document (gateway/openapi.py).
-ALLOWED, RANGES, ROLES, POSITIVE_INTS = _ALLOWED, _RANGES, _ROLES, _POSITIVE_INTS
+ALLOWED, RANGES, ROLES, POSITIVE_INTS, TYPED = _ALLOWED, _RANGES, _ROLES, _POSITIVE_INTS, _TYPED

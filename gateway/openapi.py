@@ -75,6 +75,17 @@ def _sampling() -> dict[str, Any]:
         for name, (low, high) in validation.RANGES.items()
     }
     fields |= {name: _nullable("integer", minimum=1, maximum=2**63 - 1) for name in validation.POSITIVE_INTS}
+    fields["n"] = _nullable("integer", minimum=1, maximum=validation.MAX_CHOICES)
+    fields["min_tokens"] = _nullable("integer", minimum=0, maximum=2**63 - 1)
+    json_types = {bool: "boolean", dict: "object", int: "integer", str: "string"}
+    fields |= {
+        name: _nullable(json_types[kind]) for kind, names in validation.TYPED.items() for name in names
+    }
+    fields["logit_bias"] = _nullable(
+        "object",
+        propertyNames={"pattern": "^[0-9]{1,9}$"},
+        additionalProperties={"type": "number", "minimum": -100, "maximum": 100},
+    )
     fields |= {
         "stream": _nullable("boolean"),
         "stream_options": _nullable("object"),
@@ -82,7 +93,7 @@ def _sampling() -> dict[str, Any]:
         "stop": {
             "anyOf": [
                 {"type": ["string", "null"]},
-                {"type": "array", "items": {"type": "string"}, "maxItems": 4},
+                {"type": "array", "items": {"type": "string"}, "maxItems": validation.MAX_STOPS},
             ]
         },
         "cache": {
