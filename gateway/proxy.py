@@ -18,6 +18,7 @@ from core.context import Handler, Reply, RequestContext
 from core.errors import OpenAIError, error_response
 from gateway.inbound import client_request_id, decode_body
 from gateway.sse import SSEResponse, sse_body
+from policies.auth import bearer_key
 
 log = logging.getLogger("llmgw.proxy")
 ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/embeddings": "embeddings"}
@@ -58,6 +59,9 @@ class Proxy:
         self, scope: dict[str, Any], receive: Any, endpoint: str, request_id: str, started: float
     ) -> RequestContext:
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        bearer_key(
+            headers
+        )  # no key at all is a 401 before the body is read, as OpenAI answers (the auth stage checks it)
         raw = await read_body(receive, headers, self._limit)
         body = validation.parse_json(decode_body(raw, headers.get("content-encoding", ""), self._limit))
         validation.validate(endpoint, body)

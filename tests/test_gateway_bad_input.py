@@ -83,8 +83,10 @@ def test_oversize_body_without_content_length_is_413(gateway: ServerThread) -> N
     assert_openai_error(response, 413)
 
 
-def test_missing_key_is_401(gateway: ServerThread) -> None:
-    response = httpx.post(gateway.url + "/v1/chat/completions", json=GOOD, timeout=10)
+@pytest.mark.parametrize("payload", [GOOD, {}, b"{not json"])
+def test_missing_key_is_401_whatever_the_body(gateway: ServerThread, payload: dict | bytes) -> None:
+    kwargs = {"content": payload} if isinstance(payload, bytes) else {"json": payload}
+    response = httpx.post(gateway.url + "/v1/chat/completions", timeout=10, **kwargs)
     assert assert_openai_error(response, 401)["code"] == "missing_api_key"
 
 
