@@ -48,10 +48,11 @@ class FakeRunner:
     def _one(self, item: ScheduledSeq, last: int | None = None) -> FakeStepOutput:
         seq = item.seq
         assert len(seq.block_table) * self.block_size >= seq.num_computed_tokens + item.num_new_tokens
-        if seq.num_computed_tokens + item.num_new_tokens < len(seq):
+        end = seq.num_computed_tokens + item.num_new_tokens
+        if end < len(seq) and not item.prompt_logits:
             return FakeStepOutput(None)
         tokens = seq.token_ids if last is None else [*seq.token_ids[:-1], last]
-        first = len(seq) - item.num_logits
+        first = end - item.num_logits
         rows = [self._row(tokens[: first + i + 1]) for i in range(item.num_logits)]
         return FakeStepOutput(torch.stack(rows))
 

@@ -7,6 +7,7 @@ import time
 import httpx
 import openai
 import pytest
+import torch
 import uvicorn
 from test_engine_serving_fakes import VOCAB, FakeDetokenizer, FakeRunner, fake_probs
 
@@ -304,7 +305,9 @@ def test_echo_returns_the_prompt_before_the_answer_streamed_or_not(client):
     assert all(c.text.startswith("abc<") for c in reply.choices)
     pieces = [c.choices[0].text for c in client.completions.create(
         model="fake", prompt="abc", max_tokens=2, temperature=0, echo=True, stream=True) if c.choices]  # fmt: skip
-    assert pieces[0] == "abc" and "".join(pieces) == reply.choices[0].text
+    assert (
+        pieces[0].startswith("abc<") and "".join(pieces) == reply.choices[0].text
+    )  # the echo leads the first
     ids = client.completions.create(model="fake", prompt=[5, 6], max_tokens=1, temperature=0, echo=True)
     assert ids.choices[0].text.startswith("<5><6>")
 
@@ -312,7 +315,6 @@ def test_echo_returns_the_prompt_before_the_answer_streamed_or_not(client):
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"echo": True, "logprobs": 1}, "echo"),
         ({"best_of": 3}, "best_of"),
         ({"suffix": "tail"}, "suffix"),
         ({"priority": 2}, "priority"),
@@ -324,6 +326,33 @@ def test_what_the_engine_cannot_honour_is_refused_not_ignored(server, extra, par
     body = {"model": "fake", "prompt": "abc", "max_tokens": 2, **extra}
     response = httpx.post(f"{server[0]}/v1/completions", json=body)
     assert response.status_code == 400 and response.json()["error"]["param"] == param
+
+
+def test_echo_with_logprobs_scores_every_prompt_token_across_chunks(server, client):
+    _, app = server
+    prompt = "abcdefghijklmnopqrstuvwxyz0123456789ABCD"  # 40 tokens: two 32-token prefill chunks
+    client.completions.create(
+        model="fake", prompt=prompt, max_tokens=1, temperature=0
+    )  # now in the prefix cache
+    reply = client.completions.create(
+        model="fake", prompt=prompt, max_tokens=2, temperature=0, echo=True, logprobs=2
+    )
+    logprobs = reply.choices[0].logprobs
+    assert reply.choices[0].text.startswith(prompt) and len(logprobs.tokens) == 40 + 2
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    assert all(isinstance(x, float) and x <= 0 for x in logprobs.token_logprobs[1:])
+    assert all(len(top) == 2 for top in logprobs.top_logprobs[1:])
+    assert reply.usage.prompt_tokens_details.cached_tokens == 0  # computed whole, not taken from the cache
+    # the fake model: token t+1 after t gets logit 3, every other one linspace(0, 1): check one by hand
+    ids = [1 + ord(c) % 50 for c in prompt]
+    row = torch.linspace(0.0, 1.0, VOCAB)
+    row[1 + (ids[4] * 5 + 3) % 13] = 3.0
+    assert logprobs.token_logprobs[5] == pytest.approx(float(torch.log_softmax(row, 0)[ids[5]]), abs=1e-5)
+    first, second = map(len, logprobs.tokens[:2])
+    assert logprobs.text_offset[:3] == [0, first, first + second]  # counted from the start of the echo
+    streamed = [c.choices[0] for c in client.completions.create(
+        model="fake", prompt=prompt, max_tokens=2, temperature=0, echo=True, logprobs=2, stream=True) if c.choices]  # fmt: skip
+    assert streamed[0].logprobs.token_logprobs[:6] == logprobs.token_logprobs[:6]
 
 
 def test_min_tokens_keeps_going_past_a_stop_token(client):

@@ -95,7 +95,7 @@ def host_step(batch: list[ScheduledSeq], block_size: int) -> HostStep:
         end = start + item.num_new_tokens
         table = seq.block_table
         first = len(step.input_ids)
-        if end == len(seq.token_ids):
+        if end == len(seq.token_ids) or item.prompt_logits:
             step.logit_rows.extend(
                 range(first + item.num_new_tokens - item.num_logits, first + item.num_new_tokens)
             )

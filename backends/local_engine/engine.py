@@ -12,6 +12,7 @@ import torch
 
 from backends.local_engine.block_manager import BlockManager
 from backends.local_engine.config import EngineSettings
+from backends.local_engine.logprobs import prompt_chunk_logprobs, token_logprob
 from backends.local_engine.outputs import RequestOutput, TokenLogprob
 from backends.local_engine.pipeline import PLACEHOLDER, InFlight, pipelinable
 from backends.local_engine.sampling_params import SamplingParams
@@ -66,6 +67,9 @@ class _Request:
     detokenizer: Detokenizer
     generator: torch.Generator | None
     gate: AcceptanceGate
+    prompt_logprobs: list[TokenLogprob | None] | None = (
+        None  # collected chunk by chunk, sent with the first output
+    )
 
 
 class LLMEngine:
@@ -150,6 +154,7 @@ class LLMEngine:
         if not scheduled:
             return []
         results = [_logits_of(result) for result in self.runner.execute(scheduled)]
+        results = [self._prompt_rows(item, logits) for item, logits in zip(scheduled, results, strict=True)]
         sampling = [
             (item, logits) for item, logits in zip(scheduled, results, strict=True) if logits is not None
         ]
@@ -166,6 +171,21 @@ class LLMEngine:
             self._advance(item, logits, probs)
             for (item, logits), probs in zip(sampling, all_probs, strict=True)
         ]
+
+    def _prompt_rows(self, item: ScheduledSeq, logits: torch.Tensor | None) -> torch.Tensor | None:
+        """A prompt chunk's logits at every position: keep the logprobs of the prompt tokens they predict, and
+        pass on only the last row, and only when the chunk ends the prompt (it predicts the first output)."""
+        if not item.prompt_logits or logits is None:
+            return logits
+        seq, request = item.seq, self._requests[item.seq.seq_id]
+        found = request.prompt_logprobs if request.prompt_logprobs is not None else [None]
+        top = seq.params.prompt_logprobs or 0
+        found += prompt_chunk_logprobs(
+            logits, seq.token_ids, seq.num_computed_tokens, seq.num_prompt_tokens, top
+        )
+        request.prompt_logprobs = found
+        reaches_end = seq.num_computed_tokens + item.num_new_tokens == len(seq)
+        return logits[-1:] if reaches_end else None
 
     def _sample_batch(self, sampling: list[tuple[ScheduledSeq, torch.Tensor]]) -> list[RequestOutput]:
         """One token per sequence from one batched sampling call."""
@@ -255,6 +275,7 @@ class LLMEngine:
         out = RequestOutput(
             seq.seq_id, [token_id], "", [], None, seq.num_prompt_tokens, seq.num_cached_tokens, 0
         )
+        out.prompt_logprobs, request.prompt_logprobs = request.prompt_logprobs, None
         out.finish_reason = self._stop_reason(seq, token_id)
         if out.finish_reason is None:
             out.new_text = request.detokenizer.add(token_id)
@@ -316,11 +337,12 @@ class LLMEngine:
     def _emit(self, request: _Request, new_tokens: list[int], logits: torch.Tensor) -> RequestOutput:
         seq = request.seq
         out = RequestOutput(seq.seq_id, [], "", [], None, seq.num_prompt_tokens, seq.num_cached_tokens, 0)
+        out.prompt_logprobs, request.prompt_logprobs = request.prompt_logprobs, None
         for index, token_id in enumerate(new_tokens):
             seq.append_token(token_id)
             out.new_token_ids.append(token_id)
             if seq.params.logprobs:
-                out.new_logprobs.append(_logprob(logits[index], token_id, seq.params.top_logprobs))
+                out.new_logprobs.append(token_logprob(logits[index], token_id, seq.params.top_logprobs))
             out.finish_reason = self._stop_reason(seq, token_id)
             if out.finish_reason is None:
                 out.new_text += request.detokenizer.add(token_id)
@@ -368,12 +390,3 @@ def _logits_of(result: Any) -> torch.Tensor | None:
     if logits is None:
         return None
     return logits if logits.dim() == 2 else logits.unsqueeze(0)
-
-
-def _logprob(logits: torch.Tensor, token_id: int, num_top: int) -> TokenLogprob:
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
-    top: list[tuple[int, float]] = []
-    if num_top:
-        values, ids = logprobs.topk(num_top)
-        top = list(zip(ids.tolist(), values.tolist(), strict=True))
-    return TokenLogprob(token_id, float(logprobs[token_id]), top)

@@ -118,7 +118,7 @@ class ModelRunner:
             seq, start = item.seq, item.seq.num_computed_tokens
             end = start + item.num_new_tokens
             self._check_blocks(item, end)
-            if end == len(seq.token_ids):
+            if end == len(seq.token_ids) or item.prompt_logits:
                 logit_rows.extend(
                     range(
                         len(input_ids) + item.num_new_tokens - item.num_logits,
@@ -177,7 +177,7 @@ class ModelRunner:
         outputs, row = [], 0
         for item in batch:
             reaches_end = item.seq.num_computed_tokens + item.num_new_tokens == len(item.seq.token_ids)
-            if reaches_end and logits is not None:
+            if (reaches_end or item.prompt_logits) and logits is not None:
                 outputs.append(StepOutput(item, logits[row : row + item.num_logits]))
                 row += item.num_logits
             else:

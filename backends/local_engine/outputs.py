@@ -22,6 +22,8 @@ class RequestOutput:
     num_prompt_tokens: int
     num_cached_tokens: int
     num_output_tokens: int
+    # with the first output of a request that asked for them: each prompt token's logprob (None for the first)
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
     @property
     def finished(self) -> bool:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from backends.local_engine.outputs import RequestOutput, TokenLogprob
+from backends.local_engine.prompts import Prompt
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.tools import ToolRequest, tool_request
 from core.errors import bad_request
@@ -42,6 +43,7 @@ def sampling_params(
         min_tokens=min(body.get("min_tokens") or 0, max_tokens),
         include_stop_str_in_output=bool(body.get("include_stop_str_in_output", False)),
         skip_special_tokens=body.get("skip_special_tokens", True) is not False,
+        prompt_logprobs=body.get("logprobs") if endpoint == "completions" and body.get("echo") else None,
         logit_bias={int(token): float(bias) for token, bias in (body.get("logit_bias") or {}).items()},
         constraint=_constraint(body, tools, grammars),
         **_logprob_options(endpoint, body),
@@ -114,8 +116,6 @@ def _unsupported(body: dict[str, Any]) -> list[tuple[str, str]]:
     """Parameters whose meaning this engine cannot give, as (param, message): refused, never ignored."""
     n, best_of = body.get("n") or 1, body.get("best_of")
     checks = [
-        ("echo", bool(body.get("echo")) and body.get("logprobs") is not None,
-         "This engine cannot return the prompt's logprobs: echo with logprobs is not supported."),
         ("best_of", best_of is not None and best_of != n,
          f"This engine returns every choice it generates: best_of must equal n ({n})."),
         ("suffix", bool(body.get("suffix")), "This engine cannot insert text: suffix is not supported."),
@@ -157,18 +157,26 @@ class Completion:
     include_usage: bool = False
     tools: ToolRequest | None = None  # the answer may be a constrained tool call (tools.py): `tool_calls`
     index: int = 0  # which of the request's n choices this is
-    echo: str = ""  # completions' echo: the prompt's text, before the answer
+    prompt: Prompt | None = None  # with completions' echo: its text (and ids) go before the answer
     id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
     text: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # echo with logprobs: the prompt tokens' own
+    echo_sent: bool = False  # streams: the echo goes out with the first chunk
     last: RequestOutput | None = None
 
     @property
     def is_chat(self) -> bool:
         return self.endpoint == "chat"
 
+    @property
+    def echo(self) -> str:
+        return self.prompt.echo if self.prompt is not None else ""
+
     def add(self, output: RequestOutput) -> None:
+        if output.prompt_logprobs is not None:
+            self.prompt_logprobs = output.prompt_logprobs
         self.text += output.new_text
         self.logprobs += output.new_logprobs
         self.last = output
@@ -189,7 +197,11 @@ class Completion:
             choice["message"] = message
         else:
             choice["text"] = self.echo + self.text
-        return {**choice, "logprobs": self._logprobs(self.logprobs), "finish_reason": finish}
+        return {
+            **choice,
+            "logprobs": self._logprobs(self.logprobs, with_prompt=True),
+            "finish_reason": finish,
+        }
 
     def usage(self) -> dict[str, Any]:
         out = self.last
@@ -208,18 +220,18 @@ class Completion:
     # --- streaming -------------------------------------------------------------------------------------
 
     def first_chunk(self) -> dict[str, Any] | None:
-        """Chat streams open with the assistant role; an echoing completion's with the prompt."""
-        if self.is_chat:
-            return self._chunk({"role": "assistant", "content": ""}, None, [])
-        return self._chunk(self.echo, None, []) if self.echo else None
+        """Chat streams open with the assistant role."""
+        return self._chunk({"role": "assistant", "content": ""}, None, []) if self.is_chat else None
 
     def chunk(self, output: RequestOutput) -> dict[str, Any] | None:
         """The stream's next chunk; for a tool call, None until the call is complete, then the whole call."""
         self.add(output)
         if self._may_be_call():  # held back until whole
             return self._tool_call_chunk(output.finish_reason) if output.finish_reason else None
-        content = {"content": output.new_text} if self.is_chat else output.new_text
-        return self._chunk(content, output.finish_reason, output.new_logprobs)
+        if self.is_chat:
+            return self._chunk({"content": output.new_text}, output.finish_reason, output.new_logprobs)
+        echo, self.echo_sent = ("" if self.echo_sent else self.echo), True  # an echo leads the first chunk
+        return self._chunk(echo + output.new_text, output.finish_reason, output.new_logprobs, bool(echo))
 
     def _tool_call_chunk(self, finish: str) -> dict[str, Any]:
         calls = self._tool_calls(finish)
@@ -237,11 +249,13 @@ class Completion:
     def usage_chunk(self) -> dict[str, Any]:
         return {**self._envelope(), "object": self._chunk_object(), "choices": [], "usage": self.usage()}
 
-    def _chunk(self, content: Any, finish: str | None, logprobs: list[TokenLogprob]) -> dict[str, Any]:
+    def _chunk(
+        self, content: Any, finish: str | None, logprobs: list[TokenLogprob], with_prompt: bool = False
+    ) -> dict[str, Any]:
         choice: dict[str, Any] = {
             "index": self.index,
             "finish_reason": finish,
-            "logprobs": self._logprobs(logprobs),
+            "logprobs": self._logprobs(logprobs, with_prompt),
         }
         choice["delta" if self.is_chat else "text"] = content
         chunk = {**self._envelope(), "object": self._chunk_object(), "choices": [choice]}
@@ -254,10 +268,23 @@ class Completion:
 
     # --- logprobs --------------------------------------------------------------------------------------
 
-    def _logprobs(self, items: list[TokenLogprob]) -> dict[str, Any] | None:
-        if not items:
-            return None
-        return self._chat_logprobs(items) if self.is_chat else self._completion_logprobs(items)
+    def _logprobs(self, items: list[TokenLogprob], with_prompt: bool = False) -> dict[str, Any] | None:
+        """`with_prompt`: an echo's prompt tokens first, with their logprobs (the first token has none)."""
+        if self.is_chat:
+            return self._chat_logprobs(items) if items else None
+        prompt = self._prompt_entries() if with_prompt and self.prompt_logprobs is not None else []
+        entries = prompt + [(i.token_id, i.logprob, i.top) for i in items]
+        return self._completion_logprobs(entries, from_start=bool(prompt)) if entries else None
+
+    def _prompt_entries(self) -> list[tuple[int, float | None, list[tuple[int, float]] | None]]:
+        assert self.prompt is not None and self.prompt_logprobs is not None
+        found = self.prompt_logprobs
+        return [
+            (token, found[i].logprob, found[i].top)
+            if i < len(found) and found[i] is not None
+            else (token, None, None)
+            for i, token in enumerate(self.prompt.ids)
+        ]
 
     def _chat_logprobs(self, items: list[TokenLogprob]) -> dict[str, Any]:
         def entry(token_id: int, logprob: float) -> dict[str, Any]:
@@ -269,16 +296,22 @@ class Completion:
         ]
         return {"content": content}
 
-    def _completion_logprobs(self, items: list[TokenLogprob]) -> dict[str, Any]:
-        tokens = [self.token_text(i.token_id) for i in items]
-        offsets, position = [], len(self.text) - sum(map(len, tokens))
+    def _completion_logprobs(
+        self, entries: list[tuple[int, float | None, list[tuple[int, float]] | None]], from_start: bool
+    ) -> dict[str, Any]:
+        """OpenAI's legacy form; offsets count from the start of the returned text (echo included): from 0
+        when the entries start with the prompt, else back from the end of the text so far."""
+        tokens = [self.token_text(token) for token, _, _ in entries]
+        offsets, position = [], 0 if from_start else len(self.echo) + len(self.text) - sum(map(len, tokens))
         for token in tokens:
             offsets.append(position)
             position += len(token)
         return {
             "tokens": tokens,
-            "token_logprobs": [i.logprob for i in items],
-            "top_logprobs": [{self.token_text(t): lp for t, lp in i.top} for i in items],
+            "token_logprobs": [logprob for _, logprob, _ in entries],
+            "top_logprobs": [
+                None if top is None else {self.token_text(t): lp for t, lp in top} for _, _, top in entries
+            ],
             "text_offset": offsets,
         }
 
@@ -292,14 +325,15 @@ class Choices:
 
     @classmethod
     def of(cls, n: int, endpoint: str, model: str, token_text: TokenText, include_usage: bool = False,
-           tools: ToolRequest | None = None, echoes: tuple[str, ...] | list[str] = ("",)) -> "Choices":  # fmt: skip
-        """n choices for each prompt (one echo text each); choice index = prompt index * n + choice."""
-        first = Completion(endpoint, model, token_text, include_usage, tools, 0, echoes[0])
+           tools: ToolRequest | None = None, prompts: list[Prompt] | None = None) -> "Choices":  # fmt: skip
+        """n choices for each prompt (given for completions: their echo); index = prompt index * n + choice."""
+        batch: list[Prompt | None] = list(prompts) if prompts else [None]
+        first = Completion(endpoint, model, token_text, include_usage, tools, prompt=batch[0])
         rest = [
             Completion(
-                endpoint, model, token_text, include_usage, tools, i, echoes[i // n], first.id, first.created
+                endpoint, model, token_text, include_usage, tools, i, batch[i // n], first.id, first.created
             )
-            for i in range(1, n * len(echoes))
+            for i in range(1, n * len(batch))
         ]
         return cls([first, *rest], n)
 

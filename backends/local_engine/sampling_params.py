@@ -24,6 +24,7 @@ class SamplingParams:
     eos_token_ids: tuple[int, ...] = ()  # the model's, filled in by the engine: what min_tokens holds back
     include_stop_str_in_output: bool = False  # vLLM's: keep the stop string that ended the text
     skip_special_tokens: bool = True  # vLLM's: special tokens' text is left out of the output
+    prompt_logprobs: int | None = None  # the prompt tokens' logprobs with this many alternatives (None: off)
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit (OpenAI's)
     constraint: Any = None  # structured.JsonConstraint: masks what a response_format forbids
 

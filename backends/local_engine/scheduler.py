@@ -67,7 +67,9 @@ class Scheduler:
             return step.output
         while self.waiting and step.budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            matched = self.block_manager.match_prefix(seq.token_ids)
+            # a prompt whose logprobs are asked for is computed whole: cached blocks would skip positions
+            wants_all = seq.params.prompt_logprobs is not None
+            matched = [] if wants_all else self.block_manager.match_prefix(seq.token_ids)
             num_new = min(len(seq) - len(matched) * self.block_manager.block_size, step.budget)
             needed = self.block_manager.num_new_blocks_to_admit(seq, matched, num_new)
             if needed > self.block_manager.num_free_blocks:
@@ -144,8 +146,11 @@ class _Step:
 
     def add(self, seq: Sequence, num_new: int) -> None:
         reaches_end = seq.num_computed_tokens + num_new == len(seq)
-        num_logits = 1 + seq.num_draft_tokens if reaches_end else 1
-        self.output.scheduled.append(ScheduledSeq(seq, num_new, num_logits))
+        if seq.params.prompt_logprobs is not None and not seq.output_ids:  # every position of the prompt
+            self.output.scheduled.append(ScheduledSeq(seq, num_new, num_new, prompt_logits=True))
+        else:
+            num_logits = 1 + seq.num_draft_tokens if reaches_end else 1
+            self.output.scheduled.append(ScheduledSeq(seq, num_new, num_logits))
         self.budget -= num_new
 
     def remove(self, seq: Sequence) -> None:

@@ -64,9 +64,11 @@ class ScheduledSeq:
     """One sequence's share of a step: compute `num_new_tokens` tokens from `num_computed_tokens` on.
 
     The runner returns logits for the last `num_logits` positions when the chunk reaches the end of the
-    sequence's tokens (num_logits > 1 when verifying speculative proposals).
+    sequence's tokens (num_logits > 1 when verifying speculative proposals), and for every position of the
+    chunk when `prompt_logits` (a prompt whose tokens' logprobs were asked for).
     """
 
     seq: Sequence
     num_new_tokens: int
     num_logits: int = 1
+    prompt_logits: bool = False

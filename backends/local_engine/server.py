@@ -149,7 +149,8 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
         body = {**body, "messages": with_tools_prompt(body["messages"], tools)}
     batch = prompts(loaded.model, endpoint, body)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    name, token_text, echoes = loaded.model.name, loaded.model.token_text, [p.echo for p in batch]
+    name, token_text = loaded.model.name, loaded.model.token_text
+    echoes = batch if endpoint == "completions" and body.get("echo") else None
     choices = Choices.of(len(params), endpoint, name, token_text, include_usage, tools, echoes)
     param = "messages" if endpoint == "chat" else "prompt"
     starts = await _start_all(loaded.engine, [p.ids for p in batch], params, param)
