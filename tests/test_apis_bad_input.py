@@ -37,7 +37,7 @@ MESSAGES: list[Any] = [
     {"model": M, "max_tokens": 5, "messages": USER, "system": [1]},
     {"model": M, "max_tokens": 5, "messages": USER, "tools": [{"type": "web_search_20250305"}]},
     {"model": M, "max_tokens": 5, "messages": USER, "tool_choice": "auto"},
-    {"model": M, "max_tokens": 5, "messages": USER, "stop_sequences": ["a", "b", "c", "d", "e"]},
+    {"model": M, "max_tokens": 5, "messages": USER, "stop_sequences": [f"s{i}" for i in range(65)]},
     {"model": M, "max_tokens": 5, "messages": USER, "frobnicate": 1},
     {"model": M, "max_tokens": 5, "messages": USER, "temperature": 9},
 ]  # fmt: skip
