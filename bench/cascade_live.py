@@ -18,7 +18,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import yaml
@@ -26,6 +26,9 @@ import yaml
 from bench.routellm_data import RESULTS
 from bench.trivia_data import SETS, is_correct, load_questions, prompt
 from routing.confidence import choice_logprobs, choice_margins
+
+if TYPE_CHECKING:
+    from gateway.settings import Settings
 
 RECORD = RESULTS / "cascade_live_record.json"
 
@@ -61,12 +64,15 @@ async def _ask(session: aiohttp.ClientSession, args: argparse.Namespace, alias: 
             "prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": usage.get("completion_tokens", 0)}  # fmt: skip
 
 
-def prices(config: str, alias: str) -> tuple[float, float]:
-    """USD per 1M prompt/completion tokens of the alias's first deployment in the gateway config."""
+def gateway_settings(config: str) -> "Settings":
     from gateway.settings import Settings
 
-    settings = Settings(**yaml.safe_load(Path(config).read_text()))
-    model = settings.model(alias)
+    return Settings(**yaml.safe_load(Path(config).read_text()))
+
+
+def prices(config: str, alias: str) -> tuple[float, float]:
+    """USD per 1M prompt/completion tokens of the alias's first deployment in the gateway config."""
+    model = gateway_settings(config).model(alias)
     if model is None:
         raise SystemExit(f"no model {alias!r} in the gateway config")
     deployment = model.deployments[0]
@@ -75,11 +81,8 @@ def prices(config: str, alias: str) -> tuple[float, float]:
 
 def learned_threshold(config: str) -> float | None:
     """The threshold of the config's first cascade with the learned confidence (the `auto` alias)."""
-    cascades = (yaml.safe_load(Path(config).read_text()).get("routing") or {}).get("cascades") or []
-    found = [
-        c["confidence"]["threshold"] for c in cascades if c.get("confidence", {}).get("method") == "learned"
-    ]
-    return found[0] if found else None
+    cascades = gateway_settings(config).routing.cascades
+    return next((c.confidence.threshold for c in cascades if c.confidence.method == "learned"), None)
 
 
 def record(args: argparse.Namespace) -> dict[str, Any]:

@@ -107,7 +107,7 @@ def test_the_gateway_threshold_is_read_from_the_learned_cascade_of_the_config(tm
     assert learned_threshold(str(shipped)) == 0.08
     config = tmp_path / "c.yaml"
     config.write_text(
-        "routing: {cascades: [{alias: a, confidence: {method: mean_logprob, threshold: -1.0}}]}"
+        "routing: {cascades: [{alias: a, small: s, large: l, confidence: {method: mean_logprob, threshold: -1.0}}]}"
     )
     assert learned_threshold(str(config)) is None
 

@@ -167,7 +167,7 @@ def test_auto_streams_text_at_once_and_holds_a_call_back() -> None:
     for piece in pieces:
         held.add(RequestOutput(1, [0], piece, [], None, 5, 0, 1))
     held.last.finish_reason = "stop"  # type: ignore[union-attr]
-    assert held.response()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_time"
+    assert held.choice()["message"]["tool_calls"][0]["function"]["name"] == "get_time"
 
 
 def test_auto_grammar_allows_text_or_marker_and_call(grammars: Any) -> None:

@@ -67,9 +67,8 @@ class _Request:
     detokenizer: Detokenizer
     generator: torch.Generator | None
     gate: AcceptanceGate
-    prompt_logprobs: list[TokenLogprob | None] | None = (
-        None  # collected chunk by chunk, sent with the first output
-    )
+    # prompt logprobs asked for: collected chunk by chunk, sent with the first output
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 class LLMEngine:

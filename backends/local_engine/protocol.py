@@ -183,9 +183,6 @@ class Completion:
 
     # --- whole responses -------------------------------------------------------------------------------
 
-    def response(self) -> dict[str, Any]:
-        return {**self._envelope(), "choices": [self.choice()], "usage": self.usage()}
-
     def choice(self) -> dict[str, Any]:
         finish = self.last.finish_reason if self.last else "stop"
         choice: dict[str, Any] = {"index": self.index}

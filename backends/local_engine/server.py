@@ -9,7 +9,7 @@ import asyncio
 import gc
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -169,41 +169,40 @@ def _check_logit_bias(params: SamplingParams, vocab_size: int | None) -> None:
                           f"vocabulary of {vocab_size} tokens.", param="logit_bias")  # fmt: skip
 
 
-async def _start(
-    engine: AsyncEngine, prompt_ids: list[int], params: list[SamplingParams], param: str
-) -> Started:
-    """Each choice's first output. The first choice runs its prefill alone, so the others find the prompt in the
-    prefix cache; a refusal (context too long) is a 400 before any other choice starts."""
-    outputs = engine.generate(prompt_ids, params[0])
-    starts = [(await _first_output(outputs, param), outputs)]
-    rest = [engine.generate(prompt_ids, p) for p in params[1:]]
-    firsts = await asyncio.gather(*(_first_output(o, param) for o in rest), return_exceptions=True)
-    starts += [
-        (first, o) for first, o in zip(firsts, rest, strict=True) if not isinstance(first, BaseException)
-    ]
-    if failed := [first for first in firsts if isinstance(first, BaseException)]:
-        await _close(starts)
-        raise failed[0]
-    return starts  # type: ignore[return-value]
-
-
 async def _start_all(
     engine: AsyncEngine, batch: list[list[int]], params: list[SamplingParams], param: str
 ) -> Started:
-    """Every prompt's choices, in order (choice index = prompt index * n + choice); a 400 for any prompt
-    stops the others."""
+    """Every prompt's choices, in order (choice index = prompt index * n + choice)."""
     if len(batch) == 1:
         return await _start(engine, batch[0], params, param)
-    started = await asyncio.gather(
-        *(_start(engine, ids, params, param) for ids in batch), return_exceptions=True
-    )
-    failed = [s for s in started if isinstance(s, BaseException)]
-    for prompt in started:
-        if failed and not isinstance(prompt, BaseException):
-            await _close(prompt)
-    if failed:
+    return await _all_or_none([_start(engine, ids, params, param) for ids in batch])
+
+
+async def _start(
+    engine: AsyncEngine, prompt_ids: list[int], params: list[SamplingParams], param: str
+) -> Started:
+    """One prompt's choices. The first runs its prefill alone, so the others find the prompt in the prefix
+    cache; a refusal (context too long) is a 400 before any other choice starts."""
+    first = await _start_one(engine, prompt_ids, params[0], param)
+    return await _all_or_none([_start_one(engine, prompt_ids, p, param) for p in params[1:]], first)
+
+
+async def _start_one(
+    engine: AsyncEngine, prompt_ids: list[int], params: SamplingParams, param: str
+) -> Started:
+    outputs = engine.generate(prompt_ids, params)
+    return [(await _first_output(outputs, param), outputs)]
+
+
+async def _all_or_none(starting: list[Awaitable[Started]], started: Started | None = None) -> Started:
+    """`started` and everything `starting` starts; if any fails, every request started is aborted and the first
+    failure (a 400) raised."""
+    results = await asyncio.gather(*starting, return_exceptions=True)
+    started = [*(started or []), *(s for r in results if not isinstance(r, BaseException) for s in r)]
+    if failed := [r for r in results if isinstance(r, BaseException)]:
+        await _close(started)
         raise failed[0]
-    return [start for prompt in started for start in prompt]  # type: ignore[union-attr]
+    return started
 
 
 async def _close(starts: Started) -> None:
