@@ -8,7 +8,7 @@ import anthropic
 import httpx
 import openai
 import pytest
-from test_engine_serving_server import fake_load
+from fake_engine_server import fake_load
 
 from backends.local_engine.server import create_app as create_engine_app
 from core.models import DeploymentConfig, ModelConfig

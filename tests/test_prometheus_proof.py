@@ -73,7 +73,7 @@ TENANT_POLICY = Policy(tenant_limits=Limits(rpm=20), tenant_budget=Budget(usd_pe
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    from test_engine_serving_server import fake_load
+    from fake_engine_server import fake_load
 
     binary = find_prometheus()
     assert binary, "Prometheus is missing: apt-get install -y prometheus"
