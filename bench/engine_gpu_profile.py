@@ -14,6 +14,7 @@ A variant is a set of environment switches read when the engine is built (CUDA g
              adds inside int4_mma.cu; model.int4_forward), for steps of up to 64 tokens
   int4pdl    int4_mma launched with programmatic dependent launch (LLMGW_INT4_PDL=1)
   int4both   int4fused and int4pdl together
+  int4nosplit  int4both, attention without split-K
 For each (shape, format, variant): batch-1 decode tok/s through the engine step beside the bucket-1 decode
 graph replayed alone (its GPU time; the rest of a step is host work), the prefix TTFT (1024-token cached
 prefix + 32 new tokens, bench/engine_gpu.py's measure) beside its prefill graph replayed alone, and the
@@ -43,6 +44,7 @@ VARIANTS = {
     "int4fused": {"LLMGW_INT4_FUSED": "1"},
     "int4pdl": {"LLMGW_INT4_PDL": "1"},
     "int4both": {"LLMGW_INT4_FUSED": "1", "LLMGW_INT4_PDL": "1"},
+    "int4nosplit": {"LLMGW_INT4_FUSED": "1", "LLMGW_INT4_PDL": "1", "LLMGW_ATTENTION_SPLITS": "1"},
 }
 SETTINGS = {"sync": {"async_decode": False}}  # engine settings a variant changes
 SWITCHES = (
