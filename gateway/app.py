@@ -61,7 +61,7 @@ def create_app(settings: Settings) -> GatewayApp:
         app.state.services = services
         if not any(getattr(r, "path", "").startswith("/admin/v1") for r in app.routes):
             app.include_router(services.admin_router)
-        app.proxy = Proxy(services.handler, settings.max_body_bytes)
+        app.proxy = Proxy(services.handler, settings.max_body_bytes, services.authenticate, services.reject)
         restore_signals = (
             services.drain.hook_signals()
         )  # SIGTERM: readiness fails at once (gateway/lifecycle.py)

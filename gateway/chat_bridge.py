@@ -40,10 +40,12 @@ async def run_chat(
     chat: dict[str, Any],
     *,
     api: str,
+    principal: Principal,
     options: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
 ) -> tuple[RequestContext, Reply]:
-    """Validate `chat` as a chat-completions body and run the pipeline on it."""
+    """Validate `chat` as a chat-completions body and run the pipeline on it for `principal` (principal_of,
+    asked before the body was read)."""
     started = time.perf_counter()
     validation.validate("chat", chat)
     stream = bool(chat.get("stream"))
@@ -59,20 +61,15 @@ async def run_chat(
         options=options or {},
         extra_params=validation.extra_fields("chat", chat),
         api=api,
+        principal=principal,
     )
     return ctx, await services_of(request).handler(ctx)
 
 
-async def principal_of(request: Request) -> Principal:
-    """Who calls (for routes outside the pipeline, like GET /v1/responses/{id}): the auth stage alone."""
-    ctx = RequestContext(request_id="", endpoint="auth", body={}, headers=dict(request.headers), model="")
-    await services_of(request).policy.stages[0](ctx, _accept)
-    assert ctx.principal is not None
-    return ctx.principal
-
-
-async def _accept(ctx: RequestContext) -> Reply:
-    return Reply()
+def principal_of(request: Request, headers: dict[str, str] | None = None) -> Principal:
+    """Who calls, by the auth stage alone: asked before a body is read, and by routes outside the pipeline
+    (GET /v1/responses/{id}). A 401 for a missing or bad key."""
+    return services_of(request).authenticate(headers if headers is not None else dict(request.headers))
 
 
 def served_by(ctx: RequestContext) -> dict[str, str]:

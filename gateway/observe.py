@@ -1,7 +1,8 @@
 """Metrics and the access log for every request: the observe stage and the factory that builds it.
 
-`ObserveStage` goes FIRST in the stage list, so it sees every request, auth failures included. Errors of
-inner stages pass through it as exceptions: it records them and re-raises. For streams a tap on the reply
+`ObserveStage` goes FIRST in the stage list, so it sees every request that reaches the pipeline. Errors of
+inner stages pass through it as exceptions: it records them and re-raises. Requests the HTTP layer refuses
+before the pipeline (a missing or bad key, a malformed body) reach it through `rejected`. For streams a tap on the reply
 times the first token and the gaps between tokens, and its end hook settles at the stream's end (normal
 end, error, or the client going away).
 
@@ -66,6 +67,12 @@ class ObserveStage:
         text = response_text(reply.body) if self._log.wants_bodies else None
         self._finish(ctx, started, reply.status, first_byte=self._clock(), text=text)
         return reply
+
+    def rejected(self, ctx: RequestContext, error: OpenAIError) -> None:
+        """A request refused before the pipeline ran (no key or a bad one, a malformed or too large body):
+        counted and logged like the rest (model label "other": the body was not read or not valid)."""
+        self._metrics.request_started(ctx)
+        self._finish(ctx, ctx.started_at or self._clock(), error.status, error=_error_text(error))
 
     async def _observe_stream(self, ctx: RequestContext, started: float, reply: Reply) -> None:
         timing, texts = _StreamTiming(), ([] if self._log.wants_bodies else None)

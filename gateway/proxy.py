@@ -8,17 +8,17 @@ import itertools
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 from starlette.responses import Response
 
 from core import validation
-from core.context import Handler, Reply, RequestContext
+from core.context import Handler, Principal, Reply, RequestContext
 from core.errors import OpenAIError, error_response
 from gateway.inbound import client_request_id, decode_body
 from gateway.sse import SSEResponse, sse_body
-from policies.auth import bearer_key
 
 log = logging.getLogger("llmgw.proxy")
 ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/embeddings": "embeddings"}
@@ -34,16 +34,33 @@ def next_request_id() -> str:
     return f"{_PROCESS_PREFIX}{next(_sequence):016x}"
 
 
+Authenticate = Callable[[dict[str, str]], Principal]
+Reject = Callable[[RequestContext, OpenAIError], None]
+
+
 class Proxy:
-    def __init__(self, handler: Handler, max_body_bytes: int) -> None:
+    """`authenticate` (the auth stage alone) runs before the body is read, so a caller without a valid key
+    gets a 401 whatever it sent; `reject` counts and logs what is refused before the pipeline."""
+
+    def __init__(
+        self, handler: Handler, max_body_bytes: int, authenticate: Authenticate, reject: Reject
+    ) -> None:
         self._handler = handler
         self._limit = self.max_body_bytes = max_body_bytes
+        self._authenticate = authenticate
+        self._reject = reject
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, endpoint: str) -> None:
         started = time.perf_counter()
         request_id = client_request_id(scope["headers"]) or next_request_id()
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        ctx = RequestContext(request_id, endpoint, {}, headers, "", started_at=started)
         try:
-            ctx = await self._context(scope, receive, endpoint, request_id, started)
+            try:
+                await self._admit(ctx, receive)
+            except OpenAIError as error:
+                self._reject(ctx, error)
+                raise
             response = render(ctx, await self._handler(ctx))
         except OpenAIError as error:
             response = error_response(error)
@@ -55,29 +72,18 @@ class Proxy:
         response.headers["x-request-id"] = request_id
         await response(scope, receive, send)
 
-    async def _context(
-        self, scope: dict[str, Any], receive: Any, endpoint: str, request_id: str, started: float
-    ) -> RequestContext:
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
-        bearer_key(
-            headers
-        )  # no key at all is a 401 before the body is read, as OpenAI answers (the auth stage checks it)
-        raw = await read_body(receive, headers, self._limit)
-        body = validation.parse_json(decode_body(raw, headers.get("content-encoding", ""), self._limit))
-        validation.validate(endpoint, body)
-        stream = bool(body.get("stream"))
-        return RequestContext(
-            request_id=request_id,
-            endpoint=endpoint,
-            body=validation.upstream_body(body, stream),
-            headers=headers,
-            model=body["model"],
-            stream=stream,
-            include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
-            started_at=started,
-            options={k: body[k] for k in validation.GATEWAY_EXTENSIONS if k in body},
-            extra_params=validation.extra_fields(endpoint, body),
-        )
+    async def _admit(self, ctx: RequestContext, receive: Any) -> None:
+        """Who calls, then the body: read within the size limit, parsed, checked, and put on `ctx`."""
+        ctx.principal = self._authenticate(ctx.headers)
+        raw = await read_body(receive, ctx.headers, self._limit)
+        body = validation.parse_json(decode_body(raw, ctx.headers.get("content-encoding", ""), self._limit))
+        validation.validate(ctx.endpoint, body)
+        ctx.stream = bool(body.get("stream"))
+        ctx.body = validation.upstream_body(body, ctx.stream)
+        ctx.model = body["model"]
+        ctx.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        ctx.options = {k: body[k] for k in validation.GATEWAY_EXTENSIONS if k in body}
+        ctx.extra_params = validation.extra_fields(ctx.endpoint, body)
 
 
 async def read_body(receive: Any, headers: dict[str, str], limit: int) -> bytes:

@@ -13,13 +13,15 @@ from fastapi import APIRouter
 
 from backends.registry import Backends
 from cache.factory import CacheComponents, create_cache
-from core.context import Handler, RequestContext, Stage
+from core.context import Handler, Principal, RequestContext, Stage
+from core.errors import OpenAIError
 from core.models import ModelConfig
 from gateway.lifecycle import Drain, DrainStage
 from gateway.observe import Observability, create_observability
 from gateway.pipeline import chain
 from gateway.settings import Settings
 from gateway.tracing import Tracing, create_tracing
+from policies.auth import MASTER
 from policies.service import PolicyServices, create_policy_services
 from routing.factory import RoutingServices, create_routing_stages
 
@@ -45,11 +47,19 @@ class Services:
     def model_names(self) -> list[str]:
         return sorted(self.routing.router.pools)
 
+    def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        """Who calls, by the auth stage alone: a 401 for no key or a bad one. The HTTP layer asks before it
+        reads a body, so the answer does not depend on what the body holds."""
+        return self.policy.auth.principal_for(dict(headers))
+
+    def reject(self, ctx: RequestContext, error: OpenAIError) -> None:
+        """Count and log a request refused before the pipeline (its key, its body) as the pipeline would."""
+        self.observability.stage.rejected(ctx, error)
+
     async def visible_models(self, headers: Mapping[str, str]) -> list[str]:
-        """The aliases this caller may use (GET /v1/models): the auth and policy stages, run alone."""
-        ctx = RequestContext(request_id="", endpoint="models", body={}, headers=dict(headers), model="")
-        await self.policy.stages[0](ctx, _accept)
-        policy = self.policy.directory.policy_for(ctx.principal.key_id) if ctx.principal else None
+        """The aliases this caller may use (GET /v1/models)."""
+        principal = self.authenticate(headers)
+        policy = self.policy.directory.policy_for(principal.key_id) if principal is not MASTER else None
         return [name for name in self.model_names() if policy is None or policy.allows(name)]
 
     async def apply_models(self, models: list[ModelConfig]) -> None:
@@ -78,10 +88,6 @@ class Services:
     async def aclose(self) -> None:
         for close in reversed(self.closers):
             await close()
-
-
-async def _accept(ctx: RequestContext) -> Any:
-    return None
 
 
 async def start_services(settings: Settings) -> Services:

@@ -1,5 +1,8 @@
 """The proxy path's first stages: who is calling (AuthStage) and what they may do (PolicyStage).
 
+The HTTP layer asks AuthStage.principal_for before it reads a request's body, so a caller without a valid
+key gets its 401 whatever the body holds; the stage itself then finds the caller known.
+
 Both read only the in-memory Directory: no database query per request. A model outside the
 policy's allowed list answers 404 model_not_found, as OpenAI does for models a key cannot see.
 """
@@ -36,12 +39,16 @@ class AuthStage:
         self._directory = directory
         self._master = master_key.encode()
 
-    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
-        secret = bearer_key(ctx.headers)
+    def principal_for(self, headers: dict[str, str]) -> Principal:
+        """The caller of a request with these headers, or a 401 (no key, an unknown or expired one)."""
+        secret = bearer_key(headers)
         if hmac.compare_digest(secret.encode(), self._master):
-            ctx.principal = MASTER
-        else:
-            ctx.principal = self._principal(self._directory.lookup(hash_key(secret)))
+            return MASTER
+        return self._principal(self._directory.lookup(hash_key(secret)))
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
+        if ctx.principal is None:  # the HTTP layer authenticates before it reads a body (gateway/proxy.py)
+            ctx.principal = self.principal_for(ctx.headers)
         return await call_next(ctx)
 
     @staticmethod

@@ -43,6 +43,7 @@ class PolicyServices:
     usage: UsageWriter
     limiter: Limiter
     ratelimit_stage: RateLimitStage
+    auth: AuthStage  # also asked alone, before a body is read (Services.authenticate)
     stages: list[Stage]  # auth, policy, rate limit & budget, accounting (usage records): in this order
     admin: AdminDeps
     admin_router: APIRouter
@@ -95,8 +96,9 @@ async def create_policy_services(
     usage.start()
     prices = cost_estimator(lambda: directory.models)
     ratelimit = RateLimitStage(limiter, config.default_max_tokens, config.concurrency_lease_s, prices)
+    auth = AuthStage(directory, connections.master_key.get_secret_value())
     stages: list[Stage] = [
-        AuthStage(directory, connections.master_key.get_secret_value()),
+        auth,
         PolicyStage(directory),
         ratelimit,
         AccountingStage(usage),
@@ -110,6 +112,7 @@ async def create_policy_services(
         usage,
         limiter,
         ratelimit,
+        auth,
         stages,
         admin,
         create_admin_router(admin),

@@ -84,10 +84,36 @@ def test_oversize_body_without_content_length_is_413(gateway: ServerThread) -> N
 
 
 @pytest.mark.parametrize("payload", [GOOD, {}, b"{not json"])
-def test_missing_key_is_401_whatever_the_body(gateway: ServerThread, payload: dict | bytes) -> None:
+@pytest.mark.parametrize("key", [None, "sk-not-a-key"])
+def test_no_valid_key_is_401_whatever_the_body(
+    gateway: ServerThread, payload: dict | bytes, key: str | None
+) -> None:
     kwargs = {"content": payload} if isinstance(payload, bytes) else {"json": payload}
-    response = httpx.post(gateway.url + "/v1/chat/completions", timeout=10, **kwargs)
-    assert assert_openai_error(response, 401)["code"] == "missing_api_key"
+    headers = {} if key is None else {"authorization": f"Bearer {key}"}
+    response = httpx.post(gateway.url + "/v1/chat/completions", headers=headers, timeout=10, **kwargs)
+    code = assert_openai_error(response, 401)["code"]
+    assert code == ("missing_api_key" if key is None else "invalid_api_key") and "sk-not" not in response.text
+    answer = httpx.post(gateway.url + "/v1/responses", headers=headers, timeout=10, **kwargs)
+    assert_openai_error(answer, 401)
+    anthropic = {} if key is None else {"x-api-key": key}
+    message = httpx.post(gateway.url + "/v1/messages", headers=anthropic, timeout=10, **kwargs)
+    assert message.status_code == 401 and message.json()["error"]["type"] == "authentication_error"
+
+
+def requests_total(gateway: ServerThread, status: str) -> float:
+    text = httpx.get(gateway.url + "/metrics", timeout=10).text
+    lines = [line for line in text.splitlines() if line.startswith("llmgw_requests_total{")]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if f'status="{status}"' in line)
+
+
+def test_requests_refused_before_the_pipeline_are_counted(gateway: ServerThread) -> None:
+    before = {status: requests_total(gateway, status) for status in ("400", "401", "413")}
+    assert post(gateway, b"{not json").status_code == 400
+    assert post(gateway, GOOD, {"authorization": "Bearer sk-not-a-key"}).status_code == 401
+    assert httpx.post(gateway.url + "/v1/chat/completions", json=GOOD, timeout=10).status_code == 401
+    assert post(gateway, b"x" * (64 * 1024 + 1)).status_code == 413
+    after = {status: requests_total(gateway, status) for status in ("400", "401", "413")}
+    assert {s: after[s] - before[s] for s in after} == {"400": 1, "401": 2, "413": 1}
 
 
 def test_models_needs_key(gateway: ServerThread) -> None:

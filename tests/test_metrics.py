@@ -136,6 +136,17 @@ async def test_stream_records_ttft_from_first_token_and_inter_token_gaps() -> No
     assert h.value("llmgw_requests_in_flight", model="alias") == 0
 
 
+def test_a_request_refused_before_the_pipeline_is_counted_and_logged() -> None:
+    h = Harness()
+    ctx = RequestContext(request_id="r1", endpoint="chat", body={}, headers={}, model="", started_at=99.5)
+    h.stage.rejected(ctx, OpenAIError(400, "We could not parse the JSON body of your request."))
+    assert h.value("llmgw_requests_total", model="other", deployment="none", endpoint="chat", status="400",
+                   status_class="4xx", cache_status="bypass", tenant="") == 1  # fmt: skip
+    assert h.value("llmgw_requests_in_flight", model="other") == 0
+    line = h.log.getvalue()
+    assert '"status":400' in line and "could not parse" in line and '"request_id":"r1"' in line
+
+
 async def test_errors_of_inner_stages_are_counted_and_re_raised() -> None:
     h = Harness()
 

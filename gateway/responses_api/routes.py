@@ -51,12 +51,15 @@ def _store(request: Request) -> ResponseStore:
     "/v1/responses", summary="Create a model response (OpenAI Responses API)", openapi_extra=_CREATE_DOC
 )
 async def create_response(request: Request) -> Response:
+    principal = principal_of(request)  # a 401 comes before anything the body holds
     body = await read_json(request)
     store = _store(request)
     previous = await _previous(request, body.get("previous_response_id"))
     translated = to_chat(body, previous.history if previous else None)
     options = {"cache": body["cache"]} if "cache" in body else {}
-    ctx, answer = await run_chat(request, translated.chat, api="responses", options=options)
+    ctx, answer = await run_chat(
+        request, translated.chat, api="responses", principal=principal, options=options
+    )
     response_id = f"resp_{ctx.request_id}"
     skeleton = reply.skeleton(response_id, ctx.model, translated.echo)
     skeleton["store"] = body.get("store", True) is not False
@@ -110,7 +113,7 @@ async def _previous(request: Request, response_id: Any) -> StoredResponse | None
 
 async def _owned(request: Request, response_id: str, param: str | None = None) -> StoredResponse:
     """The stored response, if the caller's tenant created it; 404 otherwise (also when expired)."""
-    principal = await principal_of(request)
+    principal = principal_of(request)
     record = await _store(request).get(response_id)
     if record is None or record.tenant != principal.tenant_id:
         raise OpenAIError(404, f"Response with id '{response_id}' not found.", param=param, code="not_found")
