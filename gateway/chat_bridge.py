@@ -35,41 +35,46 @@ async def read_json(request: Request) -> dict[str, Any]:
     return validation.parse_json(await read_body(request.receive, dict(request.headers), limit))
 
 
-async def run_chat(
-    request: Request,
-    chat: dict[str, Any],
-    *,
-    api: str,
-    principal: Principal,
-    options: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None,
-) -> tuple[RequestContext, Reply]:
-    """Validate `chat` as a chat-completions body and run the pipeline on it for `principal` (principal_of,
-    asked before the body was read)."""
-    started = time.perf_counter()
+class Admission:
+    """A translated API's request until the pipeline takes it: `async with Admission(...) as ctx` reads the
+    key, the body and the translation onto `ctx`; an error inside is counted and access-logged as the
+    OpenAI endpoints' refusals are (Services.reject), then raised. `run` hands `ctx` to the pipeline."""
+
+    def __init__(self, request: Request, api: str, headers: dict[str, str] | None = None) -> None:
+        self._services = services_of(request)
+        headers = headers if headers is not None else dict(request.headers)
+        self.ctx = RequestContext(request_id_of(request), "chat", {}, headers, "", started_at=time.perf_counter(),
+                                  include_usage=True, api=api)  # fmt: skip
+
+    async def __aenter__(self) -> RequestContext:
+        try:  # a 401 before the body is read (no __aexit__ runs for an error here)
+            self.ctx.principal = self._services.authenticate(self.ctx.headers)
+        except OpenAIError as error:
+            self._services.reject(self.ctx, error)
+            raise
+        return self.ctx
+
+    async def __aexit__(self, kind: type | None, error: BaseException | None, trace: object) -> None:
+        if isinstance(error, OpenAIError):
+            self._services.reject(self.ctx, error)
+
+    async def run(self) -> Reply:
+        return await self._services.handler(self.ctx)
+
+
+def admit_chat(ctx: RequestContext, chat: dict[str, Any], options: dict[str, Any] | None = None) -> None:
+    """Validate `chat` as a chat-completions body and put it on `ctx` for the pipeline."""
     validation.validate("chat", chat)
-    stream = bool(chat.get("stream"))
-    ctx = RequestContext(
-        request_id=request_id_of(request),
-        endpoint="chat",
-        body=validation.upstream_body(chat, stream),
-        headers=headers if headers is not None else dict(request.headers),
-        model=chat["model"],
-        stream=stream,
-        include_usage=True,
-        started_at=started,
-        options=options or {},
-        extra_params=validation.extra_fields("chat", chat),
-        api=api,
-        principal=principal,
-    )
-    return ctx, await services_of(request).handler(ctx)
+    ctx.stream = bool(chat.get("stream"))
+    ctx.body = validation.upstream_body(chat, ctx.stream)
+    ctx.model = chat["model"]
+    ctx.options = options or {}
+    ctx.extra_params = validation.extra_fields("chat", chat)
 
 
-def principal_of(request: Request, headers: dict[str, str] | None = None) -> Principal:
-    """Who calls, by the auth stage alone: asked before a body is read, and by routes outside the pipeline
-    (GET /v1/responses/{id}). A 401 for a missing or bad key."""
-    return services_of(request).authenticate(headers if headers is not None else dict(request.headers))
+def principal_of(request: Request) -> Principal:
+    """Who calls, for routes outside the pipeline (GET /v1/responses/{id}): a 401 for a missing or bad key."""
+    return services_of(request).authenticate(request.headers)
 
 
 def served_by(ctx: RequestContext) -> dict[str, str]:

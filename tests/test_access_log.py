@@ -102,7 +102,10 @@ async def test_streamed_response_text_is_collected_when_allowed() -> None:
     assert entry["response"] == "the answer" and entry["stream"] is True and entry["ttft_ms"] is not None
 
 
-def test_access_logger_is_named_and_writes_bare_json_lines() -> None:
+def test_access_logger_is_named_and_writes_bare_json_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        logging.getLogger("llmgw.access"), "handlers", []
+    )  # a gateway started earlier set one
     stream = io.StringIO()
     logger = configure_access_logger(stream)
     configure_access_logger(stream)  # idempotent: still one handler

@@ -112,8 +112,16 @@ def test_requests_refused_before_the_pipeline_are_counted(gateway: ServerThread)
     assert post(gateway, GOOD, {"authorization": "Bearer sk-not-a-key"}).status_code == 401
     assert httpx.post(gateway.url + "/v1/chat/completions", json=GOOD, timeout=10).status_code == 401
     assert post(gateway, b"x" * (64 * 1024 + 1)).status_code == 413
+    for path in ("/v1/responses", "/v1/messages"):  # the translated APIs: a malformed body, a bad key
+        assert (
+            httpx.post(gateway.url + path, content=b"{not json", headers=AUTH, timeout=10).status_code == 400
+        )
+        assert (
+            httpx.post(gateway.url + path, json={}, headers={"x-api-key": "sk-no"}, timeout=10).status_code
+            == 401
+        )
     after = {status: requests_total(gateway, status) for status in ("400", "401", "413")}
-    assert {s: after[s] - before[s] for s in after} == {"400": 1, "401": 2, "413": 1}
+    assert {s: after[s] - before[s] for s in after} == {"400": 3, "401": 4, "413": 1}
 
 
 def test_models_needs_key(gateway: ServerThread) -> None:

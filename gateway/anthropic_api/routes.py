@@ -10,7 +10,7 @@ from core.errors import OpenAIError
 from gateway.anthropic_api import reply, stream
 from gateway.anthropic_api.errors import anthropic_error_response
 from gateway.anthropic_api.request import to_chat
-from gateway.chat_bridge import StreamResponse, principal_of, read_json, render_events, run_chat, served_by
+from gateway.chat_bridge import Admission, StreamResponse, admit_chat, read_json, render_events, served_by
 
 log = logging.getLogger("llmgw.messages")
 router = APIRouter(tags=["Anthropic Messages"])
@@ -61,12 +61,11 @@ async def _create(request: Request) -> Response:
     headers = dict(request.headers)
     if "x-api-key" in headers and "authorization" not in headers:
         headers["authorization"] = f"Bearer {headers['x-api-key']}"
-    principal = principal_of(request, headers)  # a 401 comes before anything the body holds
-    body = await read_json(request)
-    options = {"cache": body["cache"]} if "cache" in body else {}
-    ctx, answer = await run_chat(
-        request, to_chat(body), api="messages", principal=principal, options=options, headers=headers
-    )
+    admission = Admission(request, "messages", headers)
+    async with admission as ctx:
+        body = await read_json(request)
+        admit_chat(ctx, to_chat(body), {"cache": body["cache"]} if "cache" in body else {})
+    answer = await admission.run()
     message_id = f"msg_{ctx.request_id}"
     out_headers = {**answer.headers, **served_by(ctx), "request-id": ctx.request_id}
     if answer.stream is not None:

@@ -7,7 +7,15 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from core.errors import OpenAIError, bad_request
-from gateway.chat_bridge import StreamResponse, principal_of, read_json, render_events, run_chat, served_by
+from gateway.chat_bridge import (
+    Admission,
+    StreamResponse,
+    admit_chat,
+    principal_of,
+    read_json,
+    render_events,
+    served_by,
+)
 from gateway.responses_api import reply, stream
 from gateway.responses_api.request import to_chat
 from gateway.responses_api.store import ResponseStore, StoredResponse
@@ -51,15 +59,14 @@ def _store(request: Request) -> ResponseStore:
     "/v1/responses", summary="Create a model response (OpenAI Responses API)", openapi_extra=_CREATE_DOC
 )
 async def create_response(request: Request) -> Response:
-    principal = principal_of(request)  # a 401 comes before anything the body holds
-    body = await read_json(request)
+    admission = Admission(request, "responses")
+    async with admission as ctx:
+        body = await read_json(request)
+        previous = await _previous(request, body.get("previous_response_id"))
+        translated = to_chat(body, previous.history if previous else None)
+        admit_chat(ctx, translated.chat, {"cache": body["cache"]} if "cache" in body else {})
+    answer = await admission.run()
     store = _store(request)
-    previous = await _previous(request, body.get("previous_response_id"))
-    translated = to_chat(body, previous.history if previous else None)
-    options = {"cache": body["cache"]} if "cache" in body else {}
-    ctx, answer = await run_chat(
-        request, translated.chat, api="responses", principal=principal, options=options
-    )
     response_id = f"resp_{ctx.request_id}"
     skeleton = reply.skeleton(response_id, ctx.model, translated.echo)
     skeleton["store"] = body.get("store", True) is not False
