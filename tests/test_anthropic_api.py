@@ -79,7 +79,7 @@ def test_tool_use_and_tool_result(client: anthropic.Anthropic, upstream: tuple) 
     assert first.stop_reason == "tool_use"
     assert (block.type, block.id, block.name, block.input) == (
         "tool_use",
-        "call_fake_1",
+        "toolu_fake_1",  # the upstream's call_fake_1 in Anthropic's form
         "get_weather",
         {"city": "Paris"},
     )
@@ -95,7 +95,8 @@ def test_tool_use_and_tool_result(client: anthropic.Anthropic, upstream: tuple) 
         "name": "get_weather",
         "arguments": '{"city":"Paris"}',
     }
-    assert messages[2] == {"role": "tool", "tool_call_id": "call_fake_1", "content": "sunny"}
+    assert messages[1]["tool_calls"][0]["id"] == messages[2]["tool_call_id"] == "toolu_fake_1"
+    assert messages[2] == {"role": "tool", "tool_call_id": "toolu_fake_1", "content": "sunny"}
 
 
 def test_named_tool_choice_and_streamed_tool_use(client: anthropic.Anthropic, upstream: tuple) -> None:
@@ -105,6 +106,7 @@ def test_named_tool_choice_and_streamed_tool_use(client: anthropic.Anthropic, up
         final = stream.get_final_message()
     assert sent(upstream)["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert final.stop_reason == "tool_use" and final.content[0].input == {"city": "Paris"}
+    assert final.content[0].id.startswith("toolu_")
 
 
 def test_output_config_format_becomes_a_json_schema(client: anthropic.Anthropic, upstream: tuple) -> None:

@@ -16,11 +16,19 @@ def message(message_id: str, model: str, completion: dict[str, Any]) -> dict[str
         content.append({"type": "text", "text": answer["content"]})
     for call in answer.get("tool_calls") or []:
         function = call.get("function") or {}
-        content.append({"type": "tool_use", "id": call.get("id"), "name": function.get("name"),
+        content.append({"type": "tool_use", "id": tool_use_id(call.get("id")), "name": function.get("name"),
                         "input": tool_input(function.get("arguments"))})  # fmt: skip
     return {"id": message_id, "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": stop_reason(choice.get("finish_reason")), "stop_sequence": None,
             "usage": usage_of(completion.get("usage"))}  # fmt: skip
+
+
+def tool_use_id(call_id: str | None) -> str | None:
+    """A chat tool-call id in Anthropic's form, `toolu_…`. The client sends it back in its tool_use and
+    tool_result blocks alike, so the chat history sent upstream stays consistent as it is."""
+    if not call_id or call_id.startswith("toolu_"):
+        return call_id
+    return "toolu_" + call_id.removeprefix("call_")
 
 
 def stop_reason(finish_reason: str | None) -> str | None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from core.errors import OpenAIError
 from gateway.anthropic_api.errors import error_body
-from gateway.anthropic_api.reply import stop_reason, usage_of
+from gateway.anthropic_api.reply import stop_reason, tool_use_id, usage_of
 from gateway.chat_bridge import Event
 
 
@@ -29,7 +29,12 @@ class BlockWriter:
                 events.append(self._delta({"type": "text_delta", "text": delta["content"]}))
             for call in delta.get("tool_calls") or []:
                 function = call.get("function") or {}
-                block = {"type": "tool_use", "id": call.get("id"), "name": function.get("name"), "input": {}}
+                block = {
+                    "type": "tool_use",
+                    "id": tool_use_id(call.get("id")),
+                    "name": function.get("name"),
+                    "input": {},
+                }
                 events += self._switch(("tool", call.get("index", 0)), block)
                 if function.get("arguments"):
                     events.append(
