@@ -134,3 +134,37 @@ def test_min_tokens_keeps_going_past_a_stop_token(client):
     )
     held = client.completions.create(**kwargs, extra_body={"stop_token_ids": [stop_id], "min_tokens": 3})
     assert held.usage.completion_tokens >= 3
+
+
+def test_tokenize_counts_as_a_request_would(server, client):
+    base, _ = server
+    counted = httpx.post(
+        f"{base}/tokenize", json={"model": "fake", "prompt": "abcd", "return_token_strs": True}
+    )
+    assert counted.json() == {"count": 4, "max_model_len": 128, "tokens": [1 + ord(c) % 50 for c in "abcd"],
+                              "token_strs": [f"<{1 + ord(c) % 50}>" for c in "abcd"]}  # fmt: skip
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "text", "text": " you"}]}
+    ]
+    chat = httpx.post(f"{base}/tokenize", json={"messages": messages}).json()
+    reply = client.chat.completions.create(model="fake", messages=messages, max_tokens=1)
+    assert chat["count"] == reply.usage.prompt_tokens == len(chat["tokens"]) and chat["token_strs"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"prompt": "a", "messages": [{"role": "user", "content": "a"}]}, 400, "prompt"),
+        ({}, 400, "prompt"),
+        ({"prompt": ["a"]}, 400, "prompt"),
+        ({"prompt": "a", "add_special_tokens": False}, 400, "add_special_tokens"),
+        ({"prompt": "a", "truncate_prompt_tokens": 3}, 400, "truncate_prompt_tokens"),
+        ({"messages": "hello"}, 400, "messages"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "messages[0].content"),
+        ({"model": "other", "prompt": "a"}, 404, "model"),
+    ],
+)
+def test_tokenize_refuses_what_it_cannot_count(server, body, status, param):
+    response = httpx.post(f"{server[0]}/tokenize", json=body)
+    assert response.status_code == status and response.json()["error"]["param"] == param
+    assert httpx.post(f"{server[0]}/tokenize", content=b"[1").status_code == 400

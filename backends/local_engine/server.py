@@ -1,4 +1,5 @@
-"""The engine's OpenAI-compatible HTTP server: completions, chat completions, models, health, metrics.
+"""The engine's OpenAI-compatible HTTP server: completions, chat completions, models, health, metrics, and
+vLLM's /tokenize.
 
 The model loads on a background thread after the socket is open, so the server answers at once and
 /health turns 200 only when the model is ready. Streams and waiting requests are aborted when the client
@@ -26,6 +27,7 @@ from backends.local_engine.outputs import RequestOutput
 from backends.local_engine.prompts import prompts
 from backends.local_engine.protocol import Choices, choice_params
 from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.tokenize_api import tokenize
 from backends.local_engine.tools import tool_request, with_tools_prompt
 from core.errors import OpenAIError, bad_request, model_not_found
 from core.sse import DONE, event
@@ -132,6 +134,12 @@ def _add_routes(app: FastAPI, state: EngineState, default_max_tokens: int) -> No
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await _serve(request, state.ready(), "completions", default_max_tokens)
+
+    @app.post("/tokenize")
+    async def tokenize_route(request: Request) -> Response:
+        loaded = state.ready()
+        limit = loaded.engine.engine.settings.max_model_len
+        return _json(tokenize(loaded.model, loaded.model.name, parse_json(await request.body()), limit))
 
 
 async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_max_tokens: int) -> Response:

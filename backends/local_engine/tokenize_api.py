@@ -1,0 +1,51 @@
+"""vLLM's POST /tokenize on the engine's server: the token ids of a prompt or of a conversation, counted as a
+request carrying it would count them (the same chat template, template options and tools prompt), with the
+context limit. Clients use it to count tokens before they send (vLLM's body and answer:
+`{"count", "max_model_len", "tokens", "token_strs"}`)."""
+
+from typing import Any
+
+from backends.local_engine.chat_template import text_messages
+from backends.local_engine.prompts import Encoders, chat_ids
+from backends.local_engine.tools import tool_request, with_tools_prompt
+from core.errors import bad_request, model_not_found
+from core.validation import validate
+
+_KEYS = {"model", "prompt", "messages", "tools", "tool_choice", "add_generation_prompt", "continue_final_message",
+         "chat_template_kwargs", "add_special_tokens", "return_token_strs"}  # fmt: skip
+
+
+def tokenize(model: Encoders, name: str, body: Any, max_model_len: int) -> dict[str, Any]:
+    """The answer to one /tokenize body; a 400 (OpenAI's shape) for what it cannot count as asked."""
+    if not isinstance(body, dict):
+        raise bad_request("The body must be a JSON object.")
+    unknown = sorted(set(body) - _KEYS)
+    if unknown:
+        raise bad_request(f"Unrecognized request argument: {unknown[0]!r}.", param=unknown[0])
+    if body.get("model") is not None and body["model"] != name:
+        raise model_not_found(str(body["model"]))
+    if ("prompt" in body) == ("messages" in body):
+        raise bad_request("Send either 'prompt' (a string) or 'messages' (a conversation).", param="prompt")
+    if "add_special_tokens" in body and body["add_special_tokens"] is not ("prompt" in body):
+        raise bad_request("This engine adds special tokens to a prompt and leaves them to the chat template "
+                          "for messages; 'add_special_tokens' cannot change that.", param="add_special_tokens",
+                          code="unsupported_parameter")  # fmt: skip
+    ids = _prompt_ids(model, body) if "prompt" in body else _chat_ids(model, name, body)
+    strs = [model.token_text(t) for t in ids] if body.get("return_token_strs") else None
+    return {"count": len(ids), "max_model_len": max_model_len, "tokens": ids, "token_strs": strs}
+
+
+def _prompt_ids(model: Encoders, body: dict[str, Any]) -> list[int]:
+    if not isinstance(body["prompt"], str):
+        raise bad_request("'prompt' must be a string.", param="prompt")
+    return model.encode_text(body["prompt"])
+
+
+def _chat_ids(model: Encoders, name: str, body: dict[str, Any]) -> list[int]:
+    chat = {key: body[key] for key in ("messages", "tools", "tool_choice") if key in body}
+    validate("chat", {"model": name, **chat})  # the shapes a chat completion checks
+    messages = text_messages(body["messages"])
+    tools = tool_request(body)
+    if tools is not None:
+        messages = with_tools_prompt(messages, tools)
+    return chat_ids(model, {**body, "messages": messages})
