@@ -58,6 +58,12 @@ class Admission:
         if isinstance(error, OpenAIError):
             self._services.reject(self.ctx, error)
 
+    @property
+    def principal(self) -> Principal:
+        """The caller, once the `async with` has begun."""
+        assert self.ctx.principal is not None
+        return self.ctx.principal
+
     async def run(self) -> Reply:
         return await self._services.handler(self.ctx)
 

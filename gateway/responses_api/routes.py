@@ -6,6 +6,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from core.context import Principal
 from core.errors import OpenAIError, bad_request
 from gateway.chat_bridge import (
     Admission,
@@ -62,7 +63,7 @@ async def create_response(request: Request) -> Response:
     admission = Admission(request, "responses")
     async with admission as ctx:
         body = await read_json(request)
-        previous = await _previous(request, body.get("previous_response_id"))
+        previous = await _previous(request, body.get("previous_response_id"), admission.principal)
         translated = to_chat(body, previous.history if previous else None)
         admit_chat(ctx, translated.chat, {"cache": body["cache"]} if "cache" in body else {})
     answer = await admission.run()
@@ -90,37 +91,38 @@ async def create_response(request: Request) -> Response:
 
 @router.get("/v1/responses/{response_id}", summary="Retrieve a stored response")
 async def get_response(request: Request, response_id: str) -> Response:
-    record = await _owned(request, response_id)
+    record = await _owned(request, response_id, principal_of(request))
     return Response(orjson.dumps(record.response), media_type=JSON)
 
 
 @router.delete("/v1/responses/{response_id}", summary="Delete a stored response")
 async def delete_response(request: Request, response_id: str) -> Response:
-    await _owned(request, response_id)
+    await _owned(request, response_id, principal_of(request))
     await _store(request).delete(response_id)
     return Response(orjson.dumps({"id": response_id, "object": "response", "deleted": True}), media_type=JSON)
 
 
 @router.get("/v1/responses/{response_id}/input_items", summary="List a stored response's input items")
 async def input_items(request: Request, response_id: str) -> Response:
-    record = await _owned(request, response_id)
+    record = await _owned(request, response_id, principal_of(request))
     data = [{"id": f"in_{response_id}_{i}", **item} for i, item in enumerate(record.input_items)]
     page = {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None, "has_more": False}  # fmt: skip
     return Response(orjson.dumps(page), media_type=JSON)
 
 
-async def _previous(request: Request, response_id: Any) -> StoredResponse | None:
+async def _previous(request: Request, response_id: Any, principal: Principal) -> StoredResponse | None:
     if response_id is None:
         return None
     if not isinstance(response_id, str):
         raise bad_request("'previous_response_id' must be a string.", param="previous_response_id")
-    return await _owned(request, response_id, param="previous_response_id")
+    return await _owned(request, response_id, principal, param="previous_response_id")
 
 
-async def _owned(request: Request, response_id: str, param: str | None = None) -> StoredResponse:
-    """The stored response, if the caller's tenant created it; 404 otherwise (also when expired)."""
-    principal = principal_of(request)
+async def _owned(
+    request: Request, response_id: str, principal: Principal, param: str | None = None
+) -> StoredResponse:
+    """The stored response, if `principal`'s tenant created it; 404 otherwise (also when expired)."""
     record = await _store(request).get(response_id)
     if record is None or record.tenant != principal.tenant_id:
         raise OpenAIError(404, f"Response with id '{response_id}' not found.", param=param, code="not_found")
