@@ -7,8 +7,17 @@
 #    int4fused, int4pdl, int4both, int4nosplit; fused again for the spread);
 # 4. the prefix-cached TTFT at 8B and 1B (bench/engine_gpu.py --only bw,prefix).
 # Logs and JSON land in $OUT (or bench/results when run by hand); the last lines are the table.
+# The device image has no pydantic (the engine's settings need it): first, here,
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types typing-inspection
+# and name `.whl` in the call's carry (it is git-ignored, so it travels only when carried).
 set -u
 export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site
+fi
 out=${OUT:-bench/results}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 timeout 170 python3 -m pytest --noconftest -o addopts="" -q -p no:cacheprovider \

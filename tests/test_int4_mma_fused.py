@@ -156,10 +156,12 @@ def test_norm_and_residual_in_the_kernel(rows: int) -> None:
     unfused = layer(F.rms_norm(x.float(), (k,), norm.float(), eps).bfloat16())
     assert rel(out, unfused) < 1e-2  # the unfused ops round the normed x, the kernel x * norm
 
+    # With a residual the output is rounded to bf16 twice (the product, then the sum): on the H200 (2026-12-05)
+    # these two came to up to 3.2e-3 for 3-100 rows (bound 3e-3 then); a wrong norm weight gives > 8e-2.
     out = layer.fused(x, norm=norm, eps=eps, residual=residual)
-    assert rel(out, bf16(as_kernel) + residual.double()) < 3e-3
+    assert rel(out, bf16(as_kernel) + residual.double()) < 5e-3
     plain = layer.fused(x, residual=residual)
-    assert rel(plain, bf16(x.double() @ dense.t()) + residual.double()) < 3e-3
+    assert rel(plain, bf16(x.double() @ dense.t()) + residual.double()) < 5e-3
 
 
 @cuda
