@@ -18,10 +18,12 @@ are 16 consecutive ones (its B operands: two 16-byte loads) in one group of 32. 
 Fused forms for the decode layer (`Int4MmaLinear.fused`, used by model.py's `int4_forward`): RMSNorm of the
 input inside the kernel, a residual added in its epilogue, and SwiGLU for the gate/up weight, whose rows are
 stored interleaved per 16-row tile (`interleave_gate_up`) so that one block holds a gate row and its up row.
-Not yet measured on a GPU: model.py takes them only with LLMGW_INT4_FUSED=1 (bench/README.md). Likewise
-LLMGW_INT4_PDL=1 launches the kernel with programmatic dependent launch (sm_90+): each block prefetches its
-first steps of codes into L2 and lets the next kernel in the stream start, then waits for the previous one
-before reading x, so launch gaps overlap the weight stream.
+Correct on the H200 but slower (2026-12-05, bench/README.md "Eleventh session"): the 8B int4 batch-1 graph
+takes 2.66 ms with them against 2.45 without, as the norm work in every lane's main loop costs the GEMV more than
+the norm launches it saves; so model.py takes them only with LLMGW_INT4_FUSED=1. LLMGW_INT4_PDL=1 launches the
+kernel with programmatic dependent launch (sm_90+): each block prefetches its first steps of codes into L2,
+lets the next kernel start, then waits for the previous one before reading x. Slower still (2.69 ms with the
+fused layer), so off too.
 
 Launch shapes for one to eight rows (warps per block, loads in flight per thread): `config_for`, from H200
 measurements (bench/engine_gpu_int4_kernels.py --configs). Measured there at 8B (per layer, four
@@ -45,13 +47,14 @@ _SHIFTS = torch.tensor([[[4 * (h + 2 * kh) + 16 * e for e in (0, 1)] for kh in (
 
 
 def pdl_wanted(device: torch.device) -> bool:
-    """LLMGW_INT4_PDL=1 on an sm_90+ `device`: launch with programmatic dependent launch (off until measured
-    on a GPU)."""
+    """LLMGW_INT4_PDL=1 on an sm_90+ `device`: launch with programmatic dependent launch (off: slower on
+    the H200, bench/README.md)."""
     return os.environ.get("LLMGW_INT4_PDL", "0") == "1" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def fused_wanted() -> bool:
-    """LLMGW_INT4_FUSED=1: build gate/up interleaved and let model.py run `int4_forward` (off until measured)."""
+    """LLMGW_INT4_FUSED=1: build gate/up interleaved and let model.py run `int4_forward` (off: slower on the
+    H200, bench/README.md)."""
     return os.environ.get("LLMGW_INT4_FUSED", "0") == "1"
 
 
