@@ -14,7 +14,7 @@ from starlette.responses import Response
 from core import validation
 from core.context import Principal, Reply, RequestContext
 from core.errors import OpenAIError
-from gateway.proxy import read_body
+from gateway.proxy import put_body, read_body
 from gateway.services import Services
 from gateway.sse import SSEResponse
 
@@ -70,12 +70,8 @@ class Admission:
 
 def admit_chat(ctx: RequestContext, chat: dict[str, Any], options: dict[str, Any] | None = None) -> None:
     """Validate `chat` as a chat-completions body and put it on `ctx` for the pipeline."""
-    validation.validate("chat", chat)
-    ctx.stream = bool(chat.get("stream"))
-    ctx.body = validation.upstream_body(chat, ctx.stream)
-    ctx.model = chat["model"]
+    put_body(ctx, chat)
     ctx.options = options or {}
-    ctx.extra_params = validation.extra_fields("chat", chat)
 
 
 def principal_of(request: Request) -> Principal:

@@ -77,13 +77,18 @@ class Proxy:
         ctx.principal = self._authenticate(ctx.headers)
         raw = await read_body(receive, ctx.headers, self._limit)
         body = validation.parse_json(decode_body(raw, ctx.headers.get("content-encoding", ""), self._limit))
-        validation.validate(ctx.endpoint, body)
-        ctx.stream = bool(body.get("stream"))
-        ctx.body = validation.upstream_body(body, ctx.stream)
-        ctx.model = body["model"]
+        put_body(ctx, body)
         ctx.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         ctx.options = {k: body[k] for k in validation.GATEWAY_EXTENSIONS if k in body}
-        ctx.extra_params = validation.extra_fields(ctx.endpoint, body)
+
+
+def put_body(ctx: RequestContext, body: dict[str, Any]) -> None:
+    """Validate `body` for ctx.endpoint and put it on `ctx` as the pipeline reads it (the translated APIs too)."""
+    validation.validate(ctx.endpoint, body)
+    ctx.stream = bool(body.get("stream"))
+    ctx.body = validation.upstream_body(body, ctx.stream)
+    ctx.model = body["model"]
+    ctx.extra_params = validation.extra_fields(ctx.endpoint, body)
 
 
 async def read_body(receive: Any, headers: dict[str, str], limit: int) -> bytes:

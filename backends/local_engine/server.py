@@ -21,14 +21,13 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backends.local_engine.async_engine import AsyncEngine
-from backends.local_engine.chat_template import text_messages
 from backends.local_engine.metrics import EngineMetrics
 from backends.local_engine.outputs import RequestOutput
 from backends.local_engine.prompts import prompts
 from backends.local_engine.protocol import Choices, choice_params
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.tokenize_api import tokenize
-from backends.local_engine.tools import tool_request, with_tools_prompt
+from backends.local_engine.tools import engine_chat
 from core.errors import OpenAIError, bad_request, model_not_found
 from core.sse import DONE, event
 from core.validation import parse_json, validate
@@ -151,10 +150,7 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
     _check_logit_bias(params[0], loaded.model.vocab_size)
     tools = None
     if endpoint == "chat":
-        body = {**body, "messages": text_messages(body["messages"])}
-        tools = tool_request(body)
-    if tools is not None:
-        body = {**body, "messages": with_tools_prompt(body["messages"], tools)}
+        body, tools = engine_chat(body)
     batch = prompts(loaded.model, endpoint, body)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     name, token_text = loaded.model.name, loaded.model.token_text

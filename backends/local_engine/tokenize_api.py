@@ -5,9 +5,8 @@ context limit. Clients use it to count tokens before they send (vLLM's body and 
 
 from typing import Any
 
-from backends.local_engine.chat_template import text_messages
 from backends.local_engine.prompts import Encoders, chat_ids
-from backends.local_engine.tools import tool_request, with_tools_prompt
+from backends.local_engine.tools import engine_chat
 from core.errors import bad_request, model_not_found
 from core.validation import validate
 
@@ -44,8 +43,4 @@ def _prompt_ids(model: Encoders, body: dict[str, Any]) -> list[int]:
 def _chat_ids(model: Encoders, name: str, body: dict[str, Any]) -> list[int]:
     chat = {key: body[key] for key in ("messages", "tools", "tool_choice") if key in body}
     validate("chat", {"model": name, **chat})  # the shapes a chat completion checks
-    messages = text_messages(body["messages"])
-    tools = tool_request(body)
-    if tools is not None:
-        messages = with_tools_prompt(messages, tools)
-    return chat_ids(model, {**body, "messages": messages})
+    return chat_ids(model, engine_chat(body)[0])

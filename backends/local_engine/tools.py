@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from backends.local_engine.chat_template import text_messages
 from core.errors import bad_request
 
 _NO_PARAMETERS = {"type": "object", "properties": {}}
@@ -49,6 +50,16 @@ class ToolRequest:
                 return None
             text = text[len(MARKER) :]
         return tool_calls(text)
+
+
+def engine_chat(body: dict[str, Any]) -> tuple[dict[str, Any], ToolRequest | None]:
+    """A chat body as the engine renders it: text parts joined, the tools prompt added when tools are offered;
+    and the tools to call (None when none)."""
+    body = {**body, "messages": text_messages(body["messages"])}
+    tools = tool_request(body)
+    if tools is not None:
+        body = {**body, "messages": with_tools_prompt(body["messages"], tools)}
+    return body, tools
 
 
 def tool_request(body: dict[str, Any]) -> ToolRequest | None:
