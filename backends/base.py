@@ -44,6 +44,10 @@ class Backend(Protocol):
         """Yield OpenAI chunk dicts. Raises UpstreamError before the first chunk or mid-stream."""
         ...
 
+    async def tokenize(self, body: dict[str, Any], request_id: str) -> dict[str, Any]:
+        """vLLM's /tokenize answer (`count`, …) for a chat body; an UpstreamError 400 where it cannot count."""
+        ...
+
     async def health(self) -> bool: ...
 
     def unready_reason(self) -> str | None:

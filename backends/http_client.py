@@ -191,6 +191,8 @@ class HttpPool:
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or (443 if self._tls else 80)
         self.base_path = parts.path.rstrip("/")
+        # what a server serves beside its versioned API (vLLM's /tokenize, /metrics): ".../v1" → "..."
+        self.root_path = self.base_path.removesuffix("/v1")
         self._host_header = parts.netloc.encode()
         self._idle: list[_Connection] = []
         self._slots = asyncio.Semaphore(max_connections)
@@ -199,10 +201,14 @@ class HttpPool:
         self._ssl = ssl.create_default_context() if self._tls else None
 
     async def request(self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
-                      read_timeout: float | None = None) -> Response:  # fmt: skip
-        """Send a request and wait for the response headers. The body is read from the Response."""
+                      read_timeout: float | None = None, beside_api: bool = False) -> Response:  # fmt: skip
+        """Send a request and wait for the response headers. The body is read from the Response.
+
+        `path` is under the base URL's path (`/chat/completions` → `/v1/chat/completions`), or, with
+        `beside_api`, under its root (`/tokenize` → `/tokenize`)."""
         timeout = read_timeout or self._read_timeout
-        request = self._encode(method, path, body, headers or {})
+        prefix = self.root_path if beside_api else self.base_path
+        request = self._encode(method, prefix + path, body, headers or {})
         await self._slots.acquire()
         conn = self._idle_connection()
         if conn is not None:
@@ -252,7 +258,7 @@ class HttpPool:
         return conn
 
     def _encode(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> bytes:
-        lines = [f"{method} {self.base_path}{path} HTTP/1.1".encode(), b"host: " + self._host_header,
+        lines = [f"{method} {path} HTTP/1.1".encode(), b"host: " + self._host_header,
                  b"content-length: " + str(len(body)).encode()]  # fmt: skip
         lines += [f"{name}: {value}".encode() for name, value in headers.items()]
         return b"\r\n".join(lines) + b"\r\n\r\n" + body

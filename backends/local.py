@@ -126,6 +126,10 @@ class LocalEngineBackend:
         self._check_ready()
         return self._http.stream(endpoint, body, request_id)
 
+    async def tokenize(self, body: dict[str, Any], request_id: str) -> dict[str, Any]:
+        self._check_ready()
+        return await self._http.tokenize(body, request_id)
+
     def _check_ready(self) -> None:
         if self._failure is not None:  # retryable: another deployment or a fallback may serve it
             raise UpstreamError(503, self._failure, retryable=True, code="engine_load_failed")

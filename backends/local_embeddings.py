@@ -111,6 +111,9 @@ class LocalEmbeddingsBackend:
     def stream(self, endpoint: str, body: dict[str, Any], request_id: str) -> Any:
         raise _invalid("Embeddings are not streamed.", "stream")
 
+    async def tokenize(self, body: dict[str, Any], request_id: str) -> dict[str, Any]:
+        raise _invalid("An embedding model counts no chat tokens.", "model")
+
     def _check_ready(self) -> None:
         if self._failure is not None:
             raise UpstreamError(503, self._failure, retryable=True, code="engine_load_failed")

@@ -49,7 +49,7 @@ class OpenAICompatBackend:
         return await self._complete(endpoint, body, request_id)
 
     async def _complete(self, endpoint: str, body: dict[str, Any], request_id: str) -> dict[str, Any]:
-        response = await self._post(endpoint, body, request_id)
+        response = await self._post(PATHS[endpoint], body, request_id)
         data = await self._guard(response.read())
         if response.status != 200:
             raise self._status_error(response.status, data, response.headers)
@@ -70,7 +70,7 @@ class OpenAICompatBackend:
     async def _stream(
         self, endpoint: str, body: dict[str, Any], request_id: str
     ) -> AsyncIterator[dict[str, Any]]:
-        response = await self._post(endpoint, body, request_id)
+        response = await self._post(PATHS[endpoint], body, request_id)
         try:
             if response.status != 200:
                 data = await self._guard(response.read())
@@ -96,12 +96,29 @@ class OpenAICompatBackend:
         """Why this deployment can never be ready (None: nothing known; health() tells the rest)."""
         return None
 
-    async def _post(self, endpoint: str, body: dict[str, Any], request_id: str) -> Response:
+    async def tokenize(self, body: dict[str, Any], request_id: str) -> dict[str, Any]:
+        """vLLM's POST /tokenize beside the API (`…/v1` → `…/tokenize`): the prompt's tokens as this
+        deployment's own tokenizer and chat template make them (`count`, `max_model_len`, `tokens`)."""
+        response = await self._post("/tokenize", body, request_id, beside_api=True)
+        data = await self._guard(response.read())
+        if response.status in (404, 405):  # OpenAI, llama.cpp, an older vLLM: retryable on another deployment
+            raise UpstreamError(400, f"deployment {self.name} cannot count tokens: it serves no /tokenize.",
+                                retryable=True, code="count_tokens_unsupported")  # fmt: skip
+        if response.status != 200:
+            raise self._status_error(response.status, data, response.headers)
+        answer = orjson.loads(data)
+        if not isinstance(answer, dict) or not isinstance(answer.get("count"), int):
+            raise UpstreamError(502, f"deployment {self.name} sent no token count.", retryable=True)
+        return answer
+
+    async def _post(
+        self, path: str, body: dict[str, Any], request_id: str, beside_api: bool = False
+    ) -> Response:
         payload = orjson.dumps({**body, "model": self.config.model})
         headers = {**self._headers, "x-request-id": request_id}
         tracing.inject(headers)  # traceparent of this attempt's span, when tracing is on
         try:
-            return await self._pool.request("POST", PATHS[endpoint], payload, headers)
+            return await self._pool.request("POST", path, payload, headers, beside_api=beside_api)
         except TransportError as error:
             raise self._transport_error(error, before_first_byte=True) from error
 

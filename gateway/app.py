@@ -43,7 +43,9 @@ class GatewayApp(FastAPI):
         if scope["type"] == "http" and self.proxy is not None:  # the admin API and the rest: same body limit
             if declared_size(scope["headers"]) > self.proxy.max_body_bytes:
                 error = too_large(self.proxy.max_body_bytes)
-                answer = anthropic_error_response if scope["path"] == "/v1/messages" else error_response
+                answer = (
+                    anthropic_error_response if scope["path"].startswith("/v1/messages") else error_response
+                )
                 return await answer(error)(scope, receive, send)
             receive = bounded_receive(receive, self.proxy.max_body_bytes)
         return await super().__call__(scope, receive, send)

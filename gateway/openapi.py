@@ -266,7 +266,7 @@ def _use_error_shape(schema: dict[str, Any]) -> None:
                 extra = _PROXY_ERRORS
             for status in extra:
                 responses.setdefault(str(status), {})
-            shape = "AnthropicError" if path == "/v1/messages" else "Error"
+            shape = "AnthropicError" if path.startswith("/v1/messages") else "Error"
             for status, response in responses.items():
                 if status[0] in "45":
                     response["description"] = _STATUS_TEXT.get(int(status), response.get("description", ""))

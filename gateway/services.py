@@ -13,8 +13,8 @@ from fastapi import APIRouter
 
 from backends.registry import Backends
 from cache.factory import CacheComponents, create_cache
-from core.context import Handler, Principal, RequestContext, Stage
-from core.errors import OpenAIError
+from core.context import Handler, Policy, Principal, RequestContext, Stage
+from core.errors import OpenAIError, model_not_found
 from core.models import ModelConfig
 from gateway.lifecycle import Drain, DrainStage
 from gateway.observe import Observability, create_observability
@@ -56,11 +56,21 @@ class Services:
         """Count and log a request refused before the pipeline (its key, its body) as the pipeline would."""
         self.observability.stage.rejected(ctx, error)
 
+    def policy_of(self, principal: Principal) -> Policy | None:
+        """The caller's tenant policy (None: the master key, or a key without one)."""
+        return self.policy.directory.policy_for(principal.key_id) if principal is not MASTER else None
+
     async def visible_models(self, headers: Mapping[str, str]) -> list[str]:
         """The aliases this caller may use (GET /v1/models)."""
-        principal = self.authenticate(headers)
-        policy = self.policy.directory.policy_for(principal.key_id) if principal is not MASTER else None
+        policy = self.policy_of(self.authenticate(headers))
         return [name for name in self.model_names() if policy is None or policy.allows(name)]
+
+    async def count_tokens(self, principal: Principal, chat: dict[str, Any], request_id: str) -> int:
+        """`chat`'s prompt tokens on a deployment of its model, for a caller allowed that model."""
+        policy = self.policy_of(principal)
+        if policy is not None and not policy.allows(chat["model"]):
+            raise model_not_found(chat["model"])
+        return await self.routing.counter.count(chat, policy, request_id)
 
     async def apply_models(self, models: list[ModelConfig]) -> None:
         """Model aliases changed (admin API, on every replica): re-pool, re-route, re-price."""

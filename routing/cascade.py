@@ -16,7 +16,7 @@ from contextlib import aclosing
 from typing import Any
 
 from backends.base import UpstreamError
-from core.context import Handler, RequestContext
+from core.context import Handler, Policy, RequestContext
 from core.models import DeploymentConfig, cost_usd
 from core.reply import Reply
 from core.usage import Usage
@@ -45,10 +45,14 @@ class CascadeStage:
         self._deployments = deployments
 
     def cascade_for(self, ctx: RequestContext) -> CascadePolicy | None:
-        tenant = policy_section(ctx.policy, "cascade", CascadePolicy)
-        if tenant and tenant.alias == ctx.model:
+        return self.cascade_named(ctx.model, ctx.policy)
+
+    def cascade_named(self, alias: str, policy: Policy | None) -> CascadePolicy | None:
+        """The cascade a caller with `policy` reaches by asking for `alias` (its tenant's first), or None."""
+        tenant = policy_section(policy, "cascade", CascadePolicy)
+        if tenant and tenant.alias == alias:
             return tenant
-        return self._static.get(ctx.model)
+        return self._static.get(alias)
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> Reply:
         cascade = self.cascade_for(ctx)

@@ -21,6 +21,7 @@ from routing.metrics import RoutingMetrics
 from routing.monitor import Monitor
 from routing.router import Router
 from routing.stage import RouteStage
+from routing.token_count import TokenCounter
 
 
 @dataclass
@@ -29,6 +30,7 @@ class RoutingServices:
     route_stage: RouteStage
     cascade_stage: CascadeStage
     monitor: Monitor
+    counter: TokenCounter  # prompt tokens on a deployment, outside the pipeline (count_tokens)
 
     async def aclose(self) -> None:
         await self.monitor.aclose()
@@ -56,7 +58,7 @@ async def create_routing_stages(
         config.health_interval_s if config.health_checks else None,
     )
     await monitor.start()
-    return RoutingServices(router, RouteStage(router), cascade, monitor)
+    return RoutingServices(router, RouteStage(router), cascade, monitor, TokenCounter(router, cascade))
 
 
 def _load_embedder() -> Embed:

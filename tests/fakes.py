@@ -62,6 +62,9 @@ class ServerThread:
         self.thread.join(timeout=10)
 
 
+_SERVED = ("/chat/completions", "/completions", "/embeddings", "/responses")
+
+
 class FakeUpstream:
     """ASGI app speaking enough of the OpenAI API for gateway tests and benchmarks."""
 
@@ -76,6 +79,8 @@ class FakeUpstream:
             return await _lifespan(receive, send)
         if scope["method"] == "GET":
             return await _json(send, 200, {"object": "list", "data": [{"id": self.name, "object": "model"}]})
+        if not scope["path"].endswith(_SERVED):  # e.g. vLLM's /tokenize: OpenAI's API has none
+            return await _json(send, 404, {"error": {"message": "Not Found", "type": "not_found"}})
         body = orjson.loads(await _read(receive))
         self.requests.append({"path": scope["path"], "body": body, "headers": dict(scope["headers"])})
         await self._answer(scope["path"], body, receive, send)

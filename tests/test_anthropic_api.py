@@ -159,3 +159,12 @@ def test_bearer_key_works_too(gateway: ServerThread) -> None:
         model="fake-model", max_tokens=5, messages=[{"role": "user", "content": "b"}]
     )
     assert message.content[0].text == "echo: b"
+
+
+def test_count_tokens_where_no_deployment_can_count(client: anthropic.Anthropic, upstream: tuple) -> None:
+    """An OpenAI-style upstream serves no /tokenize: a 400 that says so, not a count made up here."""
+    with pytest.raises(anthropic.BadRequestError) as error:
+        client.messages.count_tokens(model="fake-model", messages=[{"role": "user", "content": "hi"}])
+    assert (
+        "count tokens" in error.value.message and error.value.body["error"]["type"] == "invalid_request_error"
+    )

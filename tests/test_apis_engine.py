@@ -76,3 +76,45 @@ def test_tools_and_json_the_engine_cannot_honour_are_400s(gateway: ServerThread)
         claude.messages.create(model="engine", max_tokens=4, messages=[{"role": "user", "content": "x"}],
                                tools=[{"name": "f", "input_schema": {"type": "object"}}])  # fmt: skip
     assert error.value.body["error"]["type"] == "invalid_request_error"
+
+
+def test_count_tokens_equals_the_input_tokens_a_message_reports(gateway: ServerThread) -> None:
+    """Anthropic's count_tokens, counted by the engine's /tokenize with the template a request uses."""
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=MASTER_KEY, max_retries=0)
+    conversations = [
+        {"messages": [{"role": "user", "content": "abc"}]},
+        {"system": "Be brief and exact.", "messages": [{"role": "user", "content": "abc def"}]},
+        {"system": [{"type": "text", "text": "sys"}], "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "first question"}]},
+            {"role": "assistant", "content": "an answer"},
+            {"role": "user", "content": "and a second one, longer than the first"},
+        ]},
+    ]  # fmt: skip
+    counts = []
+    for conversation in conversations:
+        counted = claude.messages.count_tokens(model="engine", **conversation)
+        sent = claude.messages.create(model="engine", max_tokens=1, **conversation)
+        assert counted.input_tokens == sent.usage.input_tokens
+        counts.append(counted.input_tokens)
+    assert counts[0] < counts[1] < counts[2]
+
+
+def test_count_tokens_refusals_in_anthropics_shape(gateway: ServerThread) -> None:
+    url = gateway.url + "/v1/messages/count_tokens"
+    messages = [{"role": "user", "content": "abc"}]
+    cases = [
+        ({}, {"model": "engine", "messages": messages}, 401, "authentication_error"),
+        ({"x-api-key": "sk-wrong"}, {"model": "engine", "messages": messages}, 401, "authentication_error"),
+        ({"x-api-key": MASTER_KEY}, {"model": "nope", "messages": messages}, 404, "not_found_error"),
+        ({"x-api-key": MASTER_KEY}, {"model": "engine", "messages": messages, "max_tokens": 5}, 400,
+         "invalid_request_error"),
+        ({"x-api-key": MASTER_KEY}, {"model": "engine"}, 400, "invalid_request_error"),
+        ({"x-api-key": MASTER_KEY}, {"model": "engine", "messages": [{"role": "bot", "content": "x"}]}, 400,
+         "invalid_request_error"),
+    ]  # fmt: skip
+    for headers, body, status, kind in cases:
+        answer = httpx.post(url, headers=headers, json=body, timeout=30)
+        assert (answer.status_code, answer.json()["type"], answer.json()["error"]["type"]) == (
+            status, "error", kind), (body, answer.text)  # fmt: skip
+    malformed = httpx.post(url, headers={"x-api-key": MASTER_KEY}, content=b"{nope", timeout=30)
+    assert malformed.status_code == 400 and malformed.json()["error"]["type"] == "invalid_request_error"

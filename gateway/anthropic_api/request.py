@@ -5,6 +5,7 @@ from typing import Any
 import orjson
 
 from core.errors import bad_request
+from core.validation import validate
 
 _SAME = {"model": "model", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "stream": "stream",
          "max_tokens": "max_tokens", "stop_sequences": "stop"}  # fmt: skip
@@ -12,6 +13,8 @@ _HANDLED = {"system", "messages", "tools", "tool_choice", "metadata", "output_co
 # hints with no chat equivalent and no effect on the answer's content: accepted and dropped
 _DROPPED = {"thinking", "service_tier", "cache_control", "inference_geo", "speed", "diagnostics", "user_profile_id",
             "workspace_id"}  # fmt: skip
+# the body of count_tokens
+_COUNTED = {"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config"}
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 
 
@@ -32,6 +35,16 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     user = (body.get("metadata") or {}).get("user_id") if isinstance(body.get("metadata"), dict) else None
     if isinstance(user, str):
         chat["user"] = user
+    return chat
+
+
+def to_counted_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """A count_tokens body (a Messages body without max_tokens) → the chat it stands for, validated as one."""
+    unknown = sorted(set(body) - _COUNTED)
+    if unknown:
+        raise bad_request(f"{unknown[0]}: Extra inputs are not permitted", param=unknown[0])
+    chat = to_chat({**body, "max_tokens": 1})
+    validate("chat", chat)
     return chat
 
 

@@ -1,6 +1,7 @@
 """POST /v1/messages: Anthropic's Messages API, with x-api-key or a bearer key."""
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import orjson
 from fastapi import APIRouter, Request
@@ -9,8 +10,16 @@ from starlette.responses import Response
 from core.errors import OpenAIError
 from gateway.anthropic_api import reply, stream
 from gateway.anthropic_api.errors import anthropic_error_response
-from gateway.anthropic_api.request import to_chat
-from gateway.chat_bridge import Admission, StreamResponse, admit_chat, read_json, render_events, served_by
+from gateway.anthropic_api.request import to_chat, to_counted_chat
+from gateway.chat_bridge import (
+    Admission,
+    StreamResponse,
+    admit_chat,
+    read_json,
+    render_events,
+    served_by,
+    services_of,
+)
 
 log = logging.getLogger("llmgw.messages")
 router = APIRouter(tags=["Anthropic Messages"])
@@ -42,26 +51,73 @@ _DOC = {
         {"name": "anthropic-version", "in": "header", "schema": {"type": "string"}},
     ],  # fmt: skip
 }
+_COUNT_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["model", "messages"],
+                    "properties": {
+                        "model": {"type": "string"},
+                        "messages": {"type": "array"},
+                        "system": {},
+                        "tools": {"type": "array"},
+                        "tool_choice": {"type": "object"},
+                    },
+                }
+            }
+        },  # fmt: skip
+    },
+    "parameters": _DOC["parameters"],
+}
 
 
 @router.post("/v1/messages", summary="Create a message (Anthropic Messages API)", openapi_extra=_DOC)
 async def create_message(request: Request) -> Response:
+    return await _answer(request, _create)
+
+
+@router.post("/v1/messages/count_tokens", summary="Count a message's input tokens (Anthropic Messages API)",
+             openapi_extra=_COUNT_DOC)  # fmt: skip
+async def count_tokens(request: Request) -> Response:
+    return await _answer(request, _count)
+
+
+async def _answer(request: Request, handle: Callable[[Request], Awaitable[Response]]) -> Response:
+    """The handler's answer; any error in Anthropic's shape (an unexpected one logged, its text withheld)."""
     try:
-        return await _create(request)
+        return await handle(request)
     except OpenAIError as error:
         return anthropic_error_response(error)
     except Exception:
-        log.exception("POST /v1/messages failed")
+        log.exception("POST %s failed", request.url.path)
         return anthropic_error_response(
             OpenAIError(500, "The gateway hit an internal error. It has been logged.")
         )
 
 
-async def _create(request: Request) -> Response:
+def _with_bearer(request: Request) -> dict[str, str]:
+    """The request's headers, Anthropic's x-api-key read as the bearer key it stands for."""
     headers = dict(request.headers)
     if "x-api-key" in headers and "authorization" not in headers:
         headers["authorization"] = f"Bearer {headers['x-api-key']}"
-    admission = Admission(request, "messages", headers)
+    return headers
+
+
+async def _count(request: Request) -> Response:
+    """{"input_tokens": N}: what a /v1/messages request with this body would report as its input tokens."""
+    admission = Admission(request, "count_tokens", _with_bearer(request))
+    async with admission as ctx:
+        chat = to_counted_chat(await read_json(request))
+        count = await services_of(request).count_tokens(admission.principal, chat, ctx.request_id)
+    return Response(orjson.dumps({"input_tokens": count}), headers={"request-id": ctx.request_id},
+                    media_type="application/json")  # fmt: skip
+
+
+async def _create(request: Request) -> Response:
+    admission = Admission(request, "messages", _with_bearer(request))
     async with admission as ctx:
         body = await read_json(request)
         admit_chat(ctx, to_chat(body), {"cache": body["cache"]} if "cache" in body else {})
