@@ -55,6 +55,8 @@ class Services:
     def reject(self, ctx: RequestContext, error: OpenAIError) -> None:
         """Count and log a request refused before the pipeline (its key, its body) as the pipeline would."""
         self.observability.stage.rejected(ctx, error)
+        if self.tracing is not None:
+            self.tracing.rejected(ctx, error.status)
 
     def policy_of(self, principal: Principal) -> Policy | None:
         """The caller's tenant policy (None: the master key, or a key without one)."""

@@ -71,6 +71,13 @@ class Tracing:
 
         return traced
 
+    def rejected(self, ctx: RequestContext, status: int) -> None:
+        """A request refused before the pipeline (its key, its body): a root span of its own, marked so."""
+        parent = propagate.extract(ctx.headers)
+        span = self.tracer.start_span(f"llmgw {ctx.endpoint}", context=parent, kind=trace.SpanKind.SERVER,
+                                      attributes={"llmgw.rejected": True})  # fmt: skip
+        _finish(span, ctx, status)
+
     def pipeline(self, stages: Sequence[Stage]) -> Handler:
         return self.request(chain(stages, self.stage))
 

@@ -95,3 +95,27 @@ def test_off_by_default_nothing_is_forwarded(
 ) -> None:
     assert chat(gateway.url, "untraced", traceparent=f"00-{TRACE_ID}-{PARENT}-01").status_code == 200
     assert b"traceparent" not in upstream[0].requests[-1]["headers"]
+
+
+def test_a_request_refused_before_the_pipeline_has_its_own_span(
+    traced: tuple[ServerThread, InMemorySpanExporter],
+) -> None:
+    server, exporter = traced
+    parent = {"traceparent": f"00-{TRACE_ID}-{PARENT}-01"}
+    wrong_key = httpx.post(server.url + "/v1/chat/completions", json={"model": "fake-model"}, timeout=30,
+                           headers={"authorization": "Bearer sk-wrong", **parent})  # fmt: skip
+    malformed = httpx.post(server.url + "/v1/chat/completions", content=b"{nope", headers={**AUTH, **parent},
+                           timeout=30)  # fmt: skip
+    for response, status in ((wrong_key, 401), (malformed, 400)):
+        assert response.status_code == status
+        request_id = response.headers["x-request-id"]
+        [root] = [
+            s for s in exporter.get_finished_spans() if s.attributes.get("llmgw.request_id") == request_id
+        ]
+        assert (root.name, root.attributes["llmgw.rejected"]) == ("llmgw chat", True)
+        assert root.attributes["http.response.status_code"] == status
+        assert (
+            format(root.context.trace_id, "032x") == TRACE_ID
+            and format(root.parent.span_id, "016x") == PARENT
+        )
+    assert "sk-wrong" not in str([dict(s.attributes) for s in exporter.get_finished_spans()])
