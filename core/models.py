@@ -2,8 +2,9 @@
 
 import os
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 BackendKind = Literal["openai", "local_engine", "local_embeddings"]
 ExtraParams = Literal["passthrough", "reject"]
@@ -14,17 +15,19 @@ Endpoint = Literal["chat", "completions", "embeddings"]
 class DeploymentConfig(BaseModel):
     """One place that serves a model: an upstream URL, or the embedded engine."""
 
-    name: str
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not a silent default
+
+    name: str = Field(min_length=1, max_length=200)
     backend: BackendKind = "openai"
     base_url: str | None = None  # e.g. http://vllm-small:8000/v1
-    model: str  # the model name the upstream expects
+    model: str = Field(min_length=1)  # the model name the upstream expects
     api_key_env: str | None = None  # name of the env var holding the upstream key
-    weight: float = 1.0
-    input_price_per_1m: float = 0.0  # USD per 1M prompt tokens
-    output_price_per_1m: float = 0.0  # USD per 1M completion tokens
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 600.0
-    max_connections: int = 1024
+    weight: float = Field(default=1.0, gt=0)
+    input_price_per_1m: float = Field(default=0.0, ge=0)  # USD per 1M prompt tokens
+    output_price_per_1m: float = Field(default=0.0, ge=0)  # USD per 1M completion tokens
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    read_timeout_s: float = Field(default=600.0, gt=0)
+    max_connections: int = Field(default=1024, ge=1)
     endpoints: list[Endpoint] = Field(default_factory=lambda: ["chat", "completions"])
     # for backend=local_engine: the engine settings of this deployment (fields of the engine's EngineSettings,
     # checked when settings load); None = the gateway's engine settings
@@ -33,6 +36,21 @@ class DeploymentConfig(BaseModel):
     # deployment is skipped for such requests; None = passthrough for self-hosted OpenAI-compatible servers
     extra_params: ExtraParams | None = None
     responses_api: bool = False  # the upstream serves POST /v1/responses itself (vLLM): sent there as is
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and (urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname):
+            raise ValueError(f"base_url must be an http:// or https:// URL with a host, not {url!r}")
+        return url
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _not_ours(cls, name: str | None) -> str | None:
+        """The gateway's own secrets (master key, admin token, database and Redis URLs) never go upstream."""
+        if name is not None and name.upper().startswith("LLMGW_"):
+            raise ValueError("api_key_env may not name one of the gateway's own LLMGW_* variables")
+        return name
 
     @model_validator(mode="after")
     def _needs_url(self) -> "DeploymentConfig":
@@ -62,10 +80,33 @@ class DeploymentConfig(BaseModel):
 class ModelConfig(BaseModel):
     """A public model alias and the deployments behind it."""
 
-    name: str
-    deployments: list[DeploymentConfig]
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    deployments: list[DeploymentConfig] = Field(min_length=1)
     fallbacks: list[str] = Field(default_factory=list)  # other aliases to try when all deployments fail
     owned_by: str = "llmgw"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ModelConfig":
+        if self.name in self.fallbacks:
+            raise ValueError(f"model {self.name!r} cannot be its own fallback")
+        if (clash := deployment_clash([self])) is not None:
+            raise ValueError(clash)
+        return self
+
+
+def deployment_clash(models: list["ModelConfig"]) -> str | None:
+    """Why these aliases cannot be served together, or None. A deployment name is one backend (its pool,
+    health, breaker): aliases may share a deployment, but not give one name two configurations."""
+    seen: dict[str, tuple[str, DeploymentConfig]] = {}
+    for model in models:
+        for deployment in model.deployments:
+            first = seen.setdefault(deployment.name, (model.name, deployment))
+            if first[1] != deployment:
+                return (f"deployment name {deployment.name!r} is already used by model {first[0]!r} with "
+                        "another configuration; give this deployment its own name")  # fmt: skip
+    return None
 
 
 def default_models() -> list[ModelConfig]:

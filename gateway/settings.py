@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from backends.local_engine.config import EngineSettings
 from cache.config import CacheSettings
-from core.models import ModelConfig, default_models
+from core.models import ModelConfig, default_models, deployment_clash
 from gateway.observability_config import ObservabilitySettings
 from gateway.responses_api.config import ResponsesSettings
 from gateway.tracing_config import TracingSettings
@@ -64,6 +64,8 @@ class Settings(BaseSettings):
         """A deployment's own engine settings are the engine's fields: checked here, at load time."""
         for deployment in (d for m in self.models for d in m.deployments if d.engine is not None):
             EngineSettings.model_validate(deployment.engine)
+        if (clash := deployment_clash(self.models)) is not None:
+            raise ValueError(clash)
         return self
 
     def connections(self) -> Connections:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.errors import OpenAIError, bad_request
-from core.models import ModelConfig
+from core.models import ModelConfig, deployment_clash
 from policies.admin.http import OpenAIErrorRoute, admin_guard
 from policies.admin.inputs import Moment, reject_nul
 from policies.admin.schemas import (
@@ -196,6 +196,9 @@ def _model_routes(router: APIRouter, deps: AdminDeps) -> None:
     async def put_model(name: str, body: ModelConfig) -> ModelOut:
         if body.name != name:
             raise bad_request(f"the body's name {body.name!r} differs from the path's {name!r}", param="name")
+        others = [m for m in deps.directory.models if m.name != name]
+        if (clash := deployment_clash([*others, body])) is not None:
+            raise OpenAIError(409, clash, param="deployments", code="conflict")
         await deps.store.upsert_model(name, body.model_dump(mode="json"))
         await deps.notifier.changed()
         return ModelOut(name=name, source="database", config=body)
