@@ -15,7 +15,7 @@ from core.errors import OpenAIError, error_response, model_not_found
 from core.validation import too_large
 from gateway.anthropic_api.errors import anthropic_error_response
 from gateway.anthropic_api.routes import router as messages_router
-from gateway.inbound import bounded_receive, client_request_id, declared_size
+from gateway.inbound import bounded_receive, client_request_id, declared_size, decoded
 from gateway.openapi import allowed_methods, install_openapi
 from gateway.proxy import ENDPOINTS, JSON, Proxy, next_request_id
 from gateway.responses_api.routes import router as responses_router
@@ -41,13 +41,17 @@ class GatewayApp(FastAPI):
                 return await error_response(error)(scope, receive, send)
             return await self.proxy(scope, receive, send, endpoint)
         if scope["type"] == "http" and self.proxy is not None:  # the admin API and the rest: same body limit
-            if declared_size(scope["headers"]) > self.proxy.max_body_bytes:
-                error = too_large(self.proxy.max_body_bytes)
-                answer = (
-                    anthropic_error_response if scope["path"].startswith("/v1/messages") else error_response
+            limit = self.proxy.max_body_bytes
+            try:
+                if declared_size(scope["headers"]) > limit:
+                    raise too_large(limit)
+                receive = bounded_receive(receive, limit)
+                scope, receive = await decoded(scope, receive, limit)  # gzip/deflate, as on the proxy
+            except OpenAIError as error:
+                anthropic = scope["path"].startswith("/v1/messages")
+                return await (anthropic_error_response if anthropic else error_response)(error)(
+                    scope, receive, send
                 )
-                return await answer(error)(scope, receive, send)
-            receive = bounded_receive(receive, self.proxy.max_body_bytes)
         return await super().__call__(scope, receive, send)
 
 

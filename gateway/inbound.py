@@ -76,3 +76,33 @@ def bounded_receive(receive: Receive, limit: int) -> Receive:
         return message
 
     return bounded
+
+
+async def decoded(scope: dict[str, Any], receive: Receive, limit: int) -> tuple[dict[str, Any], Receive]:
+    """A request with a Content-Encoding, as the app sees it: the whole body read and inflated (or a 415, 400
+    or 413), then replayed with the header gone. Requests without one pass as they are, still streamed."""
+    coding = next((v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"content-encoding"), "")
+    if coding.strip().lower() in ("", "identity"):
+        return scope, receive
+    parts: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise OpenAIError(400, "The client disconnected before sending the whole body.")
+        parts.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    body = decode_body(b"".join(parts), coding, limit)
+    dropped = (b"content-encoding", b"content-length")
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in dropped]
+    headers.append((b"content-length", str(len(body)).encode()))
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return await receive()  # after the body: the client's disconnect, when it comes
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return {**scope, "headers": headers}, replay

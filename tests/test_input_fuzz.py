@@ -140,6 +140,24 @@ def test_compressed_bodies_are_bounded_and_checked(served: tuple[FakeUpstream, S
     assert_error(send(served[1], orjson.dumps(CHAT), {"content-encoding": "br"}), 415)
 
 
+def test_compressed_bodies_on_the_messages_and_admin_apis(served: tuple[FakeUpstream, ServerThread]) -> None:
+    """The routes behind the framework inflate gzip/deflate and refuse other codings as the proxy does."""
+    message = {"model": "fake-model", "max_tokens": 5, "messages": [{"role": "user", "content": "zipped"}]}
+    answer = send(served[1], gzip.compress(orjson.dumps(message)), {"content-encoding": "gzip"},
+                  path="/v1/messages")  # fmt: skip
+    assert answer.status_code == 200 and answer.json()["content"][0]["text"] == "echo: zipped", answer.text
+    refused = send(served[1], orjson.dumps(message), {"content-encoding": "br"}, path="/v1/messages")
+    assert refused.status_code == 415 and refused.json()["error"]["type"] == "invalid_request_error"
+    bomb = gzip.compress(b'{"model": "' + b"a" * (LIMIT * 50) + b'"}')
+    assert send(served[1], bomb, {"content-encoding": "gzip"}, path="/v1/messages").status_code == 413
+    tenant = orjson.dumps({"id": "zipped-tenant", "name": "zipped"})
+    deflated = {"content-encoding": "deflate", "content-type": "application/json"}
+    created = send(served[1], zlib.compress(tenant), deflated, path="/admin/v1/tenants")
+    assert created.status_code == 201 and created.json()["id"] == "zipped-tenant", created.text
+    assert_error(send(served[1], tenant, {"content-encoding": "br"}, path="/admin/v1/tenants"), 415)
+    assert_error(send(served[1], b"not gzip", {"content-encoding": "gzip"}, path="/admin/v1/tenants"), 400)
+
+
 def test_client_request_id_is_kept_returned_and_forwarded(served: tuple[FakeUpstream, ServerThread]) -> None:
     fake, gateway = served
     given = "trace-2024/abc:DEF_123"
