@@ -30,7 +30,7 @@ USAGE = {"id": "x", "choices": [], "usage": {"prompt_tokens": 5, "completion_tok
 async def measure(requests: int, stream: bool, database: str, count_calls: bool = False) -> float:
     """µs of process CPU per request, in the tree on sys.path (run as a child process); with
     `count_calls`, Python function calls per request instead (cProfile: exact, immune to the load)."""
-    from gateway.proxy import next_request_id
+    from core.ids import next_request_id
     from gateway.services import start_services
     from gateway.settings import Settings
 

@@ -21,6 +21,7 @@ from cache.request import CacheRequest
 from cache.shadow import ShadowChecker
 from cache.store import CacheStore
 from core.context import CacheNote, RequestContext
+from core.ids import next_request_id
 from core.reply import Ending, Reply
 from core.usage import Usage
 
@@ -245,4 +246,4 @@ class CacheService:
 
 
 def _response_id(ctx: RequestContext) -> str:
-    return f"{'chatcmpl' if ctx.endpoint == 'chat' else 'cmpl'}-{ctx.request_id or 'cache'}"
+    return f"{'chatcmpl' if ctx.endpoint == 'chat' else 'cmpl'}-{next_request_id()}"

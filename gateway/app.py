@@ -12,12 +12,13 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from core.errors import OpenAIError, error_response, model_not_found
+from core.ids import next_request_id
 from core.validation import too_large
 from gateway.anthropic_api.errors import anthropic_error_response
 from gateway.anthropic_api.routes import router as messages_router
 from gateway.inbound import bounded_receive, client_request_id, declared_size, decoded
 from gateway.openapi import allowed_methods, install_openapi
-from gateway.proxy import ENDPOINTS, JSON, Proxy, next_request_id
+from gateway.proxy import ENDPOINTS, JSON, Proxy
 from gateway.responses_api.routes import router as responses_router
 from gateway.responses_api.store import create_response_store
 from gateway.services import Services, start_services

@@ -4,9 +4,7 @@ It skips the framework's routing and middleware stack (measured in bench/README.
 with a size limit, runs the pipeline, and writes JSON or SSE. Everything else goes to FastAPI.
 """
 
-import itertools
 import logging
-import secrets
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,21 +15,13 @@ from starlette.responses import Response
 from core import validation
 from core.context import Handler, Principal, Reply, RequestContext
 from core.errors import OpenAIError, error_response
+from core.ids import next_request_id
 from gateway.inbound import client_request_id, decode_body
 from gateway.sse import SSEResponse, sse_body
 
 log = logging.getLogger("llmgw.proxy")
 ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/embeddings": "embeddings"}
 JSON = "application/json"
-
-
-_PROCESS_PREFIX = secrets.token_hex(8)
-_sequence = itertools.count()
-
-
-def next_request_id() -> str:
-    """32 hex characters, unique across processes: a random per-process prefix and a counter (no syscall)."""
-    return f"{_PROCESS_PREFIX}{next(_sequence):016x}"
 
 
 Authenticate = Callable[[dict[str, str]], Principal]

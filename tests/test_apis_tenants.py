@@ -41,6 +41,20 @@ def test_a_stored_response_is_invisible_to_other_tenants(tenants: tuple[ServerTh
     assert sdk(server, MASTER_KEY).responses.retrieve(mine.id).output_text == "echo: private"
 
 
+def test_a_clients_request_id_cannot_overwrite_a_stored_response(
+    tenants: tuple[ServerThread, str, str],
+) -> None:
+    """Stored ids are the gateway's own: two requests with one x-request-id store two responses."""
+    server, other, _ = tenants
+    same = {"x-request-id": "collide-8"}
+    mine = sdk(server, MASTER_KEY).responses.create(model="fake-model", input="first", extra_headers=same)
+    theirs = sdk(server, other).responses.create(model="fake-model", input="second", extra_headers=same)
+    again = sdk(server, MASTER_KEY).responses.create(model="fake-model", input="third", extra_headers=same)
+    assert len({mine.id, theirs.id, again.id}) == 3 and "collide-8" not in mine.id
+    assert sdk(server, MASTER_KEY).responses.retrieve(mine.id).output_text == "echo: first"
+    assert sdk(server, other).responses.retrieve(theirs.id).output_text == "echo: second"
+
+
 def test_keys_see_only_their_models(tenants: tuple[ServerThread, str, str]) -> None:
     server, other, narrow = tenants
     assert sdk(server, other).models.retrieve("fake-model").id == "fake-model"

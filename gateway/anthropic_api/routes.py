@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from core.errors import OpenAIError
+from core.ids import next_request_id
 from gateway.anthropic_api import reply, stream
 from gateway.anthropic_api.errors import anthropic_error_response
 from gateway.anthropic_api.request import to_chat, to_counted_chat
@@ -122,7 +123,7 @@ async def _create(request: Request) -> Response:
         body = await read_json(request)
         admit_chat(ctx, to_chat(body), {"cache": body["cache"]} if "cache" in body else {})
     answer = await admission.run()
-    message_id = f"msg_{ctx.request_id}"
+    message_id = f"msg_{next_request_id()}"
     out_headers = {**answer.headers, **served_by(ctx), "request-id": ctx.request_id}
     if answer.stream is not None:
         return StreamResponse(

@@ -8,6 +8,7 @@ from starlette.responses import Response
 
 from core.context import Principal
 from core.errors import OpenAIError, bad_request
+from core.ids import next_request_id
 from gateway.chat_bridge import (
     Admission,
     StreamResponse,
@@ -68,7 +69,7 @@ async def create_response(request: Request) -> Response:
         admit_chat(ctx, translated.chat, {"cache": body["cache"]} if "cache" in body else {})
     answer = await admission.run()
     store = _store(request)
-    response_id = f"resp_{ctx.request_id}"
+    response_id = f"resp_{next_request_id()}"  # never the client's x-request-id: stored ids must be ours
     skeleton = reply.skeleton(response_id, ctx.model, translated.echo)
     skeleton["store"] = body.get("store", True) is not False
     tenant = ctx.principal.tenant_id if ctx.principal else ""
