@@ -17,7 +17,13 @@ from routing.config import RoutingPolicy
 from routing.policy import policy_section
 from routing.router import Router
 
-_COUNTED = ("messages", "tools", "tool_choice")  # what a chat template reads
+_COUNTED = (
+    "messages",
+    "tools",
+    "tool_choice",
+    "continue_final_message",
+    "add_generation_prompt",
+)  # the template's
 
 
 class TokenCounter:

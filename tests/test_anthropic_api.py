@@ -168,3 +168,35 @@ def test_count_tokens_where_no_deployment_can_count(client: anthropic.Anthropic,
     assert (
         "count tokens" in error.value.message and error.value.body["error"]["type"] == "invalid_request_error"
     )
+
+
+def test_an_assistant_prefill_is_continued(client: anthropic.Anthropic, upstream: tuple) -> None:
+    """A final assistant turn asks the model to continue it (continue_final_message), as Anthropic does."""
+    client.messages.create(model="fake-model", max_tokens=5, messages=[
+        {"role": "user", "content": "Give me JSON"}, {"role": "assistant", "content": '{"a":'}])  # fmt: skip
+    body = sent(upstream)
+    assert body["messages"][-1] == {"role": "assistant", "content": '{"a":'}
+    assert (body["continue_final_message"], body["add_generation_prompt"]) == (True, False)
+    client.messages.create(model="fake-model", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert "continue_final_message" not in sent(upstream)
+    with pytest.raises(anthropic.BadRequestError) as error:
+        client.messages.create(model="fake-model", max_tokens=5, messages=[
+            {"role": "user", "content": "x"}, {"role": "assistant", "content": "trailing "}])  # fmt: skip
+    assert "trailing whitespace" in error.value.message
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [({"max_tokens": "4"}, "valid integer"), ({"max_tokens": 4.5}, "valid integer"), ({}, "Field required"),
+     ({"temperature": 1.5}, "between 0 and 1")],
+)  # fmt: skip
+def test_messages_field_errors_say_what_is_wrong(gateway: ServerThread, change: dict, words: str) -> None:
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "x"}], **change}
+    if not change:
+        body.pop("max_tokens", None)
+    else:
+        body.setdefault("max_tokens", 5)
+    answer = httpx.post(
+        gateway.url + "/v1/messages", json=body, headers={"x-api-key": MASTER_KEY}, timeout=30
+    )
+    assert answer.status_code == 400 and words in answer.json()["error"]["message"], answer.text

@@ -19,7 +19,7 @@ def message(message_id: str, model: str, completion: dict[str, Any]) -> dict[str
         content.append({"type": "tool_use", "id": tool_use_id(call.get("id")), "name": function.get("name"),
                         "input": tool_input(function.get("arguments"))})  # fmt: skip
     return {"id": message_id, "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop_reason(choice.get("finish_reason")), "stop_sequence": None,
+            **stop_fields(choice.get("finish_reason"), choice.get("stop_reason")),
             "usage": usage_of(completion.get("usage"))}  # fmt: skip
 
 
@@ -33,6 +33,14 @@ def tool_use_id(call_id: str | None) -> str | None:
 
 def stop_reason(finish_reason: str | None) -> str | None:
     return STOP_REASONS.get(finish_reason or "", "end_turn") if finish_reason else None
+
+
+def stop_fields(finish_reason: str | None, matched: Any) -> dict[str, Any]:
+    """stop_reason and stop_sequence. `matched` is the choice's `stop_reason` as vLLM (and our engine) send it:
+    the stop string that ended the answer, a stop token id, or None for the end-of-sequence token."""
+    if finish_reason == "stop" and isinstance(matched, str):
+        return {"stop_reason": "stop_sequence", "stop_sequence": matched}
+    return {"stop_reason": stop_reason(finish_reason) or "end_turn", "stop_sequence": None}
 
 
 def tool_input(arguments: str | None) -> Any:

@@ -22,10 +22,20 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(body) - set(_SAME) - _HANDLED - _DROPPED)
     if unknown:
         raise bad_request(f"{unknown[0]}: Extra inputs are not permitted", param=unknown[0])
-    if not isinstance(body.get("max_tokens"), int) or isinstance(body.get("max_tokens"), bool):
-        raise bad_request("max_tokens: Field required (an integer)", param="max_tokens")
+    if "max_tokens" not in body:
+        raise bad_request("max_tokens: Field required", param="max_tokens")
+    if not isinstance(body["max_tokens"], int) or isinstance(body["max_tokens"], bool):
+        raise bad_request("max_tokens: Input should be a valid integer", param="max_tokens")
+    temperature = body.get("temperature")
+    if (
+        isinstance(temperature, int | float)
+        and not isinstance(temperature, bool)
+        and not 0 <= temperature <= 1
+    ):
+        raise bad_request("temperature: Input should be between 0 and 1", param="temperature")
     chat = {target: body[name] for name, target in _SAME.items() if name in body}
     chat["messages"] = _system(body.get("system")) + messages(body.get("messages"))
+    _prefill(chat)
     if body.get("tools"):
         chat["tools"] = [_tool(i, t) for i, t in enumerate(_list(body["tools"], "tools"))]
     if body.get("tool_choice") is not None:
@@ -36,6 +46,18 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     if isinstance(user, str):
         chat["user"] = user
     return chat
+
+
+def _prefill(chat: dict[str, Any]) -> None:
+    """A conversation ending in an assistant turn is a prefill: the model continues that text (vLLM's and our
+    engine's continue_final_message), and the answer holds only the continuation, as Anthropic's does."""
+    last = chat["messages"][-1] if chat["messages"] else {}
+    if last.get("role") != "assistant" or last.get("tool_calls") or not isinstance(last.get("content"), str):
+        return
+    if last["content"] != last["content"].rstrip():
+        raise bad_request("messages: final assistant content cannot end with trailing whitespace",
+                          param="messages")  # fmt: skip
+    chat["continue_final_message"], chat["add_generation_prompt"] = True, False
 
 
 def to_counted_chat(body: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from core.errors import OpenAIError
 from gateway.anthropic_api.errors import error_body
-from gateway.anthropic_api.reply import stop_reason, tool_use_id, usage_of
+from gateway.anthropic_api.reply import stop_fields, tool_use_id, usage_of
 from gateway.chat_bridge import Event
 
 
@@ -16,6 +16,7 @@ class BlockWriter:
                          "stop_reason": None, "stop_sequence": None, "usage": usage_of(None)}  # fmt: skip
         self._index = -1  # the open block's index; -1: none open
         self._open: tuple[str, int] | None = None  # ("text", 0) or ("tool", chat tool-call index)
+        self._matched: Any = None  # the stop string that ended the answer (vLLM's choice.stop_reason)
 
     def start(self) -> list[Event]:
         return [{"type": "message_start", "message": self._message}]
@@ -24,6 +25,7 @@ class BlockWriter:
         events: list[Event] = []
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
+            self._matched = choice.get("stop_reason", self._matched)
             if delta.get("content"):
                 events += self._switch(("text", 0), {"type": "text", "text": ""})
                 events.append(self._delta({"type": "text_delta", "text": delta["content"]}))
@@ -44,7 +46,7 @@ class BlockWriter:
 
     def finish(self, finish_reason: str | None, usage: dict[str, Any] | None) -> list[Event]:
         events = self._close()
-        delta = {"stop_reason": stop_reason(finish_reason) or "end_turn", "stop_sequence": None}
+        delta = stop_fields(finish_reason, self._matched)
         events.append({"type": "message_delta", "delta": delta, "usage": usage_of(usage)})
         events.append({"type": "message_stop"})
         return events
