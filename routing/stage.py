@@ -21,7 +21,7 @@ from core.errors import OpenAIError, model_not_found
 from core.models import cost_usd
 from core.reply import Ending, Reply, prepend
 from core.tracing import attempt_span
-from core.usage import Usage
+from core.usage import Usage, estimate_prompt_tokens
 from core.validation import unrecognized
 from routing.config import RoutingPolicy, RoutingSettings
 from routing.policy import policy_section
@@ -221,6 +221,8 @@ class _Call:
 
     def _stream_ended(self, ctx: RequestContext, ending: Ending) -> None:
         ctx.usage = ending.usage
+        if ending.status != 200 and not ctx.usage.prompt_tokens:  # cut short before the upstream's usage:
+            ctx.usage.prompt_tokens = estimate_prompt_tokens(ctx.endpoint, ctx.body)  # the prompt was read
         self._charge(ctx)
         if ending.status == 200:
             self._replica.breaker.on_success()

@@ -1,5 +1,6 @@
 """Every bad input gets an OpenAI-style 4xx error, never a 500 or a hang."""
 
+import logging
 import socket
 import time
 
@@ -147,8 +148,9 @@ def test_health(gateway: ServerThread) -> None:
 
 
 def test_client_disconnect_cancels_upstream(
-    gateway: ServerThread, upstream: tuple[FakeUpstream, ServerThread]
+    gateway: ServerThread, upstream: tuple[FakeUpstream, ServerThread], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="llmgw.access")
     fake = upstream[0]
     before = len(fake.requests)
     body = orjson.dumps(
@@ -164,3 +166,6 @@ def test_client_disconnect_cancels_upstream(
     time.sleep(1.0)
     assert len(fake.requests) == before + 1
     assert fake.cancelled == 1, "the upstream stream should have been cut when the client left"
+    [record] = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "llmgw.access"]
+    assert record["status"] == "cancelled" and record["completion_tokens"] >= 1
+    assert record["prompt_tokens"] >= 100, "a stream cut short before its usage still bills its prompt (estimate)"
