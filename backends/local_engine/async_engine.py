@@ -46,6 +46,11 @@ class RequestObserver:
     def on_finished(self, times: RequestTimes, now: float, reason: str) -> None: ...
 
 
+class RequestFailed(Exception):
+    """The engine failed while preparing or stepping this request (a bug, not the client's input): the
+    request ends with this error and the loop goes on serving the others."""
+
+
 @dataclass
 class _Stream:
     loop: asyncio.AbstractEventLoop
@@ -109,8 +114,12 @@ class AsyncEngine:
     def _add(self, stream: _Stream, prompt_ids: list[int], params: SamplingParams) -> None:
         try:
             stream.seq_id = self.engine.add_request(prompt_ids, params)
-        except ValueError as error:
+        except ValueError as error:  # the client's: too long, a parameter out of range
             stream.put(error)
+            return
+        except Exception as error:
+            log.exception("the engine failed to add a request")
+            stream.put(_failure(error))
             return
         self._streams[stream.seq_id] = stream
 
@@ -124,7 +133,7 @@ class AsyncEngine:
             while not self._stopping:
                 self._drain_commands()
                 if self.engine.has_work:
-                    self._dispatch(self.engine.step())
+                    self._step()
                 else:
                     self._wakeup.wait(timeout=1.0)
                     self._wakeup.clear()
@@ -133,6 +142,19 @@ class AsyncEngine:
             self.error = error
             for stream in self._streams.values():
                 stream.put(RuntimeError("the engine loop crashed"))
+
+    def _step(self) -> None:
+        """One engine step; when it raises, the requests of that step fail and the loop goes on."""
+        try:
+            outputs = self.engine.step()
+        except Exception as error:
+            log.exception("an engine step failed: failing its requests")
+            for seq_id in self.engine.fail_step():
+                if (stream := self._streams.pop(seq_id, None)) is not None:
+                    self._observer.on_finished(stream.times, time.monotonic(), "abort")
+                    stream.put(_failure(error))
+            return
+        self._dispatch(outputs)
 
     def _drain_commands(self) -> None:
         while True:
@@ -154,3 +176,10 @@ class AsyncEngine:
                 del self._streams[output.seq_id]
                 self._observer.on_finished(stream.times, now, output.finish_reason or "stop")
             stream.put(output)
+
+
+def _failure(error: Exception) -> RequestFailed:
+    """What the client of a failed request is told: the kind of failure; the log has the traceback."""
+    return RequestFailed(
+        f"The engine failed while processing this request ({type(error).__name__}); see the server log."
+    )

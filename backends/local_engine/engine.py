@@ -4,53 +4,29 @@ One `step()` is one forward pass over a continuous batch. It returns, per reques
 tokens and text produced in that step, so a caller can stream them.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from backends.local_engine.block_manager import BlockManager
 from backends.local_engine.config import EngineSettings
+from backends.local_engine.engine_types import (
+    Detokenizer,
+    DetokenizerFactory,
+    ProbsFn,
+    Runner,
+    SampleAsyncFn,
+    SampleFn,
+)
 from backends.local_engine.logprobs import prompt_chunk_logprobs, token_logprob
 from backends.local_engine.outputs import RequestOutput, TokenLogprob
 from backends.local_engine.pipeline import PLACEHOLDER, InFlight, pipelinable
+from backends.local_engine.request_checks import check_params, check_token_ids
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.scheduler import Scheduler
 from backends.local_engine.sequence import ScheduledSeq, Sequence
 from backends.local_engine.speculative import AcceptanceGate, NgramProposer, verify_greedy, verify_sampled
-
-
-class Runner(Protocol):
-    num_blocks: int
-    block_size: int
-    eos_token_ids: Any
-
-    def execute(self, batch: list[ScheduledSeq], input_tokens: Any = None) -> list[Any]:
-        """Logits per scheduled sequence; `input_tokens` (a device tensor, one per sequence of a decode
-        batch) replaces the last token of each, for runners whose `accepts_device_input` says so."""
-        ...
-
-
-class Detokenizer(Protocol):
-    """Incremental text for one request; `stopped` once a stop string appeared (text cut before it)."""
-
-    stopped: bool
-
-    def add(self, token_id: int) -> str: ...
-
-    def flush(self) -> str:
-        """Text held back so far (a possible stop string's start, pending bytes), at the end."""
-        ...
-
-
-# logits [N, vocab], params, prompt ids and output ids per row -> the final sampling distributions [N, vocab]
-ProbsFn = Callable[[torch.Tensor, list[SamplingParams], list[list[int]], list[list[int]]], torch.Tensor]
-# logits [N, vocab] and the sequence of each row -> one next token per row (device_sampler.DeviceSampler)
-SampleFn = Callable[[torch.Tensor, list[Sequence]], list[int]]
-# the same, left on the device as an int64 tensor (DeviceSampler.sample_async)
-SampleAsyncFn = Callable[[torch.Tensor, list[Sequence]], torch.Tensor]
-DetokenizerFactory = Callable[[list[int], SamplingParams], Detokenizer]
 
 
 @dataclass
@@ -80,12 +56,14 @@ class LLMEngine:
         detokenizer: DetokenizerFactory,
         sample_fn: SampleFn | None = None,
         sample_async_fn: SampleAsyncFn | None = None,
+        vocab_size: int | None = None,
     ) -> None:
         """`sample_fn`, when given, samples steps without speculative drafts or grammars in one batched
         call (the CUDA engine: one host sync per step); other steps go through `probs_fn`. With
         `sample_async_fn` too (and settings.async_decode), plain decode steps run one ahead of the host
-        (pipeline.py)."""
+        (pipeline.py). `vocab_size`: prompt and stop token ids past it are refused when a request is added."""
         self.settings = settings
+        self.vocab_size = vocab_size
         self.runner = runner
         self.block_manager = BlockManager(
             runner.num_blocks, runner.block_size, settings.enable_prefix_caching
@@ -103,15 +81,19 @@ class LLMEngine:
         self._make_detokenizer = detokenizer
         self._eos = set(runner.eos_token_ids)
         self._requests: dict[int, _Request] = {}
+        self._stepping: list[int] | None = None  # the requests of the step under way, once scheduled
         self.counters = EngineCounters()
 
     # --- requests --------------------------------------------------------------------------------------
 
     def add_request(self, prompt_ids: list[int], params: SamplingParams) -> int:
-        """Queue a request; ValueError (with a client-facing message) when it cannot fit."""
+        """Queue a request; ValueError (with a client-facing message) when it cannot fit or is invalid
+        (request_checks.InvalidParam: a token id outside the vocabulary, a sampling parameter out of range)."""
         limit = self.settings.max_model_len
         if not prompt_ids:
             raise ValueError("the prompt is empty")
+        check_token_ids(prompt_ids, self.vocab_size, "prompt")
+        check_params(params, self.vocab_size)
         if len(prompt_ids) >= limit:
             raise ValueError(
                 f"This model's maximum context length is {limit} tokens. "
@@ -134,6 +116,17 @@ class LLMEngine:
         if self._requests.pop(seq_id, None) is not None:
             self.scheduler.abort(seq_id)
 
+    def fail_step(self) -> list[int]:
+        """After step() raised: end the requests of that step (every running one when it failed before its
+        batch was known or with a step in flight), freeing their blocks; returns their ids. The others go on."""
+        failed = self._stepping
+        if failed is None or self._inflight is not None:
+            failed = [seq.seq_id for seq in self.scheduler.running]
+        self._inflight = self._stepping = None
+        for seq_id in failed:
+            self.abort(seq_id)
+        return failed
+
     @property
     def has_work(self) -> bool:
         return self.scheduler.has_work or self._inflight is not None
@@ -145,11 +138,13 @@ class LLMEngine:
     # --- one step --------------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        self._stepping = None
         if self._inflight is not None:
             return self._continue_pipeline() if self._can_continue() else self._drain()
         if self.proposer is not None:
             self._propose_drafts()
         scheduled = self.scheduler.schedule().scheduled
+        self._stepping = [item.seq.seq_id for item in scheduled]
         if not scheduled:
             return []
         results = [_logits_of(result) for result in self.runner.execute(scheduled)]

@@ -26,21 +26,25 @@ def sampling_params(
     refuse_what_cannot_be_honoured(body, json_modes=grammars is not None)
     tools = tool_request(body) if endpoint == "chat" else None
     stop = body.get("stop") or []
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens
+    min_tokens = body.get("min_tokens") or 0
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    if max_tokens is None:  # not given: enough for min_tokens (an explicit smaller one is a 400)
+        max_tokens = max(default_max_tokens, min_tokens)
+    top_k = body.get("top_k") or 0
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=body.get("temperature", 1.0),
         top_p=body.get("top_p", 1.0),
-        top_k=body.get("top_k") or 0,
+        top_k=0 if top_k == -1 else top_k,  # vLLM's -1 and 0 both mean off
         min_p=body.get("min_p", 0.0),
         presence_penalty=body.get("presence_penalty", 0.0),
         frequency_penalty=body.get("frequency_penalty", 0.0),
         repetition_penalty=body.get("repetition_penalty", 1.0),
         seed=body.get("seed"),
         stop=[stop] if isinstance(stop, str) else list(stop),
-        stop_token_ids=list(body.get("stop_token_ids") or []),
+        stop_token_ids=_listed(body.get("stop_token_ids")),
         ignore_eos=bool(body.get("ignore_eos", False)),
-        min_tokens=min(body.get("min_tokens") or 0, max_tokens),
+        min_tokens=min_tokens,
         include_stop_str_in_output=bool(body.get("include_stop_str_in_output", False)),
         skip_special_tokens=body.get("skip_special_tokens", True) is not False,
         prompt_logprobs=body.get("logprobs") if endpoint == "completions" and body.get("echo") else None,
@@ -48,6 +52,11 @@ def sampling_params(
         constraint=_constraint(body, tools, grammars),
         **_logprob_options(endpoint, body),
     )
+
+
+def _listed(value: Any) -> Any:
+    """An array as a list; anything else as it came, for request_checks to refuse by name."""
+    return list(value) if isinstance(value, list | tuple) else ([] if value is None else value)
 
 
 def choice_params(

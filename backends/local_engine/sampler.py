@@ -115,6 +115,8 @@ def _top_k_top_p(logits: Tensor, params: list[SamplingParams]) -> Tensor:
     """Apply top-k/top-p to the rows that ask for it; the other rows stay untouched."""
     vocab = logits.shape[-1]
     rows = [row for row, p in enumerate(params) if 0 < p.top_k < vocab or p.top_p < 1.0]
+    if not rows:  # top-k at or past the vocabulary is no truncation (as in vLLM)
+        return logits
     if len(rows) == len(params):
         return _truncate_rows(logits, params)
     index = torch.tensor(rows, device=logits.device)

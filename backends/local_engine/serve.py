@@ -84,7 +84,9 @@ def load_local_engine(settings: EngineSettings) -> LoadedEngine:
 
         sampler = DeviceSampler()  # batched on the GPU: one host sync per step, or none (async decode)
         sample_fn, sample_async_fn = sampler.sample, sampler.sample_async
-    engine = LLMEngine(settings, runner, probabilities, detokenizer, sample_fn, sample_async_fn)
+    engine = LLMEngine(
+        settings, runner, probabilities, detokenizer, sample_fn, sample_async_fn, runner.config.vocab_size
+    )
     metrics = EngineMetrics(engine, settings.served_model_name)
     model = ServedModel(
         settings.served_model_name,

@@ -20,11 +20,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from backends.local_engine.async_engine import AsyncEngine
+from backends.local_engine.async_engine import AsyncEngine, RequestFailed
 from backends.local_engine.metrics import EngineMetrics
 from backends.local_engine.outputs import RequestOutput
-from backends.local_engine.prompts import prompts
+from backends.local_engine.prompts import Prompt, prompts
 from backends.local_engine.protocol import Choices, choice_params
+from backends.local_engine.request_checks import InvalidParam, check_params, check_token_ids, without_nulls
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.tokenize_api import tokenize
 from backends.local_engine.tools import engine_chat
@@ -142,16 +143,16 @@ def _add_routes(app: FastAPI, state: EngineState, default_max_tokens: int) -> No
 
 
 async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_max_tokens: int) -> Response:
-    body = parse_json(await request.body())
+    body = without_nulls(parse_json(await request.body()))  # null: the default, as OpenAI and vLLM read it
     validate(endpoint, body)
     if body["model"] != loaded.model.name:
         raise model_not_found(body["model"])
     params = choice_params(endpoint, body, default_max_tokens, loaded.model.grammars)
-    _check_logit_bias(params[0], loaded.model.vocab_size)
     tools = None
     if endpoint == "chat":
         body, tools = engine_chat(body)
     batch = prompts(loaded.model, endpoint, body)
+    _check(params[0], batch, loaded.model.vocab_size, "messages" if endpoint == "chat" else "prompt")
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     name, token_text = loaded.model.name, loaded.model.token_text
     echoes = batch if endpoint == "completions" and body.get("echo") else None
@@ -166,11 +167,14 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
 Started = list[tuple[RequestOutput, AsyncIterator[RequestOutput]]]  # per choice: first output, the rest
 
 
-def _check_logit_bias(params: SamplingParams, vocab_size: int | None) -> None:
-    outside = [t for t in params.logit_bias if vocab_size is not None and t >= vocab_size]
-    if outside:
-        raise bad_request(f"Invalid key in 'logit_bias': token id {outside[0]} is outside the model's "
-                          f"vocabulary of {vocab_size} tokens.", param="logit_bias")  # fmt: skip
+def _check(params: SamplingParams, batch: list[Prompt], vocab_size: int | None, param: str) -> None:
+    """vLLM's ranges for the sampling parameters, prompt token ids in the vocabulary: else a 400."""
+    try:
+        check_params(params, vocab_size)
+        for prompt in batch:
+            check_token_ids(prompt.ids, vocab_size, param)
+    except InvalidParam as error:
+        raise bad_request(str(error), param=error.param) from error
 
 
 async def _start_all(
@@ -257,12 +261,15 @@ async def _first_output(outputs: AsyncIterator[RequestOutput], param: str) -> Re
         return await anext(outputs)
     except ValueError as error:
         code = "context_length_exceeded" if "context length" in str(error) else None
-        raise bad_request(str(error), param=param, code=code) from error
+        raise bad_request(str(error), param=getattr(error, "param", param), code=code) from error
+    except RequestFailed as error:
+        raise _failed(error) from error
     except RuntimeError as error:
-        raise OpenAIError(503, str(error), code="engine_unavailable") from error
+        raise _unavailable(error) from error
 
 
 async def _sse(choices: Choices, starts: Started) -> AsyncIterator[bytes]:
+    """The chunks; a request the engine failed on (or a dead loop) ends with an error event, without [DONE]."""
     merged = _interleave(starts)
     try:
         for completion in choices.completions:
@@ -274,6 +281,9 @@ async def _sse(choices: Choices, starts: Started) -> AsyncIterator[bytes]:
         if choices.completions[0].include_usage:
             yield event(choices.usage_chunk())
         yield DONE
+    except (RequestFailed, RuntimeError) as error:
+        failure = _failed(error) if isinstance(error, RequestFailed) else _unavailable(error)
+        yield event(failure.to_dict())
     finally:  # the client left early: abort every choice's request
         await merged.aclose()
         await _close(starts)
@@ -295,9 +305,19 @@ async def _until_done_or_disconnect(request: Request, choices: Choices, starts: 
             return Response(status_code=499)
     try:
         task.result()
+    except RequestFailed as error:  # the engine failed on this request (the loop serves on)
+        raise _failed(error) from error
     except RuntimeError as error:  # the engine loop died mid-request
-        raise OpenAIError(503, str(error), code="engine_unavailable") from error
+        raise _unavailable(error) from error
     return _json(choices.response())
+
+
+def _failed(error: RequestFailed) -> OpenAIError:
+    return OpenAIError(500, str(error), code="engine_request_failed")
+
+
+def _unavailable(error: RuntimeError) -> OpenAIError:
+    return OpenAIError(503, str(error), code="engine_unavailable")
 
 
 def _json(content: dict[str, Any], status: int = 200) -> Response:
