@@ -1,5 +1,6 @@
 """Cheap checks on OpenAI request bodies, before anything else runs. Errors read like OpenAI's."""
 
+import re
 from typing import Any
 
 import orjson
@@ -45,6 +46,7 @@ _TYPED = {  # vLLM's and legacy fields, by type: a wrong type is a 400 here, as 
     str: ("suffix",),
 }  # fmt: skip
 MAX_CHOICES = 128  # OpenAI's limit on n
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 # OpenAI takes 4 stop strings, vLLM any number (evaluation harnesses send more): the upstream applies its own
 # limit, the gateway only bounds the work.
 MAX_STOPS = 64
@@ -68,6 +70,8 @@ def validate(endpoint: str, body: dict[str, Any]) -> None:
     {"chat": _check_messages, "completions": _check_prompt, "embeddings": _check_input}[endpoint](body)
     if endpoint != "embeddings":
         _check_sampling(body)
+    if endpoint == "chat":
+        _check_tools(body)
 
 
 def extra_fields(endpoint: str, body: dict[str, Any]) -> tuple[str, ...]:
@@ -151,8 +155,42 @@ def _check_sampling(body: dict[str, Any]) -> None:
         raise bad_request(
             f"Invalid 'min_tokens': expected an integer >= 0, got {min_tokens!r}.", param="min_tokens"
         )
+    if body.get("repetition_penalty") == 0:
+        raise bad_request(
+            "Invalid 'repetition_penalty': it must be greater than 0.", param="repetition_penalty"
+        )
     _check_stop(body.get("stop"))
     _check_logit_bias(body.get("logit_bias"))
+
+
+def _check_tools(body: dict[str, Any]) -> None:
+    """Function tools with OpenAI's names (and no name twice); a tool_choice needs tools."""
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise bad_request("Invalid type for 'tools': expected an array.", param="tools")
+        names: set[str] = set()
+        for i, tool in enumerate(tools):
+            kind = (tool.get("type") or "function") if isinstance(tool, dict) else None
+            spec = (
+                tool.get(kind) if isinstance(tool, dict) and isinstance(kind, str) else None
+            )  # "function": {…}
+            name = spec.get("name") if isinstance(spec, dict) else None
+            if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+                raise bad_request(f"Invalid 'tools[{i}].function.name': {name!r} does not match "
+                                  f"'^[a-zA-Z0-9_-]{{1,64}}$'.", param=f"tools[{i}].{kind}.name")  # fmt: skip
+            if name in names:
+                raise bad_request(
+                    f"Duplicate tool name {name!r} in 'tools'.", param=f"tools[{i}].function.name"
+                )
+            names.add(name)
+    choice = body.get("tool_choice")
+    if choice is not None and choice != "none" and not tools:
+        raise bad_request("Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
+                          "specified.", param="tool_choice")  # fmt: skip
+    if body.get("stream_options") is not None and not body.get("stream"):
+        raise bad_request("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                          param="stream_options")  # fmt: skip
 
 
 def _check_number(body: dict[str, Any], name: str, low: float, high: float) -> None:

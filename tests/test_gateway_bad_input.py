@@ -59,6 +59,16 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
         ({**GOOD, "logit_bias": {"12345678901": 1}}, "logit_bias"),
         ({**GOOD, "logit_bias": {"42": -101}}, "logit_bias"),
         ({**GOOD, "logit_bias": {"42": "up"}}, "logit_bias"),
+        ({**GOOD, "tool_choice": "required"}, "tool_choice"),
+        ({**GOOD, "stream_options": {"include_usage": True}}, "stream_options"),
+        ({**GOOD, "repetition_penalty": 0}, "repetition_penalty"),
+        ({**GOOD, "tools": {"type": "function"}}, "tools"),
+        (
+            {**GOOD, "tools": [{"type": "function", "function": {"name": "bad name!"}}]},
+            "tools[0].function.name",
+        ),
+        ({**GOOD, "tools": [{"type": "function", "function": {"name": "f"}}] * 2}, "tools[1].function.name"),
+        ({**GOOD, "tools": [{"type": "custom", "custom": {"name": ""}}]}, "tools[0].custom.name"),
     ],
 )
 def test_bad_chat_bodies_are_400(gateway: ServerThread, payload: bytes | dict, param: str | None) -> None:
@@ -168,4 +178,6 @@ def test_client_disconnect_cancels_upstream(
     assert fake.cancelled == 1, "the upstream stream should have been cut when the client left"
     [record] = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "llmgw.access"]
     assert record["status"] == "cancelled" and record["completion_tokens"] >= 1
-    assert record["prompt_tokens"] >= 100, "a stream cut short before its usage still bills its prompt (estimate)"
+    assert record["prompt_tokens"] >= 100, (
+        "a stream cut short before its usage still bills its prompt (estimate)"
+    )
