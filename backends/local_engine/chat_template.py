@@ -6,6 +6,7 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from backends.local_engine.request_checks import InvalidParam
 from core.errors import bad_request
 
 # ChatML, used when a checkpoint carries no template of its own.
@@ -44,12 +45,16 @@ class ChatTemplate:
         vLLM's options: `continue_final_message` ends the prompt inside the last (assistant) message, so the
         model continues its text; `template_kwargs` are extra variables for the template (e.g. enable_thinking).
         """
+        reserved = sorted({"messages", "add_generation_prompt"} & set(template_kwargs or {}))
+        if reserved:
+            message = f"chat_template_kwargs cannot set {reserved[0]!r}: it is the request's own field."
+            raise InvalidParam(message, "chat_template_kwargs")
         variables = {**(template_kwargs or {}), **self.special}
         try:
             text = self.template.render(
                 messages=messages, add_generation_prompt=add_generation_prompt, **variables
             )
-        except TemplateError as error:
+        except Exception as error:  # TemplateError, or a TypeError the request's values caused inside it
             raise ValueError(f"chat template: {error}") from error
         if not continue_final_message:
             return text
@@ -61,14 +66,20 @@ class ChatTemplate:
 
 
 def text_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages whose `content` is an array of OpenAI content parts, with the text parts joined into one string.
+    """Messages whose `content` is a string: the text parts of an array of OpenAI content parts joined into
+    one, a null or missing content (an assistant's with `tool_calls`) as "" (as vLLM renders it), since
+    templates concatenate it.
 
     The engine's models read text only: any other part (image_url, input_audio, file, ...) is a 400 naming it.
     """
-    return [_text_message(i, m) if isinstance(m.get("content"), list) else m for i, m in enumerate(messages)]
+    return [_text_message(i, m) for i, m in enumerate(messages)]
 
 
 def _text_message(i: int, message: dict[str, Any]) -> dict[str, Any]:
+    if message.get("content") is None:
+        return {**message, "content": ""}
+    if not isinstance(message["content"], list):
+        return message
     texts = []
     for j, part in enumerate(message["content"]):
         param = f"messages[{i}].content[{j}]"

@@ -52,7 +52,7 @@ def chat_ids(model: Encoders, body: dict[str, Any]) -> list[int]:
     try:
         return model.encode_chat(body["messages"], **options)
     except ValueError as error:  # the chat template refused the conversation (e.g. its role order)
-        raise bad_request(str(error), param="messages") from error
+        raise bad_request(str(error), param=getattr(error, "param", "messages")) from error
 
 
 def _items(prompt: Any) -> list[str | list[int]]:

@@ -12,6 +12,7 @@ OpenAI's `strict` mode has them): left open, SmolLM2 filled a forced call's argu
 """
 
 import secrets
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,11 +56,33 @@ class ToolRequest:
 def engine_chat(body: dict[str, Any]) -> tuple[dict[str, Any], ToolRequest | None]:
     """A chat body as the engine renders it: text parts joined, the tools prompt added when tools are offered;
     and the tools to call (None when none)."""
-    body = {**body, "messages": text_messages(body["messages"])}
+    body = {**body, "messages": [_calls_as_text(m) for m in text_messages(body["messages"])]}
     tools = tool_request(body)
     if tools is not None:
         body = {**body, "messages": with_tools_prompt(body["messages"], tools)}
     return body, tools
+
+
+def _calls_as_text(message: dict[str, Any]) -> dict[str, Any]:
+    """An assistant's earlier `tool_calls` (content "") written as the answer the tools prompt asks for, so
+    the model sees what it called before the `tool` results that follow."""
+    calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or message.get("content") or not isinstance(calls, list):
+        return message
+    texts = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            texts.append(MARKER + _call_json(function["name"], function.get("arguments")))
+    return {**message, "content": "\n".join(texts)}
+
+
+def _call_json(name: str, arguments: Any) -> str:
+    """`{"name", "arguments"}` with the arguments as JSON (OpenAI sends them as a JSON string)."""
+    if isinstance(arguments, str):
+        with suppress(orjson.JSONDecodeError):
+            arguments = orjson.loads(arguments)
+    return orjson.dumps({"name": name, "arguments": arguments if arguments is not None else {}}).decode()
 
 
 def tool_request(body: dict[str, Any]) -> ToolRequest | None:
