@@ -1,6 +1,7 @@
 """The HTTP application: the proxy hot path in front of a FastAPI app for everything else."""
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -124,8 +125,11 @@ def _add_info_routes(app: FastAPI) -> None:
     app.add_api_route("/health/ready", ready, methods=["GET"])
 
 
+_STARTED = int(time.time())  # a model card's `created`: when this gateway started, as vLLM reports it
+
+
 def model_card(name: str) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "llmgw"}
+    return {"id": name, "object": "model", "created": _STARTED, "owned_by": "llmgw"}
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -140,7 +144,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         error.headers.update({k: v for k, v in (exc.headers or {}).items() if k.lower() != "allow"})
         if exc.status_code == 405:  # Starlette's Allow names one route's methods; a path may have several
             error.headers["allow"] = allowed_methods(request.app, request.url.path)
-        return error_response(error)
+        anthropic = request.url.path.startswith("/v1/messages")
+        return (anthropic_error_response if anthropic else error_response)(error)
 
     async def on_validation_error(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {}

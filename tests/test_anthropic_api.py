@@ -200,3 +200,18 @@ def test_messages_field_errors_say_what_is_wrong(gateway: ServerThread, change: 
         gateway.url + "/v1/messages", json=body, headers={"x-api-key": MASTER_KEY}, timeout=30
     )
     assert answer.status_code == 400 and words in answer.json()["error"]["message"], answer.text
+
+
+def test_messages_paths_answer_in_anthropics_shape(gateway: ServerThread) -> None:
+    wrong_method = httpx.get(gateway.url + "/v1/messages", headers={"x-api-key": MASTER_KEY}, timeout=10)
+    unknown = httpx.post(
+        gateway.url + "/v1/messages/nope", headers={"x-api-key": MASTER_KEY}, json={}, timeout=10
+    )
+    no_key = httpx.post(gateway.url + "/v1/messages", json={"model": "fake-model"}, timeout=10)
+    for answer, status, kind in ((wrong_method, 405, "invalid_request_error"), (unknown, 404, "not_found_error"),
+                                 (no_key, 401, "authentication_error")):  # fmt: skip
+        assert answer.status_code == status and answer.json()["type"] == "error", answer.text
+        assert answer.json()["error"]["type"] == kind
+    assert "x-api-key" in no_key.json()["error"]["message"]
+    models = httpx.get(gateway.url + "/v1/models", headers={"authorization": f"Bearer {MASTER_KEY}"}).json()
+    assert all(card["created"] > 1_700_000_000 for card in models["data"])

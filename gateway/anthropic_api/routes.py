@@ -91,6 +91,10 @@ async def _answer(request: Request, handle: Callable[[Request], Awaitable[Respon
     try:
         return await handle(request)
     except OpenAIError as error:
+        if error.code == "missing_api_key":  # Anthropic's clients send x-api-key
+            error = OpenAIError(
+                401, "x-api-key header is required (or Authorization: Bearer).", code=error.code
+            )
         return anthropic_error_response(error)
     except Exception:
         log.exception("POST %s failed", request.url.path)
