@@ -155,8 +155,7 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
     _check(params[0], batch, loaded.model.vocab_size, "messages" if endpoint == "chat" else "prompt")
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     name, token_text = loaded.model.name, loaded.model.token_text
-    echoes = batch if endpoint == "completions" and body.get("echo") else None
-    choices = Choices.of(len(params), endpoint, name, token_text, include_usage, tools, echoes)
+    choices = Choices.of(len(params), endpoint, name, token_text, include_usage, tools, batch)
     param = "messages" if endpoint == "chat" else "prompt"
     starts = await _start_all(loaded.engine, [p.ids for p in batch], params, param)
     if body.get("stream"):
