@@ -38,11 +38,15 @@ def test_responses_plain_and_streamed(gateway: ServerThread) -> None:
     response = client.responses.create(model="engine", input="abc", max_output_tokens=5, temperature=0)
     assert response.output_text and response.usage.output_tokens == 5
     assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+    assert response.output[0].status == "incomplete" and response.completed_at is None  # as OpenAI's
     events = list(
         client.responses.create(model="engine", input="abc", max_output_tokens=5, temperature=0, stream=True)
     )
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == response.output_text and events[-1].type == "response.incomplete"
+    streamed = events[-1].response
+    assert streamed.output[0].status == "incomplete" and streamed.output[0].id.endswith("_0")
+    assert response.output[0].id.endswith("_0")  # item ids by output position, streamed or not
 
 
 def test_messages_plain_and_streamed(gateway: ServerThread) -> None:

@@ -34,6 +34,7 @@ def test_create_with_instructions(client: openai.OpenAI, upstream: tuple[FakeUps
     assert response.id.startswith("resp_") and raw.headers["x-served-by"] == "fake-1"
     assert (response.usage.input_tokens, response.usage.output_tokens) == (7, 3)
     assert response.usage.total_tokens == 10
+    assert response.completed_at >= response.created_at and response.output[0].status == "completed"
     body = sent(upstream)
     assert body["messages"] == [
         {"role": "system", "content": "Be brief."},

@@ -20,17 +20,26 @@ def skeleton(
         "temperature": echo.get("temperature") if echo.get("temperature") is not None else 1.0,
         "text": text, "tool_choice": echo.get("tool_choice") or "auto", "tools": echo.get("tools") or [],
         "top_p": echo.get("top_p") if echo.get("top_p") is not None else 1.0, "truncation": "disabled",
-        "usage": None, "user": echo.get("user"), "metadata": echo.get("metadata") or {},
+        "usage": None, "user": echo.get("user"), "metadata": echo.get("metadata") or {}, "completed_at": None,
     }  # fmt: skip
 
 
 def finish(response: dict[str, Any], output: list[dict[str, Any]], finish_reason: str | None,
            usage: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
-    """Fill in the output, the status and the usage."""
+    """Fill in the output, the status and the usage. A message cut short is itself `incomplete`."""
     reason = _INCOMPLETE.get(finish_reason or "")
+    for item in output:
+        if item["type"] == "message":
+            item["status"] = item_status(finish_reason)
     response.update(output=output, status="incomplete" if reason else "completed", usage=usage_of(usage))
     response["incomplete_details"] = {"reason": reason} if reason else None
+    response["completed_at"] = None if reason else int(time.time())
     return response
+
+
+def item_status(finish_reason: str | None) -> str:
+    """An output message's status once the answer has ended."""
+    return "incomplete" if finish_reason in _INCOMPLETE else "completed"
 
 
 def from_completion(skeleton_: dict[str, Any], completion: dict[str, Any]) -> dict[str, Any]:
@@ -38,11 +47,11 @@ def from_completion(skeleton_: dict[str, Any], completion: dict[str, Any]) -> di
     message = choice.get("message") or {}
     output: list[dict[str, Any]] = []
     prefix = skeleton_["id"].removeprefix("resp_")
-    if message.get("content") or not message.get("tool_calls"):
-        output.append(message_item(f"msg_{prefix}", message.get("content") or ""))
+    if message.get("content") or not message.get("tool_calls"):  # item ids by output position, as streamed
+        output.append(message_item(f"msg_{prefix}_0", message.get("content") or ""))
     for i, call in enumerate(message.get("tool_calls") or []):
         function = call.get("function") or {}
-        output.append(function_call_item(f"fc_{prefix}_{i}", call.get("id") or f"call_{prefix}_{i}",
+        output.append(function_call_item(f"fc_{prefix}_{len(output)}", call.get("id") or f"call_{prefix}_{i}",
                                          function.get("name", ""), function.get("arguments") or ""))  # fmt: skip
     return finish(skeleton_, output, choice.get("finish_reason"), completion.get("usage"))
 

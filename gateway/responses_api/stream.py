@@ -82,7 +82,7 @@ class EventWriter:
                 self.event("response.output_text.done", **self._where(state), text=text, logprobs=[])
             )
             events.append(self.event("response.content_part.done", **self._where(state), part=part))
-            state["item"].update(status="completed", content=[part])
+            state["item"].update(status=reply.item_status(finish_reason), content=[part])
             events.append(
                 self.event("response.output_item.done", output_index=state["index"], item=state["item"])
             )
