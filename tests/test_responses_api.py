@@ -199,3 +199,10 @@ async def test_redis_store_round_trip_with_ttl() -> None:
     assert 0 < await client.ttl(f"{prefix}:resp_1") <= 120
     assert await store.delete("resp_1") and await store.get("resp_1") is None
     await store.aclose()
+
+
+@pytest.mark.parametrize("given", [0, -3, "5", True])
+def test_a_bad_max_output_tokens_is_named_as_sent(client: openai.OpenAI, given: object) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        client.responses.create(model="fake-model", input="x", max_output_tokens=given)
+    assert error.value.body["param"] == "max_output_tokens"

@@ -33,7 +33,11 @@ def to_chat(body: dict[str, Any], previous: list[dict[str, Any]] | None = None) 
     chat: dict[str, Any] = {k: body[k] for k in _SAME if k in body}
     chat["messages"] = system + history
     if body.get("max_output_tokens") is not None:
-        chat["max_tokens"] = body["max_output_tokens"]
+        given = body["max_output_tokens"]
+        if not isinstance(given, int) or isinstance(given, bool) or given < 1:
+            raise bad_request(f"Invalid 'max_output_tokens': expected an integer >= 1, got {given!r}.",
+                              param="max_output_tokens")  # fmt: skip
+        chat["max_tokens"] = given
     if body.get("tools"):
         chat["tools"] = [_tool(i, t) for i, t in enumerate(_list(body["tools"], "tools"))]
     if body.get("tool_choice") is not None:
