@@ -7,15 +7,22 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from cache.config import CachePolicy
 from routing.config import CascadePolicy, RoutingPolicy
 
+# The largest limit or budget: counters live in Redis as doubles (exact to 2**53); above this, say None.
+MAX_LIMIT = 10**12
+
 
 class Limits(BaseModel):
     """Rolling-window limits; None means unlimited."""
 
     model_config = ConfigDict(extra="forbid")
 
-    rpm: int | None = Field(default=None, ge=0, description="requests per rolling minute")
-    tpm: int | None = Field(default=None, ge=0, description="prompt+completion tokens per rolling minute")
-    max_concurrent: int | None = Field(default=None, ge=0, description="requests in flight at once")
+    rpm: int | None = Field(default=None, ge=0, le=MAX_LIMIT, description="requests per rolling minute")
+    tpm: int | None = Field(
+        default=None, ge=0, le=MAX_LIMIT, description="prompt+completion tokens per rolling minute"
+    )
+    max_concurrent: int | None = Field(
+        default=None, ge=0, le=MAX_LIMIT, description="requests in flight at once"
+    )
 
     def is_empty(self) -> bool:
         return self.rpm is None and self.tpm is None and self.max_concurrent is None
@@ -26,8 +33,8 @@ class Budget(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    usd_per_day: float | None = Field(default=None, ge=0)
-    usd_per_month: float | None = Field(default=None, ge=0)
+    usd_per_day: float | None = Field(default=None, ge=0, le=MAX_LIMIT)
+    usd_per_month: float | None = Field(default=None, ge=0, le=MAX_LIMIT)
 
 
 class Policy(BaseModel):

@@ -114,6 +114,12 @@ async def test_validation_and_missing_objects_are_openai_errors(admin):
     assert_openai_error(
         await client.post("/admin/v1/tenants", headers=AUTH, json={"id": "bad id!", "name": "x"}), 422
     )
+    assert_openai_error(  # the master key's usage is recorded under "master"
+        await client.post("/admin/v1/tenants", headers=AUTH, json={"id": "master", "name": "x"}), 422
+    )
+    huge = {"name": "x", "key_limits": {"rpm": 10**23}, "tenant_budget": {"usd_per_day": 1e300}}
+    error = assert_openai_error(await client.post("/admin/v1/policies", headers=AUTH, json=huge), 422)
+    assert error["param"] in ("key_limits.rpm", "tenant_budget.usd_per_day")
     error = assert_openai_error(
         await client.post("/admin/v1/keys", headers=AUTH, json={"tenant_id": "ghost"}), 404
     )

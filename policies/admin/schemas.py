@@ -3,7 +3,7 @@
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from core.models import ModelConfig
@@ -42,10 +42,17 @@ class TenantIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str | None = Field(
-        default=None, pattern=r"^[A-Za-z0-9_.:-]{1,64}$", description="generated if absent"
+        default=None, pattern=r"^[A-Za-z0-9_.:-]{1,64}$", description="generated if absent; not 'master'"
     )
     name: str = Field(min_length=1, max_length=200)
     policy_id: str | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _not_master(cls, value: str | None) -> str | None:
+        if value == "master":  # the master key's usage is recorded under it
+            raise ValueError("'master' is reserved for the master key")
+        return value
 
 
 class TenantPatch(BaseModel):
