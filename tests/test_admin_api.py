@@ -107,7 +107,11 @@ async def test_validation_and_missing_objects_are_openai_errors(admin):
     assert_openai_error(
         await client.post("/admin/v1/policies", headers=AUTH, json={"name": "x", "bogus": 1}), 422
     )
-    assert_openai_error(await client.post("/admin/v1/tenants", headers=AUTH, content=b"{not json"), 422)
+    for headers in (AUTH, {**AUTH, "content-type": "application/json"}):  # malformed JSON: 400 either way
+        error = assert_openai_error(
+            await client.post("/admin/v1/tenants", headers=headers, content=b"{no"), 400
+        )
+        assert error["code"] == "invalid_json"
     bad_cache = {"name": "x", "cache": {"similarity_threshold": 7}}  # validated by cache.config.CachePolicy
     error = assert_openai_error(await client.post("/admin/v1/policies", headers=AUTH, json=bad_cache), 422)
     assert error["param"] == "cache.similarity_threshold"

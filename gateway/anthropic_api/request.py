@@ -158,10 +158,11 @@ def _tool(i: int, tool: Any) -> dict[str, Any]:
         not isinstance(tool, dict)
         or not isinstance(tool.get("name"), str)
         or tool.get("type") not in (None, "custom")
+        or not isinstance(tool.get("input_schema"), dict)
     ):
         raise bad_request(f"tools.{i}: only custom tools with a name and an input_schema are supported",
                           param=f"tools.{i}")  # fmt: skip
-    function = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
+    function = {"name": tool["name"], "parameters": tool["input_schema"]}
     if tool.get("description"):
         function["description"] = tool["description"]
     return {"type": "function", "function": function}

@@ -64,6 +64,8 @@ def as_openai_error(exc: Exception) -> OpenAIError:
 
 
 def _validation_error(exc: RequestValidationError) -> OpenAIError:
+    if any(e.get("type") == "json_invalid" for e in exc.errors()):  # not JSON at all: 400, as on every route
+        return OpenAIError(400, "Invalid request: the body is not valid JSON.", code="invalid_json")
     problems = [
         f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg')}" for e in exc.errors()
     ]

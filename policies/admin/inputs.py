@@ -72,8 +72,8 @@ async def reject_nul(request: Request) -> None:
     try:  # orjson first: the standard parser FastAPI uses overflows the stack on deeply nested input
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise OpenAIError(
-            422, f"Invalid request: the body is not valid JSON ({exc}).", code="invalid_json"
+        raise OpenAIError(  # 400, as a body that is not JSON is on every route
+            400, f"Invalid request: the body is not valid JSON ({exc}).", code="invalid_json"
         ) from None
     found = _nul_path(document) if b"\\u0000" in body else None
     if found is not None:
