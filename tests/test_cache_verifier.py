@@ -33,6 +33,9 @@ NEGATIVES = {
     "swap": ("Is Paris larger than London?", "Is London larger than Paris?"),
     "negation": ("Which foods contain gluten?", "Which foods do not contain gluten?"),
     "number": ("What is 15% of 80?", "What is 25% of 80?"),
+    "number_order": ("Is 7 greater than 3?", "Is 3 greater than 7?"),  # an outside audit found these served
+    "number_order_less": ("Is 12 less than 5?", "Is 5 less than 12?"),
+    "number_order_minus": ("What is 10 minus 4?", "What is 4 minus 10?"),
     "unrelated": ("What is the capital of France?", "How do I bake sourdough bread?"),
 }
 
