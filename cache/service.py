@@ -21,6 +21,7 @@ from cache.request import CacheRequest
 from cache.shadow import ShadowChecker
 from cache.store import CacheStore
 from core.context import CacheNote, RequestContext
+from core.errors import OpenAIError
 from core.ids import next_request_id
 from core.reply import Ending, Reply
 from core.usage import Usage
@@ -78,8 +79,16 @@ class CacheService:
         await self.store.aclose()
 
     async def flush(self, tenant_id: str | None = None, model: str | None = None) -> int:
-        """Drops the entries of one tenant and/or model alias (None = all); returns how many."""
-        return await self.store.flush(tenant_id, model)
+        """Drops the entries of one tenant and/or model alias (None = all); returns how many. A 503 (with
+        Retry-After) when the store cannot be reached: nothing is known to be flushed, so the caller retries."""
+        try:
+            return await self.store.flush(tenant_id, model)
+        except Exception as exc:
+            log.warning("cache: flush failed", exc_info=True)
+            error = OpenAIError(503, f"The cache store is unreachable ({type(exc).__name__}); nothing was flushed. "
+                                "Try again.", code="cache_unavailable")  # fmt: skip
+            error.headers["retry-after"] = "1"
+            raise error from None
 
     # --- lookups ------------------------------------------------------------------------------
 

@@ -198,3 +198,17 @@ async def test_flush_by_tenant_and_model(cache):
     assert acme.headers["x-cache-status"] == "miss" and globex.headers["x-cache-status"] == "hit"
     assert await cache.flush(model="small") == 2
     assert await cache.flush(model="small") == 0
+
+
+async def test_a_flush_the_store_cannot_take_is_a_503_to_retry():
+    """The admin API's flush while Redis is down: a 503 with Retry-After, not a 500 (outside audit)."""
+
+    class Unreachable(MemoryStore):
+        async def flush(self, tenant_id=None, model=None):
+            raise ConnectionError("Error 111 connecting to 127.0.0.1:6390. Connection refused.")
+
+    service = CacheService(settings(), Unreachable())
+    with pytest.raises(OpenAIError) as error:
+        await service.flush("tenant-a")
+    assert error.value.status == 503 and error.value.headers["retry-after"] == "1"
+    assert "6390" not in error.value.message  # the store's address stays in the log
