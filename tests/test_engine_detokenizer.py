@@ -68,6 +68,14 @@ def test_partial_stop_prefix_is_released_when_it_turns_out_not_to_be_a_stop(toke
 def test_earliest_of_several_stop_strings_wins(tokenizer: Tokenizer) -> None:
     pieces, detok = stream(tokenizer, "one, two; three", stop=["three", ";"])
     assert detok.stopped and "".join(pieces) == "one, two"
+    assert detok.stop_string == ";"  # vLLM's stop_reason: the string that matched
+
+
+def test_the_stop_string_spanning_tokens_is_remembered(tokenizer: Tokenizer) -> None:
+    _, detok = stream(tokenizer, "The answer is 42. STOP HERE and more text", stop=["nope", "STOP HERE"])
+    assert detok.stop_string == "STOP HERE"
+    _, unstopped = stream(tokenizer, "no stop at all", stop=["STOP"])
+    assert unstopped.stop_string is None
 
 
 def test_special_tokens_are_skipped(tokenizer: Tokenizer) -> None:

@@ -75,6 +75,7 @@ class FakeDetokenizer:
         self.stop = params.stop
         self.text = ""
         self.stopped = False
+        self.stop_string: str | None = None
 
     def add(self, token_id: int) -> str:
         before = len(self.text)
@@ -82,7 +83,7 @@ class FakeDetokenizer:
         for stop in self.stop:
             if stop in self.text:
                 self.text = self.text[: self.text.index(stop)]
-                self.stopped = True
+                self.stopped, self.stop_string = True, stop
         return self.text[before:]
 
     def flush(self) -> str:

@@ -35,6 +35,7 @@ class IncrementalDetokenizer:
         self.text = ""  # the output so far, cut before a stop string
         self.released = 0  # characters of `text` already returned
         self.stopped = False
+        self.stop_string: str | None = None  # the stop string that ended the text
 
     def add(self, token_id: int) -> str:
         """The newly final text after appending `token_id` ('' while waiting)."""
@@ -68,8 +69,9 @@ class IncrementalDetokenizer:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
     def _release(self) -> str:
-        cut = self._stop_position() if self.added >= self.min_tokens else None
-        if cut is not None:
+        found = self._stop_position() if self.added >= self.min_tokens else None
+        if found is not None:
+            cut, self.stop_string = found
             self.text, self.stopped = self.text[:cut], True
             end = len(self.text)
         else:
@@ -77,13 +79,13 @@ class IncrementalDetokenizer:
         released, self.released = self.text[self.released : end], max(self.released, end)
         return released
 
-    def _stop_position(self) -> int | None:
-        """Where the text ends at the first stop string: before it, or after it when it is kept."""
-        found = [(i, len(s)) for s in self.stop_strings if (i := self.text.find(s, self.released)) >= 0]
+    def _stop_position(self) -> tuple[int, str] | None:
+        """Where the text ends at the first stop string (before it, or after it when it is kept), and which."""
+        found = [(i, len(s), s) for s in self.stop_strings if (i := self.text.find(s, self.released)) >= 0]
         if not found:
             return None
-        start, length = min(found)
-        return start + length if self.include_stop else start
+        start, length, stop = min(found)
+        return (start + length if self.include_stop else start), stop
 
     def _held_back(self) -> int:
         """Length of the longest tail of `text` that a stop string starts with."""

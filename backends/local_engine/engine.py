@@ -20,7 +20,7 @@ from backends.local_engine.engine_types import (
     SampleFn,
 )
 from backends.local_engine.logprobs import prompt_chunk_logprobs, token_logprob
-from backends.local_engine.outputs import RequestOutput, TokenLogprob
+from backends.local_engine.outputs import RequestOutput, TokenLogprob, matched_stop
 from backends.local_engine.pipeline import PLACEHOLDER, InFlight, pipelinable
 from backends.local_engine.request_checks import check_params, check_token_ids
 from backends.local_engine.sampling_params import SamplingParams
@@ -277,7 +277,7 @@ class LLMEngine:
         if out.finish_reason is not None:
             del seq.token_ids[len(seq.token_ids) - pending :]
             out.new_text += request.detokenizer.flush()
-            self._finish(request, out.finish_reason)
+            self._finish(request, out, token_id)
             pending = 0
         out.num_output_tokens = len(seq.output_ids) - pending
         self.counters.num_generation_tokens += 1
@@ -343,7 +343,7 @@ class LLMEngine:
                 out.finish_reason = self._length_reason(request)
             if out.finish_reason is not None:
                 out.new_text += request.detokenizer.flush()
-                self._finish(request, out.finish_reason)
+                self._finish(request, out, token_id)
                 break
         out.num_output_tokens = len(seq.output_ids)
         self.counters.num_generation_tokens += len(out.new_token_ids)
@@ -365,8 +365,13 @@ class LLMEngine:
             return "length"
         return None
 
-    def _finish(self, request: _Request, reason: str) -> None:
-        self.scheduler.finish(request.seq, reason)
+    def _finish(self, request: _Request, out: RequestOutput, token_id: int) -> None:
+        """End the request on `token_id`, with vLLM's stop_reason: the stop string or stop token that ended it."""
+        params, stop_string = request.seq.params, request.detokenizer.stop_string
+        if out.finish_reason == "stop":
+            eos = token_id in self._eos and not params.ignore_eos
+            out.stop_reason = matched_stop(token_id, stop_string, params.stop_token_ids, eos)
+        self.scheduler.finish(request.seq, out.finish_reason)
         del self._requests[request.seq.seq_id]
 
 

@@ -21,9 +21,11 @@ class Runner(Protocol):
 
 
 class Detokenizer(Protocol):
-    """Incremental text for one request; `stopped` once a stop string appeared (text cut before it)."""
+    """Incremental text for one request; `stopped` once a stop string appeared (text cut before it), and
+    `stop_string` which one."""
 
     stopped: bool
+    stop_string: str | None
 
     def add(self, token_id: int) -> str: ...
 

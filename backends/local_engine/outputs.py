@@ -24,7 +24,19 @@ class RequestOutput:
     num_output_tokens: int
     # with the first output of a request that asked for them: each prompt token's logprob (None for the first)
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    # vLLM's: what ended a "stop" finish: the stop string, the stop token id; None for EOS, a length stop
+    stop_reason: int | str | None = None
 
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+
+def matched_stop(
+    token_id: int, stop_string: str | None, stop_token_ids: list[int], eos: bool
+) -> int | str | None:
+    """vLLM's `stop_reason` of a request that finished with "stop" on `token_id`: the stop string the text
+    ended with, else the token id when it is a stop token (and not an end of sequence honoured: `eos`)."""
+    if stop_string is not None:
+        return stop_string
+    return token_id if not eos and token_id in stop_token_ids else None

@@ -207,6 +207,7 @@ class Completion:
             **choice,
             "logprobs": self._logprobs(self.logprobs, with_prompt=True),
             "finish_reason": finish,
+            "stop_reason": self.last.stop_reason if self.last else None,
         }
 
     def usage(self) -> dict[str, Any]:
@@ -261,6 +262,7 @@ class Completion:
         choice: dict[str, Any] = {
             "index": self.index,
             "finish_reason": finish,
+            "stop_reason": self.last.stop_reason if finish and self.last else None,  # vLLM's: what stopped it
             "logprobs": self._logprobs(logprobs, with_prompt),
         }
         choice["delta" if self.is_chat else "text"] = content
