@@ -88,3 +88,14 @@ def test_the_end_of_sequence_token_is_no_stop_reason_but_a_stop_token_id_is() ->
         ("stop", None),
         ("stop", EOS),  # ignored as an end of sequence, a stop token all the same
     ]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "prefix"), [("chat/completions", "chatcmpl-"), ("completions", "cmpl-")]
+)
+def test_ids_take_the_endpoint_prefix_streamed_or_not(server, endpoint: str, prefix: str) -> None:
+    whole = _post(server, endpoint, max_tokens=2, n=2)
+    chunks = _stream(server, endpoint, max_tokens=2, n=2, stream_options={"include_usage": True})
+    assert whole["id"].startswith(prefix)
+    assert len({chunk["id"] for chunk in chunks}) == 1 and chunks[0]["id"].startswith(prefix)
+    assert chunks[0]["id"] != whole["id"]

@@ -167,13 +167,16 @@ class Completion:
     tools: ToolRequest | None = None  # the answer may be a constrained tool call (tools.py): `tool_calls`
     index: int = 0  # which of the request's n choices this is
     prompt: Prompt | None = None  # with completions' echo: its text (and ids) go before the answer
-    id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
+    id: str = ""  # "" for a fresh one: chatcmpl-... for chat, cmpl-... for completions (as vLLM and OpenAI)
     created: int = field(default_factory=lambda: int(time.time()))
     text: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
     prompt_logprobs: list[TokenLogprob | None] | None = None  # echo with logprobs: the prompt tokens' own
     echo_sent: bool = False  # streams: the echo goes out with the first chunk
     last: RequestOutput | None = None
+
+    def __post_init__(self) -> None:
+        self.id = self.id or f"{'chatcmpl' if self.is_chat else 'cmpl'}-{uuid.uuid4().hex}"
 
     @property
     def is_chat(self) -> bool:
