@@ -169,6 +169,24 @@ async def test_replicas_are_counted_by_heartbeat(server):
             pool.close()
 
 
+async def test_a_redis_restart_does_not_shrink_the_count_at_once(server):
+    """After a restart the heartbeat set is empty: the first replica to beat must not count itself alone,
+    or a second outage gives it the whole limit (an outside audit: 15 of an rpm of 10 admitted)."""
+    pools = [RespPool.from_url(server.url, 2.0) for _ in range(2)]
+    counts = [ReplicaCount(pool, "t:replicas", None, 1.0) for pool in pools]
+    try:
+        for count in (*counts, *counts):
+            await count.beat()
+        assert [count() for count in counts] == [2, 2]
+        with server.client() as client:
+            client.flushall()  # what a restart without persistence leaves
+        await counts[0].beat()
+        assert counts[0]() == 2  # the other replica was seen within three intervals
+    finally:
+        for pool in pools:
+            pool.close()
+
+
 @pytest.mark.parametrize("mode", ["open", "closed"])
 async def test_policy_failure_mode_through_the_stage(tmp_path, mode):
     settings = make_settings(Database(f"sqlite+aiosqlite:///{tmp_path}/t.db", None), "llmgw-test:dead:")

@@ -84,8 +84,9 @@ class Limiter(Protocol):
         """Wait for settlements still on their way (shutdown, tests)."""
         ...
 
-    def replay(self, admitted: list[Replayed]) -> None:
-        """Count requests that another limiter admitted (during an outage) in this one's windows."""
+    async def replay(self, admitted: list[Replayed]) -> None:
+        """Count requests that another limiter admitted (during an outage) in this one's windows; raises
+        when they could not all be counted (the caller keeps them to replay again)."""
         ...
 
     async def aclose(self) -> None:

@@ -69,17 +69,13 @@ class FailoverLimiter:
         mode = failure_mode or self._mode
         if self._breaker.available():
             self._breaker.on_dispatch()
-            replayed = list(self._outage.values()) if self._outage else []
-            if replayed:  # queued ahead of this admission: the windows count them first
-                self._primary.replay(replayed)
             try:
+                await self._replay()  # confirmed before this admission: the windows count them first
                 decision = await self._primary.admit(member, buckets)
             except _FAILURES as exc:
                 self._failed("admit", mode, exc)
             else:
                 self._breaker.on_success()
-                for entry in replayed:
-                    self._outage.pop(entry.member, None)
                 if decision.admitted:
                     self._admitted_by[member] = self._primary
                 return decision
@@ -124,6 +120,23 @@ class FailoverLimiter:
             await self._primary.seed_spend(spends)
         except _FAILURES as exc:
             self._failed("seed", self._mode, exc)
+
+    async def _replay(self) -> None:
+        """Writes the outage's local admissions into Redis's windows, and forgets them once Redis confirmed.
+        Raises while Redis is unavailable (they are kept for the next try); entries Redis refuses one by one
+        (e.g. WRONGTYPE on a key) are dropped, as their own requests' errors were."""
+        if not self._outage:
+            return
+        replayed = list(self._outage.values())
+        try:
+            await self._primary.replay(replayed)
+        except _FAILURES as exc:
+            if unavailable(exc):
+                raise
+            REDIS_FAILURES.labels(operation="replay", mode="dropped").inc()
+            log.warning("rate limiting: %d replayed admissions refused by Redis (%s)", len(replayed), exc)
+        for entry in replayed:
+            self._outage.pop(entry.member, None)
 
     def _remember(self, admitted: Replayed) -> None:
         self._outage[admitted.member] = admitted

@@ -80,7 +80,7 @@ class LocalLimiter:
     async def drain(self) -> None:
         return None
 
-    def replay(self, admitted: list[Replayed]) -> None:
+    async def replay(self, admitted: list[Replayed]) -> None:
         return None  # only ever the fallback: nothing is admitted elsewhere on its behalf
 
     async def aclose(self) -> None:

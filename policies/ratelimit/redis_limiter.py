@@ -85,18 +85,21 @@ class RedisLimiter:
         ]
         await asyncio.gather(*calls)
 
-    def replay(self, admitted: list[Replayed]) -> None:
-        """Queues the requests admitted elsewhere while Redis was away into the RPM/TPM logs (ahead of any
-        admission sent after), so the windows that span the outage count them."""
+    async def replay(self, admitted: list[Replayed]) -> None:
+        """Writes the requests admitted elsewhere while Redis was away into the RPM/TPM logs, and waits for
+        Redis to confirm every one: a replay lost on a connection still reconnecting raises, so the caller
+        keeps them (an outage's admissions are never forgotten while their window lasts)."""
         ttl_ms = self._window_ms + 60_000
         cutoff = time.time() - self._window_ms / 1000
+        replies = []
         for entry in (e for e in admitted if e.at > cutoff):
             for bucket in entry.buckets:
                 if bucket.kind in ("requests", "tokens"):
                     weight = int(entry.tokens if entry.tokens is not None else bucket.cost)
                     args = [entry.member, round(entry.at * 1000), weight, ttl_ms]
                     keys = self._keys(bucket.kind, bucket.scope, bucket.name)
-                    self._background("replay", self._replay.send(keys=keys, args=args))
+                    replies.append(self._replay.send(keys=keys, args=args))
+        await asyncio.gather(*replies)
 
     async def seed_spend(self, spends: list[Spend]) -> None:
         replies = [
