@@ -6,7 +6,7 @@ wrong answer: that entry is evicted and counted, and a fresh answer is fetched (
 
 from cache.request import CacheRequest, plan
 from cache.service import CacheService
-from core.context import Handler, RequestContext
+from core.context import CacheNote, Handler, RequestContext
 from core.reply import Reply
 
 FEEDBACK_HEADER = "x-cache-feedback"
@@ -56,6 +56,7 @@ class SemanticCacheStage:
                 if self._service.shadow is not None:
                     self._service.shadow.maybe_check(ctx, match.entry.answer, call_next)
                 return reply
+            ctx.cache = CacheNote("miss")  # looked, found nothing: a semantic miss for the metrics
         return await call_next(ctx)
 
 

@@ -53,9 +53,10 @@ class UpstreamClock:
 
 @dataclass
 class CacheNote:
-    """What a cache hit saved: written by cache/ when it serves an answer, read by the metrics."""
+    """What a cache hit saved: written by cache/ when it serves an answer (or looked semantically and found
+    nothing), read by the metrics."""
 
-    status: str  # hit | semantic-hit
+    status: str  # hit | semantic-hit | miss (a semantic lookup that found nothing)
     saved_prompt_tokens: int = 0
     saved_completion_tokens: int = 0
     saved_cost_usd: float = 0.0

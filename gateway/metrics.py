@@ -303,10 +303,11 @@ class GatewayMetrics:
             saved_usage = Usage(saved.saved_prompt_tokens, saved.saved_completion_tokens)
             saved_usd = saved.saved_cost_usd or (price.cost(saved_usage) if price else 0.0)
             self._at(self.saved_usd, model, "cache").inc(saved_usd)
-        if cache_status != "bypass":
-            hit = cache_status in CACHE_HITS
-            layer = "semantic" if cache_status == "semantic-hit" else "exact"
-            self.record_cache_lookup(layer, hit, ctx.cache.similarity if ctx.cache else None)
+        if cache_status != "bypass":  # one exact lookup, then a semantic one where the exact layer missed
+            self.record_cache_lookup("exact", cache_status == "hit")
+            if cache_status == "semantic-hit" or (ctx.cache is not None and ctx.cache.status == "miss"):
+                similarity = ctx.cache.similarity if ctx.cache else None
+                self.record_cache_lookup("semantic", cache_status == "semantic-hit", similarity)
         if ctx.cascade == "small" and price:
             self._at(self.saved_usd, model, "cascade").inc(max(price.cost(ctx.usage) - ctx.cost_usd, 0.0))
 

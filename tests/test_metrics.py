@@ -233,7 +233,24 @@ async def test_cache_hits_record_tokens_and_cost_saved_at_the_alias_price() -> N
     assert h.value("llmgw_saved_usd_total", model="alias", source="cache") == pytest.approx(0.007)
     assert h.value("llmgw_gateway_overhead_seconds_count", model="alias", stream="false") == 0
     assert h.value("llmgw_cache_lookups_total", layer="semantic", result="hit") == 1
+    assert h.value("llmgw_cache_lookups_total", layer="exact", result="miss") == 1  # looked there first
     assert h.value("llmgw_cache_similarity_bucket", result="hit", le="0.98") == 1
+
+
+async def test_a_semantic_lookup_that_finds_nothing_is_a_semantic_miss() -> None:
+    """Each layer's lookups are counted, so each layer's hit rate can be read off (outside audit: there
+    was never a semantic miss series)."""
+    h = Harness()
+
+    async def missed(ctx: RequestContext, semantic: bool) -> Reply:
+        ctx.cache_status = "miss"
+        ctx.cache = CacheNote("miss") if semantic else None
+        return Reply(body={})
+
+    await chain([h.stage, lambda ctx, _next: missed(ctx, True)])(h.context())
+    await chain([h.stage, lambda ctx, _next: missed(ctx, False)])(h.context())  # semantic layer off
+    assert h.value("llmgw_cache_lookups_total", layer="exact", result="miss") == 2
+    assert h.value("llmgw_cache_lookups_total", layer="semantic", result="miss") == 1
 
 
 async def test_cascades_kept_small_record_the_saving_against_the_alias_price() -> None:
