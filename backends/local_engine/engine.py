@@ -367,7 +367,7 @@ class LLMEngine:
 
     def _finish(self, request: _Request, out: RequestOutput, token_id: int) -> None:
         """End the request on `token_id`, with vLLM's stop_reason: the stop string or stop token that ended it."""
-        params, stop_string = request.seq.params, request.detokenizer.stop_string
+        params, stop_string = request.seq.params, getattr(request.detokenizer, "stop_string", None)
         if out.finish_reason == "stop":
             eos = token_id in self._eos and not params.ignore_eos
             out.stop_reason = matched_stop(token_id, stop_string, params.stop_token_ids, eos)

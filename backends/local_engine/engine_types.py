@@ -21,11 +21,11 @@ class Runner(Protocol):
 
 
 class Detokenizer(Protocol):
-    """Incremental text for one request; `stopped` once a stop string appeared (text cut before it), and
-    `stop_string` which one."""
+    """Incremental text for one request; `stopped` once a stop string appeared (text cut before it). One that
+    has stop strings says which ended the text in a `stop_string` attribute (vLLM's stop_reason); one without
+    (bench/engine_gpu_models.py's) may leave it out."""
 
     stopped: bool
-    stop_string: str | None
 
     def add(self, token_id: int) -> str: ...
 
