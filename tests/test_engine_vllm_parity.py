@@ -99,3 +99,52 @@ def test_ids_take_the_endpoint_prefix_streamed_or_not(server, endpoint: str, pre
     assert whole["id"].startswith(prefix)
     assert len({chunk["id"] for chunk in chunks}) == 1 and chunks[0]["id"].startswith(prefix)
     assert chunks[0]["id"] != whole["id"]
+
+
+def _refusal(server, endpoint: str, **extra: Any) -> dict[str, Any]:
+    response = httpx.post(f"{server[0]}/v1/{endpoint}", json=_body(endpoint, **extra))
+    assert response.status_code == 400, response.text
+    return response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "prompt_param", "field"),
+    [
+        ("chat/completions", "messages", "max_tokens"),
+        ("chat/completions", "messages", "max_completion_tokens"),
+        ("completions", "prompt", "max_tokens"),
+    ],
+)
+def test_a_max_tokens_set_that_does_not_fit_is_a_400(
+    server, endpoint: str, prompt_param: str, field: str
+) -> None:
+    """The fake server's context is 128 tokens; the prompt "a" is 1."""
+    error = _refusal(server, endpoint, **{field: 128})
+    assert error["message"] == (
+        "This model's maximum context length is 128 tokens. However, you requested 129 tokens "
+        "(1 in the messages, 128 in the completion). Please reduce the length of the messages or completion."
+    )
+    assert (error["param"], error["code"]) == (field, "context_length_exceeded")
+    (choice,) = _post(server, endpoint, **{field: 127, "stop": ["<1>"]})["choices"]  # fits exactly
+    assert choice["finish_reason"] == "stop"
+    long = (
+        {"messages": [{"role": "user", "content": "a" * 130}]}
+        if prompt_param == "messages"
+        else {"prompt": "a" * 130}
+    )
+    error = _refusal(server, endpoint, max_tokens=5, **long)  # the prompt alone is too long: it is named
+    assert (error["param"], error["code"]) == (prompt_param, "context_length_exceeded")
+    assert "However, you requested 135 tokens (130 in the messages, 5 in the completion)" in error["message"]
+
+
+def test_without_max_tokens_the_answer_takes_what_is_left_of_the_context(server) -> None:
+    choice, usage = (reply := _post(server, "completions", prompt="a" * 120))["choices"][0], reply["usage"]
+    assert choice["finish_reason"] == "length" and usage == {
+        **usage,
+        "prompt_tokens": 120,
+        "completion_tokens": 8,
+    }
+    error = _refusal(
+        server, "completions", prompt=["a", "a" * 120], max_tokens=9
+    )  # a batch: every prompt fits
+    assert error["param"] == "max_tokens" and "(120 in the messages, 9 in the completion)" in error["message"]

@@ -18,9 +18,10 @@ _INT64 = 2**63
 class InvalidParam(ValueError):
     """A client-facing message and the request field it is about."""
 
-    def __init__(self, message: str, param: str) -> None:
+    def __init__(self, message: str, param: str, code: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+        self.code = code
 
 
 def without_nulls(body: dict[str, Any]) -> dict[str, Any]:
@@ -48,6 +49,23 @@ def check_params(params: SamplingParams, vocab_size: int | None = None) -> None:
         _integer(params.seed, "seed", "a 64-bit integer", lambda v: -_INT64 <= v < _INT64)
     check_token_ids(params.stop_token_ids, vocab_size, "stop_token_ids")
     check_token_ids(list(params.logit_bias), vocab_size, "logit_bias")
+
+
+def check_room(prompt_tokens: int, body: dict[str, Any], max_model_len: int, prompt_param: str) -> None:
+    """vLLM's rule: a max_tokens (or max_completion_tokens) the request sets must fit in the context after the
+    prompt, else InvalidParam naming it (the prompt's field when the prompt alone fills the context). Not set,
+    it defaults to what is left of the context."""
+    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = body.get(name)
+    if not _is_int(max_tokens) or prompt_tokens + max_tokens <= max_model_len:
+        return
+    raise InvalidParam(
+        f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+        f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). "
+        "Please reduce the length of the messages or completion.",
+        prompt_param if prompt_tokens >= max_model_len else name,
+        code="context_length_exceeded",
+    )
 
 
 def check_token_ids(ids: Any, vocab_size: int | None, param: str) -> None:

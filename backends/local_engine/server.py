@@ -25,7 +25,13 @@ from backends.local_engine.metrics import EngineMetrics
 from backends.local_engine.outputs import RequestOutput
 from backends.local_engine.prompts import Prompt, prompts
 from backends.local_engine.protocol import Choices, choice_params
-from backends.local_engine.request_checks import InvalidParam, check_params, check_token_ids, without_nulls
+from backends.local_engine.request_checks import (
+    InvalidParam,
+    check_params,
+    check_room,
+    check_token_ids,
+    without_nulls,
+)
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.tokenize_api import tokenize
 from backends.local_engine.tools import engine_chat
@@ -152,11 +158,13 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
     if endpoint == "chat":
         body, tools = engine_chat(body)
     batch = prompts(loaded.model, endpoint, body)
-    _check(params[0], batch, loaded.model.vocab_size, "messages" if endpoint == "chat" else "prompt")
+    param = "messages" if endpoint == "chat" else "prompt"
+    _check(
+        params[0], batch, loaded.model.vocab_size, param, body, loaded.engine.engine.settings.max_model_len
+    )
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     name, token_text = loaded.model.name, loaded.model.token_text
     choices = Choices.of(len(params), endpoint, name, token_text, include_usage, tools, batch)
-    param = "messages" if endpoint == "chat" else "prompt"
     starts = await _start_all(loaded.engine, [p.ids for p in batch], params, param)
     if body.get("stream"):
         return StreamingResponse(_sse(choices, starts), media_type="text/event-stream")
@@ -166,14 +174,23 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
 Started = list[tuple[RequestOutput, AsyncIterator[RequestOutput]]]  # per choice: first output, the rest
 
 
-def _check(params: SamplingParams, batch: list[Prompt], vocab_size: int | None, param: str) -> None:
-    """vLLM's ranges for the sampling parameters, prompt token ids in the vocabulary: else a 400."""
+def _check(
+    params: SamplingParams,
+    batch: list[Prompt],
+    vocab_size: int | None,
+    param: str,
+    body: dict[str, Any],
+    max_model_len: int,
+) -> None:
+    """vLLM's ranges for the sampling parameters, prompt token ids in the vocabulary, a max_tokens set that
+    fits in the context with each prompt: else a 400."""
     try:
         check_params(params, vocab_size)
         for prompt in batch:
             check_token_ids(prompt.ids, vocab_size, param)
+            check_room(len(prompt.ids), body, max_model_len, param)
     except InvalidParam as error:
-        raise bad_request(str(error), param=error.param) from error
+        raise bad_request(str(error), param=error.param, code=error.code) from error
 
 
 async def _start_all(
