@@ -32,6 +32,8 @@ class StreamCollector:
         choice = self._choices.setdefault(index, self._empty_choice(index))
         if delta_choice.get("finish_reason"):
             choice["finish_reason"] = delta_choice["finish_reason"]
+        if delta_choice.get("stop_reason") is not None:  # vLLM's: the stop string or token that ended it
+            choice["stop_reason"] = delta_choice["stop_reason"]
         _merge_logprobs(choice, delta_choice.get("logprobs"))
         if self._chat:
             _merge_delta(choice["message"], delta_choice.get("delta") or {})

@@ -48,13 +48,21 @@ def _chat_deltas(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield {"delta": {"tool_calls": [{"index": index, **call}]}, "finish_reason": None}
     if message.get("refusal"):
         yield {"delta": {"refusal": message["refusal"]}, "finish_reason": None}
-    yield {"delta": {}, "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason")}
+    yield {"delta": {}, "logprobs": choice.get("logprobs"), **_ending(choice)}
 
 
 def _text_deltas(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for piece in split_text(choice.get("text") or ""):
         yield {"text": piece, "logprobs": None, "finish_reason": None}
-    yield {"text": "", "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason")}
+    yield {"text": "", "logprobs": choice.get("logprobs"), **_ending(choice)}
+
+
+def _ending(choice: dict[str, Any]) -> dict[str, Any]:
+    """finish_reason, and vLLM's stop_reason where the stored answer has one."""
+    ending = {"finish_reason": choice.get("finish_reason")}
+    if choice.get("stop_reason") is not None:
+        ending["stop_reason"] = choice["stop_reason"]
+    return ending
 
 
 def split_text(text: str) -> list[str]:

@@ -122,3 +122,21 @@ def test_count_tokens_refusals_in_anthropics_shape(gateway: ServerThread) -> Non
             status, "error", kind), (body, answer.text)  # fmt: skip
     malformed = httpx.post(url, headers={"x-api-key": MASTER_KEY}, content=b"{nope", timeout=30)
     assert malformed.status_code == 400 and malformed.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_stop_sequence_that_ends_the_answer_is_reported(gateway: ServerThread) -> None:
+    """Anthropic's stop_reason "stop_sequence" and stop_sequence, from the engine's vLLM stop_reason."""
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=MASTER_KEY, max_retries=0)
+    ask = {"model": "engine", "max_tokens": 12, "messages": [{"role": "user", "content": "abc"}],
+           "extra_body": {"temperature": 0}}  # fmt: skip
+    full = claude.messages.create(**ask).content[0].text
+    stop = full.strip()[2:4]
+    assert len(stop) == 2 and stop in full, full
+    cut = claude.messages.create(**ask, stop_sequences=[stop])
+    assert (cut.stop_reason, cut.stop_sequence) == ("stop_sequence", stop)
+    assert stop not in cut.content[0].text
+    with claude.messages.stream(**ask, stop_sequences=[stop]) as streamed:
+        final = streamed.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", stop)
+    plain = claude.messages.create(**{**ask, "max_tokens": 2})
+    assert (plain.stop_reason, plain.stop_sequence) == ("max_tokens", None)
