@@ -228,3 +228,33 @@ def test_a_forced_call_cannot_invent_argument_keys(grammars: Any) -> None:
     comma, brace = lltok.tokenize_str(","), lltok.tokenize_str("}")
     assert len(comma) == 1 and torch.isinf(logits[comma[0]])  # TIME says nothing of additional keys: closed
     assert not torch.isinf(logits[brace[0]])
+
+
+def _cut(client: openai.OpenAI, max_tokens: int, stream: bool) -> tuple[Any, str]:
+    """A call forced to get_weather, cut by max_tokens: (tool_calls or None, finish_reason); streamed, the
+    deltas after the opening one."""
+    request = dict(
+        model="smollm2", messages=CHAT["messages"], tools=TOOLS, temperature=0, max_tokens=max_tokens,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )  # fmt: skip
+    if not stream:
+        (choice,) = client.chat.completions.create(**request).choices
+        assert not choice.message.content
+        return choice.message.tool_calls, choice.finish_reason
+    _, *rest = client.chat.completions.create(**request, stream=True)
+    (last,) = rest  # held back until the end, then at once
+    assert not last.choices[0].delta.content
+    return last.choices[0].delta.tool_calls, last.choices[0].finish_reason
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_forced_call_cut_by_max_tokens_is_a_tool_call_never_text(
+    client: openai.OpenAI, stream: bool
+) -> None:
+    calls, finish = _cut(client, 14, stream)
+    (call,) = calls
+    assert finish == "length" and call.function.name == "get_weather" and call.id.startswith("call_")
+    assert call.function.arguments.startswith("{") and '"name"' not in call.function.arguments
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(call.function.arguments)  # partial, as OpenAI sends a truncated call's
+    assert _cut(client, 3, stream) == (None, "length")  # not even the name: an empty message

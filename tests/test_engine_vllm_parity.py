@@ -1,6 +1,7 @@
 """The engine's OpenAI server answers as vLLM's does: `stop_reason` on every choice (the stop string, the stop
-token id, null), `chatcmpl-` ids for chat. Fake model over real HTTP: after the prompt "a" it writes the
-tokens 10, 2, 1, 9, 10, 2, ... as "<10><2><1><9>..."."""
+token id, null), `chatcmpl-` ids for chat, a max_tokens set that does not fit is a 400, a tool call cut short
+is a tool call (never the engine's internal call JSON as text). Fake model over real HTTP: after the prompt
+"a" it writes the tokens 10, 2, 1, 9, 10, 2, ... as "<10><2><1><9>..."."""
 
 from typing import Any
 
@@ -13,7 +14,10 @@ from test_engine_serving_fakes import EOS, VOCAB, FakeDetokenizer, FakeRunner, f
 
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.engine import LLMEngine
+from backends.local_engine.outputs import RequestOutput
+from backends.local_engine.protocol import Completion
 from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.tools import tool_request
 
 server = fake_engine_server.server  # the fixture
 
@@ -148,3 +152,79 @@ def test_without_max_tokens_the_answer_takes_what_is_left_of_the_context(server)
         server, "completions", prompt=["a", "a" * 120], max_tokens=9
     )  # a batch: every prompt fits
     assert error["param"] == "max_tokens" and "(120 in the messages, 9 in the completion)" in error["message"]
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}}]  # fmt: skip
+
+
+def _answer(tool_choice: Any, pieces: list[str], finish: str, stream: bool) -> tuple[dict[str, Any], str]:
+    """The chat choice's message (a streamed one's deltas merged) and finish_reason for an answer of `pieces`."""
+    tools = tool_request({"tools": TOOLS, "tool_choice": tool_choice})
+    completion = Completion("chat", "m", str, tools=tools)
+    outputs = [RequestOutput(1, [i], text, [], None, 5, 0, i + 1) for i, text in enumerate(pieces)]
+    outputs[-1].finish_reason = finish
+    if not stream:
+        for output in outputs:
+            completion.add(output)
+        choice = completion.choice()
+        return choice["message"], choice["finish_reason"]
+    chunks = [chunk for chunk in map(completion.chunk, outputs) if chunk is not None]
+    message: dict[str, Any] = {}
+    for chunk in chunks:
+        delta = chunk["choices"][0]["delta"]
+        message |= {**delta, "content": message.get("content", "") + (delta.get("content") or "")}
+    return message, chunks[-1]["choices"][0]["finish_reason"]
+
+
+FORCED = ["required", {"type": "function", "function": {"name": "get_time"}}]
+CUT = ['{"name": "get_time", ', '"arguments": {"zo']
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("tool_choice", FORCED)
+def test_a_forced_call_cut_short_is_a_tool_call_with_its_partial_arguments(
+    tool_choice: Any, stream: bool
+) -> None:
+    message, finish = _answer(tool_choice, CUT, "length", stream)
+    assert finish == "length" and not message.get("content")
+    (call,) = message["tool_calls"]
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    assert call["function"] == {"name": "get_time", "arguments": '{"zo'}
+    message, finish = _answer(tool_choice, CUT[:1], "length", stream)  # the name whole, no arguments yet
+    assert finish == "length" and message["tool_calls"][0]["function"] == {
+        "name": "get_time",
+        "arguments": "",
+    }
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("tool_choice", "pieces"), [
+    ("required", ['{"na', 'me": "get_t']),
+    ({"type": "function", "function": {"name": "get_time"}}, ['{"name"']),
+    ("auto", ["<tool_", "call>"]),
+    ("auto", ["<tool_call>", '{"name": "get']),
+])  # fmt: skip
+def test_a_forced_call_cut_before_its_name_is_an_empty_message(
+    tool_choice: Any, pieces: list[str], stream: bool
+) -> None:
+    message, finish = _answer(tool_choice, pieces, "length", stream)
+    assert finish == "length" and not message.get("content") and not message.get("tool_calls")
+    assert "name" not in str(message)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_auto_call_cut_short_is_a_tool_call_and_text_stays_text(stream: bool) -> None:
+    message, finish = _answer("auto", ["<tool_call>", *CUT], "length", stream)
+    assert finish == "length" and message["tool_calls"][0]["function"] == {
+        "name": "get_time",
+        "arguments": '{"zo',
+    }
+    message, finish = _answer("auto", ["Sunny", " tod"], "length", stream)
+    assert (message["content"], finish) == ("Sunny tod", "length")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_whole_call_is_still_a_tool_calls_finish(stream: bool) -> None:
+    message, finish = _answer("required", [*CUT, 'ne": "UTC"}}'], "stop", stream)
+    assert finish == "tool_calls"
+    assert message["tool_calls"][0]["function"] == {"name": "get_time", "arguments": '{"zone":"UTC"}'}

@@ -200,9 +200,11 @@ class Completion:
         choice: dict[str, Any] = {"index": self.index}
         if self.is_chat:
             message: dict[str, Any] = {"role": "assistant", "content": self.text}
-            calls = self._tool_calls(finish)
-            if calls:
-                message, finish = {"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls"
+            if self._may_be_call():  # a call, whole or cut short; never the engine's call JSON as text
+                calls, finish = self._tool_calls(finish)
+                message = (
+                    {**message, "content": None, "tool_calls": calls} if calls else {**message, "content": ""}
+                )
             choice["message"] = message
         else:
             choice["text"] = self.echo + self.text
@@ -244,17 +246,24 @@ class Completion:
         return self._chunk(echo + output.new_text, output.finish_reason, output.new_logprobs, bool(echo))
 
     def _tool_call_chunk(self, finish: str) -> dict[str, Any]:
-        calls = self._tool_calls(finish)
-        if not calls:  # cut short by max_tokens: the partial JSON, as text
-            return self._chunk({"content": self.text}, finish, [])
-        return self._chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}, "tool_calls", [])
+        calls, finish = self._tool_calls(finish)
+        if not calls:  # cut short before the call's name was whole: nothing to say
+            return self._chunk({"content": ""}, finish, [])
+        return self._chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}, finish, [])
 
     def _may_be_call(self) -> bool:
         """Under "auto" the answer is text unless its first character opens the call marker."""
         return self.tools is not None and (not self.tools.auto or not self.text or self.text[0] == "<")
 
-    def _tool_calls(self, finish: str | None) -> list[dict[str, Any]] | None:
-        return self.tools.calls(self.text) if self.tools and finish == "stop" else None
+    def _tool_calls(self, finish: str) -> tuple[list[dict[str, Any]], str]:
+        """The call the answer makes and the finish_reason: "tool_calls" when the call is whole and ended as
+        it should; cut short (max_tokens, a stop string), the call so far with the engine's finish_reason
+        (OpenAI's truncated call), no call before its name is whole. Never the engine's call JSON as text."""
+        assert self.tools is not None
+        whole = self.tools.calls(self.text)
+        if whole and finish == "stop":
+            return whole, "tool_calls"
+        return whole or self.tools.calls_so_far(self.text), finish
 
     def usage_chunk(self) -> dict[str, Any]:
         return {**self._envelope(), "object": self._chunk_object(), "choices": [], "usage": self.usage()}

@@ -11,6 +11,7 @@ OpenAI's `strict` mode has them): left open, SmolLM2 filled a forced call's argu
 ("description", "parameters", ...) until max_tokens cut it, so LangChain's `bind_tools` got no call at all.
 """
 
+import re
 import secrets
 from contextlib import suppress
 from dataclasses import dataclass
@@ -51,6 +52,25 @@ class ToolRequest:
                 return None
             text = text[len(MARKER) :]
         return tool_calls(text)
+
+    def calls_so_far(self, text: str) -> list[dict[str, Any]]:
+        """An answer that ended (max_tokens, a stop string) before its call was whole: the call so far, with
+        the arguments' partial JSON text as OpenAI returns a truncated call; [] before its name is whole."""
+        if self.auto:
+            if not text.startswith(MARKER):
+                return []
+            text = text[len(MARKER) :]
+        named = _NAMED.match(text)
+        if named is None or (name := orjson.loads(named[1])) not in {t["name"] for t in self.tools}:
+            return []
+        rest = text[named.end() :]
+        arguments = _ARGUMENTS.match(rest)
+        return [_call(name, rest[arguments.end() :] if arguments else "")]
+
+
+# the start of a constrained call, {"name": ..., "arguments": ...} (structured.py writes the name first)
+_NAMED = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")')
+_ARGUMENTS = re.compile(r'\s*,\s*"arguments"\s*:\s*')
 
 
 def engine_chat(body: dict[str, Any]) -> tuple[dict[str, Any], ToolRequest | None]:
@@ -132,8 +152,16 @@ def tool_calls(text: str) -> list[dict[str, Any]] | None:
         return None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str) or "arguments" not in call:
         return None
-    function = {"name": call["name"], "arguments": orjson.dumps(call["arguments"]).decode()}
-    return [{"id": f"call_{secrets.token_hex(12)}", "type": "function", "function": function}]
+    return [_call(call["name"], orjson.dumps(call["arguments"]).decode())]
+
+
+def _call(name: str, arguments: str) -> dict[str, Any]:
+    """One OpenAI tool call, `arguments` as JSON text."""
+    return {
+        "id": f"call_{secrets.token_hex(12)}",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
 
 
 def _function(tool: Any) -> dict[str, Any]:
