@@ -99,8 +99,7 @@ _GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "st
 def refuse_what_cannot_be_honoured(body: dict[str, Any], json_modes: bool = False) -> None:
     """Guided decoding (and tools and JSON modes, without a grammar compiler for the model's tokenizer) are
     refused with a 400 rather than answered with free text that ignores them (tools.py refuses the rest)."""
-    given = body.get("response_format") or {}
-    kind = given.get("type", "text") if isinstance(given, dict) else given
+    kind = _response_format_type(body.get("response_format") or {})
     calls = body.get("tools") and body.get("tool_choice", "auto") != "none"
     if (calls or body.get("functions")) and not json_modes:
         param = "tools" if body.get("tools") else "functions"
@@ -109,9 +108,9 @@ def refuse_what_cannot_be_honoured(body: dict[str, Any], json_modes: bool = Fals
     if calls and kind != "text":
         raise bad_request("This engine cannot combine tool calls with a JSON response_format.",
                           param="response_format", code="unsupported_parameter")  # fmt: skip
-    if kind != "text" and not (json_modes and kind in _JSON_MODES):
-        raise bad_request(f"This engine cannot guarantee response_format {kind!r} (no constrained decoding).",
-                          param="response_format", code="unsupported_parameter")  # fmt: skip
+    if kind != "text" and not json_modes:
+        raise bad_request(f"This engine cannot guarantee response_format {kind!r} with this model (no grammar "
+                          "compiler for its tokenizer).", param="response_format", code="unsupported_parameter")  # fmt: skip
     for name in _GUIDED:
         if body.get(name) is not None:
             raise bad_request(
@@ -119,6 +118,18 @@ def refuse_what_cannot_be_honoured(body: dict[str, Any], json_modes: bool = Fals
             )
     for name, message in _unsupported(body):
         raise bad_request(message, param=name, code="unsupported_parameter")
+
+
+def _response_format_type(given: Any) -> str:
+    """The response_format's type; a 400 for one that is not an object or not one of OpenAI's (and vLLM's)."""
+    if not isinstance(given, dict):
+        raise bad_request("Invalid type for 'response_format': expected an object.", param="response_format",
+                          code="invalid_type")  # fmt: skip
+    kind = given.get("type", "text")
+    if kind not in ("text", *_JSON_MODES):
+        raise bad_request(f"Invalid value for 'response_format.type': {kind!r}. Supported values are: 'text', "
+                          "'json_object' and 'json_schema'.", param="response_format.type", code="invalid_value")  # fmt: skip
+    return kind
 
 
 def _unsupported(body: dict[str, Any]) -> list[tuple[str, str]]:
