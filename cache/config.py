@@ -39,6 +39,8 @@ class CachePolicy(BaseModel):
 class CacheSettings(BaseModel):
     """Process-wide cache settings; per-tenant behaviour belongs in the policy instead."""
 
+    model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a silent default
+
     enabled: bool = True
     semantic_enabled: bool = Field(
         default=True, description="load the embedding model, FAISS and the verifier (off when any is missing)"

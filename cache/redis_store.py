@@ -40,9 +40,26 @@ class RedisStore:
         self._listener = listener if listener is not None else NoListener()
         if listener is None:
             return
-        last_id = await self._last_event_id()
-        await self._load_all()
+        try:
+            last_id = await self._last_event_id()
+            await self._load_all()
+        except Exception as exc:  # Redis away at start-up: serve (misses) now, load the index when it returns
+            log.warning("cache: Redis unreachable at start-up (%s); loading the index once it answers", exc)
+            self._follower = asyncio.create_task(self._load_then_follow(), name="cache-redis-follower")
+            return
         self._follower = asyncio.create_task(self._follow(last_id), name="cache-redis-follower")
+
+    async def _load_then_follow(self) -> None:
+        while not self._closed:
+            try:
+                last_id = await self._last_event_id()
+                await self._load_all()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(1.0)
+                continue
+            return await self._follow(last_id)
 
     async def get(self, key: str) -> CacheEntry | None:
         meta, vector = await self._redis.hmget(self._entry(key), ["meta", "vec"])

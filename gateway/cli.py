@@ -2,12 +2,13 @@
 
 import argparse
 import os
+import re
 import signal
 import sys
 import tempfile
 from collections.abc import Callable
 
-from gateway.settings import DEFAULT_MASTER_KEY, Settings, load_settings
+from gateway.settings import DEFAULT_MASTER_KEY, Settings, load_settings, settings_problem
 
 
 def _serve(args: argparse.Namespace, rest: list[str]) -> int:
@@ -110,7 +111,30 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args, rest = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
     run: Callable[[argparse.Namespace, list[str]], int] = args.run
-    return run(args, rest)
+    try:
+        return run(args, rest)
+    except Exception as error:  # a user's mistake in the settings: one short message, not a traceback
+        problem = settings_problem(error)
+        if problem is not None:
+            print(f"llmgw: {problem}", file=sys.stderr)
+            return 2
+        if args.command in ("migrate", "keys") and _database_error(error):
+            first = _CREDENTIALS.sub(
+                r"\1***@", str(error).strip().splitlines()[0] if str(error).strip() else ""
+            )
+            print(f"llmgw: the database cannot be used ({type(error).__name__}: {first[:300]}); check "
+                  "LLMGW_DATABASE_URL, and run `llmgw migrate` on a new database", file=sys.stderr)  # fmt: skip
+            return 1
+        raise
+
+
+_CREDENTIALS = re.compile(r"(://[^:/@\s]+):[^@\s]+@")  # a password in a URL
+
+
+def _database_error(error: Exception) -> bool:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return isinstance(error, SQLAlchemyError | OSError)
 
 
 if __name__ == "__main__":

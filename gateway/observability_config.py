@@ -1,10 +1,12 @@
 """Settings of metrics and the access log, nested in the gateway settings (LLMGW_OBSERVABILITY__<FIELD>)."""
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ObservabilitySettings(BaseModel):
     """What the gateway exports about each request. Label cardinality stays bounded by design."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a silent default
 
     metrics_enabled: bool = True  # False: no Prometheus recording (the /metrics route still answers)
     tenant_label: bool = False  # label token, cost and request metrics with the tenant id

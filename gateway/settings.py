@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from backends.local_engine.config import EngineSettings
@@ -28,8 +28,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LLMGW_", env_nested_delimiter="__", extra="ignore")
 
     host: str = "127.0.0.1"
-    port: int = 8000
-    workers: int = 1
+    port: int = Field(default=8000, ge=1, le=65535)
+    workers: int = Field(default=1, ge=1)
     log_level: str = "info"
     config_file: Path | None = None
     master_key: SecretStr = SecretStr(DEFAULT_MASTER_KEY)
@@ -58,6 +58,20 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, env_settings, _YamlSource(settings_cls)
+
+    @field_validator("redis_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, url: Any) -> Any:
+        return None if isinstance(url, str) and not url.strip() else url
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, url: str) -> str:
+        """`postgres://` and `postgresql://` (the usual forms) mean PostgreSQL through asyncpg."""
+        for bare in ("postgres://", "postgresql://"):
+            if url.startswith(bare):
+                return "postgresql+asyncpg://" + url.removeprefix(bare)
+        return url
 
     @model_validator(mode="after")
     def _check_engine_sections(self) -> "Settings":
@@ -89,9 +103,29 @@ class _YamlSource(PydanticBaseSettingsSource):
         data = yaml.safe_load(Path(path).read_text()) or {}
         if not isinstance(data, dict):
             raise ValueError(f"{path}: the config file must be a mapping")
+        unknown = sorted(set(data) - set(Settings.model_fields))
+        if unknown:  # the file is ours alone (unlike the environment): a misspelt key is an error
+            raise ValueError(
+                f"{path}: unknown setting {unknown[0]!r} (known: {', '.join(Settings.model_fields)})"
+            )
         return data
 
 
 def load_settings(**overrides: Any) -> Settings:
     """Read the settings once, at start-up."""
     return Settings(**overrides)
+
+
+def settings_problem(error: Exception) -> str | None:
+    """A short account of why the settings could not be read (for the command line), or None when `error`
+    is not about the settings. Values are not repeated: they may be secrets."""
+    if isinstance(error, ValidationError):
+        lines = [f"  {'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in error.errors()]
+        return "invalid settings (LLMGW_* variables or the LLMGW_CONFIG_FILE file):\n" + "\n".join(lines)
+    if isinstance(error, yaml.YAMLError):
+        return f"the config file is not valid YAML: {str(error).splitlines()[0]}"
+    if isinstance(error, FileNotFoundError | IsADirectoryError):
+        return f"the config file cannot be read: {error}"
+    if isinstance(error, ValueError) and str(error).startswith(os.environ.get("LLMGW_CONFIG_FILE") or "\0"):
+        return str(error)
+    return None

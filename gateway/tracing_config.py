@@ -2,10 +2,12 @@
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class TracingSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a silent default
+
     enabled: bool = False  # one trace per request, a span per stage and per backend attempt
     exporter: Literal["otlp", "none"] = "otlp"  # none: spans are made but only custom processors see them
     otlp_endpoint: str | None = Field(

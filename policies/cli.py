@@ -40,7 +40,9 @@ def main(argv: Sequence[str] | None, settings: StoreSettings) -> int:
 
 
 async def _run(args: argparse.Namespace, settings: StoreSettings) -> int:
-    async with open_store(settings) as store:
+    async with open_store(
+        settings, migrate=settings.policies.migrates_at_start(settings.database_url)
+    ) as store:
         if args.action == "create":
             if args.create_tenant:
                 await ensure_tenant(store, args.tenant)

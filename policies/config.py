@@ -3,14 +3,16 @@
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 
 class PoliciesSettings(BaseModel):
     """Process-wide policies settings; per-tenant behaviour belongs in the policy instead."""
 
+    model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a silent default
+
     db_schema: str | None = None  # PostgreSQL schema (search_path); None = the server default
-    auto_migrate: bool | None = None  # None = migrate at start for SQLite only
+    auto_migrate: bool | None = None  # None = migrate at start for SQLite only (migrates_at_start)
     redis_prefix: str = "llmgw:"  # every Redis key and channel of this package starts with it
     # Redis unavailable: per-replica share of the limits ("open"), or 503 ("closed"); a policy may override
     redis_failure_mode: Literal["open", "closed"] = "open"
@@ -32,6 +34,10 @@ class PoliciesSettings(BaseModel):
     usage_flush_interval_s: float = 1.0
     usage_retry_max_s: float = Field(default=5.0, gt=0)  # backoff cap between write attempts
     usage_shutdown_timeout_s: float = Field(default=10.0, ge=0)  # then what is still buffered is dropped
+
+    def migrates_at_start(self, database_url: str) -> bool:
+        """Whether the gateway (and the `llmgw keys` command) upgrades the schema itself."""
+        return bool(self.auto_migrate or (self.auto_migrate is None and database_url.startswith("sqlite")))
 
 
 @dataclass(frozen=True)

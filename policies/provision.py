@@ -1,11 +1,13 @@
 """Provisioning outside a running gateway (CLI, benchmarks): a store on its own engine, and a
 change announcement so running replicas reload at once."""
 
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Protocol
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from policies.config import PoliciesSettings
 from policies.db import create_engine, session_factory
@@ -36,12 +38,16 @@ async def open_store(settings: StoreSettings, migrate: bool = True) -> AsyncIter
 
 
 async def announce_change(settings: StoreSettings) -> None:
-    """Tell running replicas to reload (they also catch up on their periodic refresh)."""
+    """Tell running replicas to reload. The change is stored already: when Redis cannot be reached, a
+    warning says so, and the replicas pick it up on their periodic refresh (`refresh_interval_s`)."""
     if settings.redis_url is None:
         return
     client = Redis.from_url(settings.redis_url)
     try:
         await client.publish(settings.policies.redis_prefix + "changes", "reload")
+    except (RedisError, OSError) as exc:
+        print(f"warning: stored, but running gateways were not told at once (Redis: {type(exc).__name__}); "
+              f"they reload within {settings.policies.refresh_interval_s:g} s", file=sys.stderr)  # fmt: skip
     finally:
         await client.aclose()
 

@@ -22,7 +22,7 @@ from policies.accounting import AccountingStage
 from policies.admin.router import AdminDeps, CacheFlush, create_admin_router
 from policies.auth import AuthStage, PolicyStage
 from policies.config import Connections, PoliciesSettings
-from policies.db import create_engine, is_sqlite, session_factory
+from policies.db import create_engine, session_factory
 from policies.directory import Directory, ModelsListener
 from policies.migrate import upgrade_engine
 from policies.notify import ChangeNotifier
@@ -73,7 +73,7 @@ async def create_policy_services(
 ) -> PolicyServices:
     database_url = connections.database_url
     engine = create_engine(database_url, config.db_schema)
-    if config.auto_migrate or (config.auto_migrate is None and is_sqlite(database_url)):
+    if config.migrates_at_start(database_url):
         await upgrade_engine(engine)
     store = Store(session_factory(engine))
     directory = Directory(store, models)

@@ -80,6 +80,8 @@ class ScoreWeights(BaseModel):
 class RoutingSettings(BaseModel):
     """Process-wide routing settings; per-tenant behaviour belongs in the policy instead."""
 
+    model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a silent default
+
     default_strategy: StrategyName = "peak_ewma"
     engine_strategy: StrategyName = Field(default="engine_score", description="default for engine pools")
     strategies: dict[str, StrategyName] = Field(default_factory=dict, description="per model alias")

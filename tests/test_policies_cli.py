@@ -13,7 +13,7 @@ from policies.keys import hash_key
 from policies.migrate import main as migrate_main
 from policies.policy import Limits, Policy
 from policies.provision import open_store, provision_virtual_key
-from tests.policies_support import database_fixture, make_settings  # noqa: F401
+from tests.policies_support import Database, database_fixture, make_settings  # noqa: F401
 
 
 async def test_keys_create_list_revoke(database, capsys):
@@ -30,6 +30,27 @@ async def test_keys_create_list_revoke(database, capsys):
     assert await _in_thread(main, ["keys", "revoke", key_id], settings) == 0
     assert "revoked" in capsys.readouterr().out
     assert await _in_thread(main, ["keys", "revoke", "key_nope"], settings) == 1
+
+
+def test_keys_with_redis_away_still_succeed_and_say_so(tmp_path, capsys):
+    """The key is stored: exit 0 with a warning, not a traceback and exit 1 (a script would retry and mint
+    a second key). Without auto-migration, the command does not upgrade the schema either."""
+    database = tmp_path / "k.db"
+    assert migrate_main(["--database-url", f"sqlite+aiosqlite:///{database}"]) == 0
+    settings = make_settings(Database(f"sqlite+aiosqlite:///{database}", None))
+    settings.redis_url = "redis://127.0.0.1:1/0"  # nothing listens there
+    assert main(["keys", "create", "--tenant", "t2", "--create-tenant"], settings) == 0
+    out, err = capsys.readouterr()
+    assert "key: " in out and "warning" in err and "Traceback" not in err
+    fresh = tmp_path / "fresh.db"
+    settings = make_settings(Database(f"sqlite+aiosqlite:///{fresh}", None))
+    settings.policies.auto_migrate = False
+    try:
+        main(["keys", "list"], settings)
+    except Exception:
+        pass  # no schema: the command fails, it does not create one
+    tables = sqlite3.connect(fresh).execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+    assert ("alembic_version",) not in tables
 
 
 async def test_provision_virtual_key_for_benchmarks(database):

