@@ -126,8 +126,9 @@ BACKENDS = [
     Panel("Engine TTFT p95 / ITL p95", "s", (
         (f"histogram_quantile(0.95, {rate('vllm:time_to_first_token_seconds_bucket', 'le, instance')})",
          "{{instance}} TTFT"),
-        (f"histogram_quantile(0.95, {rate('vllm:inter_token_latency_seconds_bucket', 'le, instance')})",
-         "{{instance}} ITL"),
+        # vLLM before 0.11 (the image docker-compose.yml pins) names it time_per_output_token_seconds
+        ("histogram_quantile(0.95, sum by (le, instance) (rate(vllm:inter_token_latency_seconds_bucket"
+         f"{RATE}) or rate(vllm:time_per_output_token_seconds_bucket{RATE})))", "{{instance}} ITL"),
     )),
     Panel("TTFT p95 per deployment (gateway view)", "s",
           quantiles("llmgw_time_to_first_token_seconds", "deployment", (0.95,))),
