@@ -7,7 +7,11 @@ over the environment. The socket opens at once; /health answers 200 once the mod
 import argparse
 import logging
 import os
+import sys
+import typing
 from typing import Any
+
+from pydantic import ValidationError
 
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.server import LoadedEngine, ServedModel, create_app
@@ -19,19 +23,41 @@ ENV_PREFIX = "LLMGW_ENGINE__"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8001)
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--port", type=port, default=8001)
+    parser.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
     for name, info in EngineSettings.model_fields.items():
+        kind: dict[str, Any] = {}
+        if (
+            typing.get_origin(info.annotation) is typing.Literal
+        ):  # a misspelt choice: one line, not a traceback
+            kind["choices"] = typing.get_args(info.annotation)
+        elif info.annotation in (int, float):
+            kind["type"] = info.annotation
         parser.add_argument(
-            f"--{name.replace('_', '-')}", dest=name, default=None, help=f"default {info.default}"
+            f"--{name.replace('_', '-')}", dest=name, default=None, help=f"default {info.default}", **kind
         )
+
+
+def port(text: str) -> int:
+    """A TCP port, 1-65535 (an int past 65535 would bind another port, modulo 65536)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port: {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is outside 1-65535")
+    return value
 
 
 def settings_from(args: argparse.Namespace, environ: dict[str, str]) -> EngineSettings:
     values: dict[str, Any] = {
         key[len(ENV_PREFIX) :].lower(): value for key, value in environ.items() if key.startswith(ENV_PREFIX)
     }
-    values.update({name: getattr(args, name) for name in EngineSettings.model_fields if getattr(args, name)})
+    values.update(
+        {name: getattr(args, name) for name in EngineSettings.model_fields if getattr(args, name) is not None}
+    )
     return EngineSettings.model_validate(
         {k: v for k, v in values.items() if k in EngineSettings.model_fields}
     )
@@ -43,7 +69,13 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    settings = settings_from(args, dict(os.environ))
+    try:
+        settings = settings_from(args, dict(os.environ))
+    except ValidationError as error:  # an LLMGW_ENGINE__* value or a --option pydantic refuses: one line each
+        for problem in error.errors():
+            field = ".".join(map(str, problem["loc"]))
+            print(f"llmgw engine serve: {field}: {problem['msg']}", file=sys.stderr)
+        return 2
     # OpenMP waits (threads.py): torch is not imported yet, so this still takes effect
     configure_openmp(settings.adaptive_threads)
     app = create_app(lambda: load_local_engine(settings))
