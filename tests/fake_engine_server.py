@@ -33,7 +33,15 @@ def fake_load() -> LoadedEngine:
             return encode_text(ChatTemplate(None, "", "").render(messages, **options))
         return encode_text("".join(m["content"] for m in messages))
 
-    model = ServedModel("fake", encode_text, encode_chat, lambda t: f"<{t}>", vocab_size=VOCAB)
+    model = ServedModel(
+        "fake",
+        encode_text,
+        encode_chat,
+        lambda t: f"<{t}>",
+        vocab_size=VOCAB,
+        decode=lambda ids: "".join(f"<{t}>" for t in ids),
+        root="/models/fake.gguf",
+    )
     return LoadedEngine(AsyncEngine(engine, metrics), model, metrics)
 
 

@@ -96,6 +96,7 @@ def load_local_engine(settings: EngineSettings) -> LoadedEngine:
     from backends.local_engine.async_engine import AsyncEngine
     from backends.local_engine.detokenizer import IncrementalDetokenizer
     from backends.local_engine.engine import LLMEngine
+    from backends.local_engine.gguf_loader import packaged_model_path
     from backends.local_engine.metrics import EngineMetrics
     from backends.local_engine.model_runner import ModelRunner
     from backends.local_engine.sampler import probabilities
@@ -127,6 +128,8 @@ def load_local_engine(settings: EngineSettings) -> LoadedEngine:
         tokenizer.token_text,
         grammars_for(tokenizer),
         runner.config.vocab_size,
+        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
+        root=str(settings.model) if settings.model is not None else packaged_model_path().name,
     )
     return LoadedEngine(AsyncEngine(engine, metrics), model, metrics)
 

@@ -1,5 +1,5 @@
-"""The engine's OpenAI-compatible HTTP server: completions, chat completions, models, health, metrics, and
-vLLM's /tokenize.
+"""The engine's OpenAI-compatible HTTP server: completions and chat completions here; models, health, metrics,
+version and vLLM's /tokenize and /detokenize in info_routes.py.
 
 The model loads on a background thread after the socket is open, so the server answers at once and
 /health turns 200 only when the model is ready. Streams and waiting requests are aborted when the client
@@ -10,6 +10,7 @@ import asyncio
 import gc
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backends.local_engine.async_engine import AsyncEngine, RequestFailed
+from backends.local_engine.info_routes import add_info_routes
 from backends.local_engine.metrics import EngineMetrics
 from backends.local_engine.outputs import RequestOutput
 from backends.local_engine.prompts import Prompt, prompts
@@ -33,7 +35,6 @@ from backends.local_engine.request_checks import (
     without_nulls,
 )
 from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.tokenize_api import tokenize
 from backends.local_engine.tools import engine_chat
 from core.errors import OpenAIError, bad_request, model_not_found
 from core.sse import DONE, event
@@ -52,6 +53,8 @@ class ServedModel:
     token_text: Callable[[int], str]
     grammars: Any = None  # structured.Grammars: JSON response formats by constrained decoding; None = refused
     vocab_size: int | None = None  # token ids a logit_bias may name; None = not checked
+    decode: Callable[[list[int]], str] | None = None  # ids -> text, special tokens kept (/detokenize)
+    root: str | None = None  # the model as the server was given it (the model card's root; None: the name)
 
 
 @dataclass
@@ -114,25 +117,12 @@ def create_app(load: Callable[[], LoadedEngine], default_max_tokens: int = 256) 
     app.state.engine_state = state
     app.add_exception_handler(OpenAIError, _openai_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    add_info_routes(app, state.ready, started=int(time.time()))
     _add_routes(app, state, default_max_tokens)
     return app
 
 
 def _add_routes(app: FastAPI, state: EngineState, default_max_tokens: int) -> None:
-    @app.get("/health")
-    async def health() -> Response:
-        state.ready()
-        return Response(status_code=200)
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(state.ready().metrics.render(), media_type="text/plain; version=0.0.4")
-
-    @app.get("/v1/models")
-    async def models() -> Response:
-        card = {"id": state.ready().model.name, "object": "model", "created": 0, "owned_by": "llmgw"}
-        return _json({"object": "list", "data": [card]})
-
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         return await _serve(request, state.ready(), "chat", default_max_tokens)
@@ -140,12 +130,6 @@ def _add_routes(app: FastAPI, state: EngineState, default_max_tokens: int) -> No
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await _serve(request, state.ready(), "completions", default_max_tokens)
-
-    @app.post("/tokenize")
-    async def tokenize_route(request: Request) -> Response:
-        loaded = state.ready()
-        limit = loaded.engine.engine.settings.max_model_len
-        return _json(tokenize(loaded.model, loaded.model.name, parse_json(await request.body()), limit))
 
 
 async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_max_tokens: int) -> Response:
