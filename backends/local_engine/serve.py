@@ -8,7 +8,9 @@ import argparse
 import logging
 import os
 import sys
+import threading
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,6 +21,7 @@ from backends.local_engine.threads import configure_openmp
 
 log = logging.getLogger("llmgw.engine")
 ENV_PREFIX = "LLMGW_ENGINE__"
+FAILED_LOAD_GRACE_S = 3.0  # after a failed load: /health says so this long (6 polls of local.py), then exit 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,8 +67,6 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str]) -> EngineSe
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -78,17 +79,40 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # OpenMP waits (threads.py): torch is not imported yet, so this still takes effect
     configure_openmp(settings.adaptive_threads)
-    app = create_app(lambda: load_local_engine(settings))
-    log.info("engine server listening on http://%s:%s (model loading)", args.host, args.port)
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=5,
-        access_log=False,
+    return serve(lambda: load_local_engine(settings), args.host, args.port, args.log_level)
+
+
+def serve(
+    load: Callable[[], LoadedEngine],
+    host: str,
+    port: int,
+    log_level: str = "info",
+    failed_load_grace_s: float = FAILED_LOAD_GRACE_S,
+) -> int:
+    """Serve until stopped (0) or until the model fails to load (1), as vLLM's server exits when its engine
+    cannot start. The failure's traceback is logged once; for `failed_load_grace_s` /health still answers
+    503 engine_load_failed with the kind of failure, so a supervisor polling it (the gateway's
+    backends/local.py) can say which kind before it sees the process exit."""
+    import uvicorn
+
+    server: uvicorn.Server | None = None
+
+    def exit_soon() -> None:
+        timer = threading.Timer(failed_load_grace_s, lambda: setattr(server, "should_exit", True))
+        timer.daemon = True
+        timer.start()
+
+    app = create_app(load, on_load_failed=exit_soon)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5, access_log=False
     )
-    return 0
+    server = uvicorn.Server(config)
+    log.info("engine server listening on http://%s:%s (model loading)", host, port)
+    server.run()
+    if app.state.engine_state.failed is not None:
+        log.error("exiting with status 1: the engine failed to load (the cause is logged above)")
+        return 1
+    return 0 if server.started else 1  # not started: the socket could not be bound (uvicorn logged why)
 
 
 def load_local_engine(settings: EngineSettings) -> LoadedEngine:

@@ -67,8 +67,9 @@ class LoadedEngine:
 class EngineState:
     """The loaded engine once ready; requests before that get 503."""
 
-    def __init__(self, load: Callable[[], LoadedEngine]) -> None:
+    def __init__(self, load: Callable[[], LoadedEngine], on_failed: Callable[[], None] | None = None) -> None:
         self._load = load
+        self._on_failed = on_failed
         self.loaded: LoadedEngine | None = None
         self.failed: BaseException | None = None
 
@@ -90,6 +91,8 @@ class EngineState:
         except BaseException as error:
             log.exception("the engine failed to load")
             self.failed = error
+            if self._on_failed is not None:
+                self._on_failed()
 
     def ready(self) -> LoadedEngine:
         if self.failed is not None:  # the log has the traceback; the client gets the kind of failure only
@@ -104,8 +107,13 @@ class EngineState:
             self.loaded.engine.stop()
 
 
-def create_app(load: Callable[[], LoadedEngine], default_max_tokens: int = 256) -> FastAPI:
-    state = EngineState(load)
+def create_app(
+    load: Callable[[], LoadedEngine],
+    default_max_tokens: int = 256,
+    on_load_failed: Callable[[], None] | None = None,
+) -> FastAPI:
+    """`on_load_failed`: called (on the loading thread) after a failed load is logged; serve.py exits."""
+    state = EngineState(load, on_load_failed)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
