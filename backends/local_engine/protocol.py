@@ -12,6 +12,7 @@ from typing import Any
 
 from backends.local_engine.outputs import RequestOutput, TokenLogprob
 from backends.local_engine.prompts import Prompt
+from backends.local_engine.refusals import JSON_MODES, refuse_what_cannot_be_honoured
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.tools import ToolRequest, tool_request
 from core.errors import bad_request
@@ -77,12 +78,9 @@ def choice_params(
     return choices
 
 
-_JSON_MODES = ("json_object", "json_schema")
-
-
 def _wants_json(body: dict[str, Any]) -> bool:
     given = body.get("response_format")
-    return isinstance(given, dict) and given.get("type") in _JSON_MODES
+    return isinstance(given, dict) and given.get("type") in JSON_MODES
 
 
 def _constraint(body: dict[str, Any], tools: ToolRequest | None, grammars: Any) -> Any:
@@ -91,66 +89,6 @@ def _constraint(body: dict[str, Any], tools: ToolRequest | None, grammars: Any) 
     if tools is not None:
         return grammars.for_schema(tools.schema(), param="tools")
     return grammars.for_response_format(body["response_format"]) if _wants_json(body) else None
-
-
-_GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
-
-
-def refuse_what_cannot_be_honoured(body: dict[str, Any], json_modes: bool = False) -> None:
-    """Guided decoding (and tools and JSON modes, without a grammar compiler for the model's tokenizer) are
-    refused with a 400 rather than answered with free text that ignores them (tools.py refuses the rest)."""
-    kind = _response_format_type(body.get("response_format") or {})
-    calls = body.get("tools") and body.get("tool_choice", "auto") != "none"
-    if (calls or body.get("functions")) and not json_modes:
-        param = "tools" if body.get("tools") else "functions"
-        raise bad_request("This engine cannot call tools with this model: send tool_choice 'none' or use a "
-                          "deployment that supports tool calling.", param=param, code="unsupported_parameter")  # fmt: skip
-    if calls and kind != "text":
-        raise bad_request("This engine cannot combine tool calls with a JSON response_format.",
-                          param="response_format", code="unsupported_parameter")  # fmt: skip
-    if kind != "text" and not json_modes:
-        raise bad_request(f"This engine cannot guarantee response_format {kind!r} with this model (no grammar "
-                          "compiler for its tokenizer).", param="response_format", code="unsupported_parameter")  # fmt: skip
-    for name in _GUIDED:
-        if body.get(name) is not None:
-            raise bad_request(
-                f"This engine does not support {name}.", param=name, code="unsupported_parameter"
-            )
-    for name, message in _unsupported(body):
-        raise bad_request(message, param=name, code="unsupported_parameter")
-
-
-def _response_format_type(given: Any) -> str:
-    """The response_format's type; a 400 for one that is not an object or not one of OpenAI's (and vLLM's)."""
-    if not isinstance(given, dict):
-        raise bad_request("Invalid type for 'response_format': expected an object.", param="response_format",
-                          code="invalid_type")  # fmt: skip
-    kind = given.get("type", "text")
-    if kind not in ("text", *_JSON_MODES):
-        raise bad_request(f"Invalid value for 'response_format.type': {kind!r}. Supported values are: 'text', "
-                          "'json_object' and 'json_schema'.", param="response_format.type", code="invalid_value")  # fmt: skip
-    return kind
-
-
-def _unsupported(body: dict[str, Any]) -> list[tuple[str, str]]:
-    """Parameters whose meaning this engine cannot give, as (param, message): refused, never ignored."""
-    n, best_of = body.get("n") or 1, body.get("best_of")
-    checks = [
-        ("best_of", best_of is not None and best_of != n,
-         f"This engine returns every choice it generates: best_of must equal n ({n})."),
-        ("suffix", bool(body.get("suffix")), "This engine cannot insert text: suffix is not supported."),
-        ("priority", bool(body.get("priority")), "This engine schedules first come, first served: priority must be 0."),
-        ("audio", body.get("audio") is not None or "audio" in (body.get("modalities") or ()),
-         "This engine answers in text only: audio output is not supported."),
-        ("web_search_options", body.get("web_search_options") is not None, "This engine cannot search the web."),
-        ("continue_final_message",
-         bool(body.get("continue_final_message")) and body.get("add_generation_prompt") is True,
-         "continue_final_message and add_generation_prompt cannot both be true."),
-        ("spaces_between_special_tokens",
-         body.get("spaces_between_special_tokens") is False and body.get("skip_special_tokens") is False,
-         "This engine's tokenizers cannot leave out the spaces between special tokens."),
-    ]  # fmt: skip
-    return [(name, message) for name, refused, message in checks if refused]
 
 
 def _logprob_options(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -185,6 +123,8 @@ class Completion:
     prompt_logprobs: list[TokenLogprob | None] | None = None  # echo with logprobs: the prompt tokens' own
     echo_sent: bool = False  # streams: the echo goes out with the first chunk
     last: RequestOutput | None = None
+    # vLLM's stream_options.continuous_usage_stats (with include_usage): every chunk carries the usage so far
+    continuous_usage: bool = False
 
     def __post_init__(self) -> None:
         self.id = self.id or f"{'chatcmpl' if self.is_chat else 'cmpl'}-{uuid.uuid4().hex}"
@@ -291,8 +231,15 @@ class Completion:
         choice["delta" if self.is_chat else "text"] = content
         chunk = {**self._envelope(), "object": self._chunk_object(), "choices": [choice]}
         if self.include_usage:
-            chunk["usage"] = None
+            chunk["usage"] = self._usage_so_far() if self.continuous_usage else None
         return chunk
+
+    def _usage_so_far(self) -> dict[str, Any]:
+        """This choice's usage at this chunk (vLLM's continuous usage): before any output, the prompt alone."""
+        if self.last is not None:
+            return self.usage()
+        prompt = len(self.prompt.ids) if self.prompt is not None else 0
+        return {"prompt_tokens": prompt, "completion_tokens": 0, "total_tokens": prompt}
 
     def _chunk_object(self) -> str:
         return "chat.completion.chunk" if self.is_chat else "text_completion"
@@ -356,14 +303,25 @@ class Choices:
 
     @classmethod
     def of(cls, n: int, endpoint: str, model: str, token_text: TokenText, include_usage: bool = False,
-           tools: ToolRequest | None = None, prompts: list[Prompt] | None = None) -> "Choices":  # fmt: skip
-        """n choices for each prompt (given for completions: their echo); index = prompt index * n + choice."""
+           tools: ToolRequest | None = None, prompts: list[Prompt] | None = None,
+           continuous_usage: bool = False) -> "Choices":  # fmt: skip
+        """n choices for each prompt (given for completions: their echo); index = prompt index * n + choice.
+        `continuous_usage` (with include_usage): each chunk carries its choice's usage so far."""
         batch: list[Prompt | None] = list(prompts) if prompts else [None]
-        first = Completion(endpoint, model, token_text, include_usage, tools, prompt=batch[0])
+        usage = {"include_usage": include_usage, "continuous_usage": include_usage and continuous_usage}
+        first = Completion(endpoint, model, token_text, tools=tools, prompt=batch[0], **usage)
         rest = [
             Completion(
-                endpoint, model, token_text, include_usage, tools, i, batch[i // n], first.id, first.created
-            )
+                endpoint,
+                model,
+                token_text,
+                tools=tools,
+                index=i,
+                prompt=batch[i // n],
+                id=first.id,
+                created=first.created,
+                **usage,
+            )  # fmt: skip
             for i in range(1, n * len(batch))
         ]
         return cls([first, *rest], n)

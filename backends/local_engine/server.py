@@ -154,9 +154,10 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
     _check(
         params[0], batch, loaded.model.vocab_size, param, body, loaded.engine.engine.settings.max_model_len
     )
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    stream_options = body.get("stream_options") or {}
+    usage = bool(stream_options.get("include_usage")), bool(stream_options.get("continuous_usage_stats"))
     name, token_text = loaded.model.name, loaded.model.token_text
-    choices = Choices.of(len(params), endpoint, name, token_text, include_usage, tools, batch)
+    choices = Choices.of(len(params), endpoint, name, token_text, usage[0], tools, batch, usage[1])
     starts = await _start_all(loaded.engine, [p.ids for p in batch], params, param)
     if body.get("stream"):
         return StreamingResponse(_sse(choices, starts), media_type="text/event-stream")
