@@ -111,10 +111,22 @@ class OpenAICompatBackend:
             raise UpstreamError(502, f"deployment {self.name} sent no token count.", retryable=True)
         return answer
 
+    def _payload(self, body: dict[str, Any]) -> bytes:
+        """The body as this deployment takes it: its model name; vLLM's continuous usage only for our engine
+        and where extra parameters are accepted (OpenAI itself refuses unknown stream options)."""
+        options = body.get("stream_options")
+        takes_it = self.config.backend == "local_engine" or self.config.accepts_extras()
+        if options and "continuous_usage_stats" in options and not takes_it:
+            body = {
+                **body,
+                "stream_options": {k: v for k, v in options.items() if k != "continuous_usage_stats"},
+            }
+        return orjson.dumps({**body, "model": self.config.model})
+
     async def _post(
         self, path: str, body: dict[str, Any], request_id: str, beside_api: bool = False
     ) -> Response:
-        payload = orjson.dumps({**body, "model": self.config.model})
+        payload = self._payload(body)
         headers = {**self._headers, "x-request-id": request_id}
         tracing.inject(headers)  # traceparent of this attempt's span, when tracing is on
         try:

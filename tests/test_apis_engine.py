@@ -140,3 +140,32 @@ def test_a_stop_sequence_that_ends_the_answer_is_reported(gateway: ServerThread)
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", stop)
     plain = claude.messages.create(**{**ask, "max_tokens": 2})
     assert (plain.stop_reason, plain.stop_sequence) == ("max_tokens", None)
+
+
+def test_message_start_carries_the_input_tokens() -> None:
+    """As Anthropic's API does (LangChain reads input tokens there): the engine sends usage on every chunk
+    when asked (vLLM's continuous_usage_stats), so the first event can say it. A deployment that takes no
+    extra parameters is not asked (OpenAI refuses unknown stream options): there it stays 0."""
+    with ServerThread(create_engine_app(fake_load)) as engine:
+        deadline = time.monotonic() + 60
+        while httpx.get(engine.url + "/health", timeout=5).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        models = [ModelConfig(name=name, deployments=[DeploymentConfig(name=f"{name}-1", base_url=engine.url + "/v1",
+                  model="fake", extra_params=extras)]) for name, extras in (("open", None), ("strict", "reject"))]  # fmt: skip
+        with ServerThread(create_app(gateway_settings(engine.url, models=models))) as server:
+            claude = anthropic.Anthropic(base_url=server.url, api_key=MASTER_KEY, max_retries=0)
+            for model, sees_input in (("open", True), ("strict", False)):
+                ask = {
+                    "model": model,
+                    "max_tokens": 3,
+                    "messages": [{"role": "user", "content": "count me in"}],
+                }
+                sent = claude.messages.create(**ask, extra_body={"temperature": 0.5}).usage
+                expected = sent.input_tokens + sent.cache_read_input_tokens  # the engine's prefix cache
+                with claude.messages.stream(**ask, extra_body={"temperature": 0.7}) as stream:
+                    events = list(stream)
+                    final = stream.get_final_message().usage
+                assert events[0].type == "message_start" and expected > 0
+                assert final.input_tokens + final.cache_read_input_tokens == expected
+                first = events[0].message.usage
+                assert first.input_tokens + first.cache_read_input_tokens == (expected if sees_input else 0)

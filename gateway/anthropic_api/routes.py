@@ -125,7 +125,10 @@ async def _create(request: Request) -> Response:
     admission = Admission(request, "messages", _with_bearer(request))
     async with admission as ctx:
         body = await read_json(request)
-        admit_chat(ctx, to_chat(body), {"cache": body["cache"]} if "cache" in body else {})
+        chat = to_chat(body)
+        if chat.get("stream"):  # usage on every chunk where the deployment can (vLLM, our engine): the
+            chat["stream_options"] = {"continuous_usage_stats": True}  # input tokens go in message_start
+        admit_chat(ctx, chat, {"cache": body["cache"]} if "cache" in body else {})
     answer = await admission.run()
     message_id = f"msg_{next_request_id()}"
     out_headers = {**answer.headers, **served_by(ctx), "request-id": ctx.request_id}

@@ -17,12 +17,19 @@ class BlockWriter:
         self._index = -1  # the open block's index; -1: none open
         self._open: tuple[str, int] | None = None  # ("text", 0) or ("tool", chat tool-call index)
         self._matched: Any = None  # the stop string that ended the answer (vLLM's choice.stop_reason)
+        self._message_sent = False
 
     def start(self) -> list[Event]:
-        return [{"type": "message_start", "message": self._message}]
+        return []  # message_start waits for the first chunk, which may carry the prompt's usage
+
+    def _started(self, usage: dict[str, Any] | None) -> list[Event]:
+        if self._message_sent:
+            return []
+        self._message_sent = True
+        return [{"type": "message_start", "message": {**self._message, "usage": usage_of(usage)}}]
 
     def on_chunk(self, chunk: dict[str, Any]) -> list[Event]:
-        events: list[Event] = []
+        events: list[Event] = self._started({**(chunk.get("usage") or {}), "completion_tokens": 0})
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             self._matched = choice.get("stop_reason", self._matched)
@@ -45,7 +52,7 @@ class BlockWriter:
         return events
 
     def finish(self, finish_reason: str | None, usage: dict[str, Any] | None) -> list[Event]:
-        events = self._close()
+        events = [*self._started(None), *self._close()]
         delta = stop_fields(finish_reason, self._matched)
         events.append({"type": "message_delta", "delta": delta, "usage": usage_of(usage)})
         events.append({"type": "message_stop"})
