@@ -19,31 +19,42 @@ from backends.local_engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from backends.local_engine.engine import LLMEngine
+    from backends.local_engine.sequence import Sequence
 
 log = logging.getLogger("llmgw.engine")
 
 
 @dataclass
 class RequestTimes:
-    """Wall-clock marks of one request, for the latency histograms."""
+    """Wall-clock marks (time.monotonic) and counts of one request, for the metrics: vLLM's queue time is
+    arrival to scheduled, prefill scheduled to first token, decode first to last token."""
 
     arrival: float = field(default_factory=time.monotonic)
+    scheduled: float | None = None  # first left the waiting queue (None: never scheduled)
     first_token: float | None = None
     last_token: float | None = None
+    max_tokens: int = 0  # the request's max_tokens parameter
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0  # so far
 
-    def mark_tokens(self, now: float) -> None:
+    def mark_tokens(self, now: float, output: RequestOutput) -> None:
         if self.first_token is None:
             self.first_token = now
         self.last_token = now
+        self.num_prompt_tokens, self.num_output_tokens = output.num_prompt_tokens, output.num_output_tokens
 
 
 class RequestObserver:
-    """Told about each request's tokens as they are produced (the metrics implement it)."""
+    """Told about each request's tokens as they are produced, and about each step (the metrics implement it)."""
 
     def on_tokens(self, times: RequestTimes, now: float, num_new: int) -> None:
         """Called before `times` is marked, so times.last_token is the previous delivery."""
 
     def on_finished(self, times: RequestTimes, now: float, reason: str) -> None: ...
+
+    def on_step(self, num_tokens: int) -> None:
+        """After a step that produced outputs: its tokens as vLLM counts an iteration's (the generated tokens,
+        plus the prompt tokens of the requests that got their first token in it)."""
 
 
 class RequestFailed(Exception):
@@ -57,6 +68,11 @@ class _Stream:
     outputs: asyncio.Queue
     times: RequestTimes = field(default_factory=RequestTimes)
     seq_id: int | None = None
+    seq: "Sequence | None" = None  # the engine's, for the time it was first scheduled
+
+    def note_scheduled(self) -> None:
+        if self.times.scheduled is None and self.seq is not None:
+            self.times.scheduled = self.seq.first_scheduled
 
     def put(self, item: RequestOutput | BaseException) -> None:
         self.loop.call_soon_threadsafe(self.outputs.put_nowait, item)
@@ -121,10 +137,12 @@ class AsyncEngine:
             log.exception("the engine failed to add a request")
             stream.put(_failure(error))
             return
+        stream.seq, stream.times.max_tokens = self.engine.sequence(stream.seq_id), params.max_tokens
         self._streams[stream.seq_id] = stream
 
     def _abort(self, stream: _Stream) -> None:
         if stream.seq_id is not None and self._streams.pop(stream.seq_id, None) is not None:
+            stream.note_scheduled()
             self.engine.abort(stream.seq_id)
             self._observer.on_finished(stream.times, time.monotonic(), "abort")
 
@@ -151,6 +169,7 @@ class AsyncEngine:
             log.exception("an engine step failed: failing its requests")
             for seq_id in self.engine.fail_step():
                 if (stream := self._streams.pop(seq_id, None)) is not None:
+                    stream.note_scheduled()
                     self._observer.on_finished(stream.times, time.monotonic(), "abort")
                     stream.put(_failure(error))
             return
@@ -166,12 +185,16 @@ class AsyncEngine:
 
     def _dispatch(self, outputs: list[RequestOutput]) -> None:
         now = time.monotonic()
+        if outputs:
+            prefilled = [o.num_prompt_tokens for o in outputs if o.num_output_tokens == len(o.new_token_ids)]
+            self._observer.on_step(sum(len(o.new_token_ids) for o in outputs) + sum(prefilled))
         for output in outputs:
             stream = self._streams.get(output.seq_id)
             if stream is None:
                 continue
+            stream.note_scheduled()
             self._observer.on_tokens(stream.times, now, len(output.new_token_ids))
-            stream.times.mark_tokens(now)
+            stream.times.mark_tokens(now, output)
             if output.finished:
                 del self._streams[output.seq_id]
                 self._observer.on_finished(stream.times, now, output.finish_reason or "stop")

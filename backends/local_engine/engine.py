@@ -14,6 +14,7 @@ from backends.local_engine.config import EngineSettings
 from backends.local_engine.engine_types import (
     Detokenizer,
     DetokenizerFactory,
+    EngineCounters,
     ProbsFn,
     Runner,
     SampleAsyncFn,
@@ -27,14 +28,6 @@ from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.scheduler import Scheduler
 from backends.local_engine.sequence import ScheduledSeq, Sequence
 from backends.local_engine.speculative import AcceptanceGate, NgramProposer, verify_greedy, verify_sampled
-
-
-@dataclass
-class EngineCounters:
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    num_prompt_tokens: int = 0
-    num_generation_tokens: int = 0
 
 
 @dataclass
@@ -111,6 +104,11 @@ class LLMEngine:
         )
         self.counters.num_prompt_tokens += len(prompt_ids)
         return seq.seq_id
+
+    def sequence(self, seq_id: int) -> Sequence | None:
+        """A request's sequence while it is in the engine (the metrics read its scheduling time)."""
+        request = self._requests.get(seq_id)
+        return request.seq if request is not None else None
 
     def abort(self, seq_id: int) -> None:
         if self._requests.pop(seq_id, None) is not None:

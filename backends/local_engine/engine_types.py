@@ -1,12 +1,23 @@
 """What the engine loop (engine.py) is given: the model runner, the detokenizer and the sampling functions."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from backends.local_engine.sampling_params import SamplingParams
 from backends.local_engine.sequence import ScheduledSeq, Sequence
+
+
+@dataclass
+class EngineCounters:
+    """The engine's running totals, read by the metrics at scrape time."""
+
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_prompt_tokens: int = 0
+    num_generation_tokens: int = 0
 
 
 class Runner(Protocol):

@@ -6,6 +6,7 @@ stalls the decodes. When blocks run out the newest running request is preempted:
 (recompute later) and it goes back to the front of the waiting queue.
 """
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -75,6 +76,8 @@ class Scheduler:
             if needed > self.block_manager.num_free_blocks:
                 break
             self.waiting.popleft()
+            if seq.first_scheduled is None:  # the end of its queue time; a preempted one keeps its first
+                seq.first_scheduled = time.monotonic()
             self.block_manager.admit(seq, matched)
             if not seq.output_ids:
                 seq.num_cached_tokens = seq.num_computed_tokens

@@ -28,6 +28,7 @@ class Sequence:
     output_logprobs: list[dict] = field(default_factory=list)
     finish_reason: str | None = None
     num_draft_tokens: int = 0  # speculative proposals at the end of token_ids, not yet verified
+    first_scheduled: float | None = None  # time.monotonic() when it first left the waiting queue (metrics)
 
     def __post_init__(self) -> None:
         if not self.num_prompt_tokens:

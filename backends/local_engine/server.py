@@ -159,6 +159,8 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_
     name, token_text = loaded.model.name, loaded.model.token_text
     choices = Choices.of(len(params), endpoint, name, token_text, usage[0], tools, batch, usage[1])
     starts = await _start_all(loaded.engine, [p.ids for p in batch], params, param)
+    for _ in batch:  # vLLM's request_params_n: one observation per prompt, however many choices it has
+        loaded.metrics.on_request(len(params))
     if body.get("stream"):
         return StreamingResponse(_sse(choices, starts), media_type="text/event-stream")
     return await _until_done_or_disconnect(request, choices, starts)
