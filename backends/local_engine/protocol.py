@@ -235,11 +235,13 @@ class Completion:
         return chunk
 
     def _usage_so_far(self) -> dict[str, Any]:
-        """This choice's usage at this chunk (vLLM's continuous usage): before any output, the prompt alone."""
+        """This choice's usage at this chunk (vLLM's continuous usage, its three counts): before any output,
+        the prompt alone."""
         if self.last is not None:
-            return self.usage()
-        prompt = len(self.prompt.ids) if self.prompt is not None else 0
-        return {"prompt_tokens": prompt, "completion_tokens": 0, "total_tokens": prompt}
+            prompt, completion = self.last.num_prompt_tokens, self.last.num_output_tokens
+        else:
+            prompt, completion = (len(self.prompt.ids) if self.prompt is not None else 0), 0
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def _chunk_object(self) -> str:
         return "chat.completion.chunk" if self.is_chat else "text_completion"
