@@ -52,6 +52,10 @@ def load_failure_kind(probe: tuple[int, bytes] | None) -> str | None:
     return kind.group(1) if kind else "unknown error"
 
 
+# How `llmgw engine serve` ends when it cannot serve (backends/local_engine/cli.py, serve.py)
+_EXITS = {1: "the model failed to load", 2: "invalid engine settings"}
+
+
 class LocalEngineBackend:
     """One deployment served by an engine child process: loading, then ready, or failed for good.
 
@@ -87,8 +91,8 @@ class LocalEngineBackend:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._startup_timeout_s
         while loop.time() < deadline:
-            if self._process.returncode is not None:
-                await self._failed("the engine process exited", f"exit code {self._process.returncode}")
+            if (code := self._process.returncode) is not None:
+                await self._failed(_EXITS.get(code, "the engine process exited"), f"exit code {code}")
                 return
             probe = await self._http.probe()
             if probe is not None and probe[0] == 200:

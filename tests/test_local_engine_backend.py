@@ -70,11 +70,18 @@ def test_readiness_says_not_ready_and_why(failed_gateway: ServerThread) -> None:
     assert "sk-secret" not in reply.text
 
 
-def test_an_engine_process_that_exits_fails_for_good(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [(3, "the engine process exited"), (1, "the model failed to load"), (2, "invalid engine settings")],
+)
+def test_an_engine_process_that_exits_fails_for_good(
+    monkeypatch: pytest.MonkeyPatch, code: int, kind: str
+) -> None:
+    """`engine serve` exits 1 when its model fails to load and 2 on bad settings: the reason names which."""
     spawn = asyncio.create_subprocess_exec
 
     async def exiting_child(*command: str, env: dict[str, str]) -> Any:
-        return await spawn(sys.executable, "-c", "raise SystemExit(3)")
+        return await spawn(sys.executable, "-c", f"raise SystemExit({code})")
 
     monkeypatch.setattr(local.asyncio, "create_subprocess_exec", exiting_child)
 
@@ -90,7 +97,7 @@ def test_an_engine_process_that_exits_fails_for_good(monkeypatch: pytest.MonkeyP
             while backend.unready_reason() is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             assert backend.unready_reason() == (
-                "The local engine engine-x failed to load (the engine process exited); see the gateway log."
+                f"The local engine engine-x failed to load ({kind}); see the gateway log."
             )
             with pytest.raises(UpstreamError) as failed:
                 await backend.complete("chat", CHAT, "r2")
