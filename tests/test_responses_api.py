@@ -98,6 +98,12 @@ def test_function_tools_and_their_results(client: openai.OpenAI, upstream: tuple
     messages = sent(upstream)["messages"]
     assert messages[1]["tool_calls"][0]["id"] == "call_fake_1"
     assert messages[2] == {"role": "tool", "tool_call_id": "call_fake_1", "content": "sunny, 21C"}
+    with pytest.raises(
+        openai.BadRequestError
+    ) as unanswered:  # an output for a call never made: 400, as OpenAI
+        client.responses.create(model="fake-model", previous_response_id=first.id, tools=[WEATHER],
+                                input=[{"type": "function_call_output", "call_id": "call_nope", "output": "x"}])  # fmt: skip
+    assert "call_nope" in unanswered.value.message and unanswered.value.body["param"] == "input"
 
 
 def test_tool_calls_stream_as_argument_deltas(client: openai.OpenAI) -> None:
@@ -206,3 +212,14 @@ def test_a_bad_max_output_tokens_is_named_as_sent(client: openai.OpenAI, given: 
     with pytest.raises(openai.BadRequestError) as error:
         client.responses.create(model="fake-model", input="x", max_output_tokens=given)
     assert error.value.body["param"] == "max_output_tokens"
+
+
+def test_every_item_of_a_cut_response_is_incomplete() -> None:
+    """A function call cut by max_output_tokens is `incomplete` too, not `completed` (outside audit)."""
+    from gateway.responses_api import reply
+
+    output = [reply.function_call_item("fc_1", "call_1", "f", '{"a": 1'), reply.message_item("msg_0", "hi")]
+    finished = reply.finish(reply.skeleton("resp_x", "m", {}), output, "length", None)
+    assert [item["status"] for item in finished["output"]] == ["incomplete", "incomplete"]
+    finished = reply.finish(reply.skeleton("resp_y", "m", {}), output, "tool_calls", None)
+    assert [item["status"] for item in finished["output"]] == ["completed", "completed"]

@@ -26,11 +26,10 @@ def skeleton(
 
 def finish(response: dict[str, Any], output: list[dict[str, Any]], finish_reason: str | None,
            usage: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
-    """Fill in the output, the status and the usage. A message cut short is itself `incomplete`."""
+    """Fill in the output, the status and the usage. An item cut short is itself `incomplete`."""
     reason = _INCOMPLETE.get(finish_reason or "")
-    for item in output:
-        if item["type"] == "message":
-            item["status"] = item_status(finish_reason)
+    for item in output:  # a message or call cut short is itself incomplete
+        item["status"] = item_status(finish_reason)
     response.update(output=output, status="incomplete" if reason else "completed", usage=usage_of(usage))
     response["incomplete_details"] = {"reason": reason} if reason else None
     response["completed_at"] = None if reason else int(time.time())

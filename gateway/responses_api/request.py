@@ -26,6 +26,7 @@ def to_chat(body: dict[str, Any], previous: list[dict[str, Any]] | None = None) 
     """`previous`: the stored conversation of previous_response_id, as chat messages."""
     _check_fields(body)
     history = [*(previous or []), *input_messages(body.get("input"))]
+    _check_call_ids(history)
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise bad_request("'instructions' must be a string.", param="instructions")
@@ -53,6 +54,17 @@ def to_chat(body: dict[str, Any], previous: list[dict[str, Any]] | None = None) 
     echo = {k: body.get(k) for k in ("instructions", "metadata", "previous_response_id", "tool_choice", "tools",
                                      "temperature", "top_p", "max_output_tokens", "text", "user")}  # fmt: skip
     return Translated(chat, history, echo)
+
+
+def _check_call_ids(history: list[dict[str, Any]]) -> None:
+    """Every function_call_output answers a function_call of this conversation, as OpenAI requires."""
+    called = {
+        call.get("id") for m in history if m["role"] == "assistant" for call in m.get("tool_calls") or []
+    }
+    for message in history:
+        if message["role"] == "tool" and message["tool_call_id"] not in called:
+            raise bad_request(f"No tool call found for function call output with call_id "
+                              f"{message['tool_call_id']}.", param="input")  # fmt: skip
 
 
 def _check_fields(body: dict[str, Any]) -> None:

@@ -88,7 +88,7 @@ class EventWriter:
             )
         for state in self._calls.values():
             item = state["item"]
-            item["status"] = "completed"
+            item["status"] = reply.item_status(finish_reason)
             events.append(self.event("response.function_call_arguments.done", item_id=item["id"],
                                      output_index=state["index"], name=item["name"], arguments=item["arguments"]))  # fmt: skip
             events.append(self.event("response.output_item.done", output_index=state["index"], item=item))
