@@ -2,6 +2,7 @@
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
@@ -24,55 +25,24 @@ from gateway.chat_bridge import (
 
 log = logging.getLogger("llmgw.messages")
 router = APIRouter(tags=["Anthropic Messages"])
-_DOC = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["model", "messages", "max_tokens"],
-                    "properties": {
-                        "model": {"type": "string"},
-                        "messages": {"type": "array"},
-                        "max_tokens": {"type": "integer"},
-                        "system": {},
-                        "tools": {"type": "array"},
-                        "tool_choice": {"type": "object"},
-                        "stream": {"type": "boolean"},
-                        "stop_sequences": {"type": "array"},
-                        "temperature": {"type": "number"},
-                    },
-                }
-            }
-        },  # fmt: skip
-    },
-    "parameters": [
-        {"name": "x-api-key", "in": "header", "schema": {"type": "string"}},
-        {"name": "anthropic-version", "in": "header", "schema": {"type": "string"}},
-    ],  # fmt: skip
-}
-_COUNT_DOC = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["model", "messages"],
-                    "properties": {
-                        "model": {"type": "string"},
-                        "messages": {"type": "array"},
-                        "system": {},
-                        "tools": {"type": "array"},
-                        "tool_choice": {"type": "object"},
-                    },
-                }
-            }
-        },  # fmt: skip
-    },
-    "parameters": _DOC["parameters"],
-}
+_FIELDS = {"model": {"type": "string"}, "messages": {"type": "array"}, "max_tokens": {"type": "integer"}, "system": {},
+           "tools": {"type": "array"}, "tool_choice": {"type": "object"}, "stream": {"type": "boolean"},
+           "stop_sequences": {"type": "array"}, "temperature": {"type": "number"}}  # fmt: skip
+_HEADERS = [
+    {"name": name, "in": "header", "schema": {"type": "string"}}
+    for name in ("x-api-key", "anthropic-version")
+]
+
+
+def _doc(required: list[str], fields: list[str]) -> dict[str, Any]:
+    """The OpenAPI request body and headers of a Messages route (its JSON body is read by hand)."""
+    schema = {"type": "object", "required": required, "properties": {name: _FIELDS[name] for name in fields}}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
+            "parameters": _HEADERS}  # fmt: skip
+
+
+_DOC = _doc(["model", "messages", "max_tokens"], list(_FIELDS))
+_COUNT_DOC = _doc(["model", "messages"], ["model", "messages", "system", "tools", "tool_choice"])
 
 
 @router.post("/v1/messages", summary="Create a message (Anthropic Messages API)", openapi_extra=_DOC)
