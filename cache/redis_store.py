@@ -41,19 +41,23 @@ class RedisStore:
         if listener is None:
             return
         try:
-            last_id = await self._last_event_id()
-            await self._load_all()
+            last_id = await self._load()
         except Exception as exc:  # Redis away at start-up: serve (misses) now, load the index when it returns
             log.warning("cache: Redis unreachable at start-up (%s); loading the index once it answers", exc)
             self._follower = asyncio.create_task(self._load_then_follow(), name="cache-redis-follower")
             return
         self._follower = asyncio.create_task(self._follow(last_id), name="cache-redis-follower")
 
+    async def _load(self) -> str:
+        """Every live entry into the listener; the id of the last event before them."""
+        last_id = await self._last_event_id()
+        await self._load_all()
+        return last_id
+
     async def _load_then_follow(self) -> None:
         while not self._closed:
             try:
-                last_id = await self._last_event_id()
-                await self._load_all()
+                last_id = await self._load()
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -2,7 +2,7 @@
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -50,11 +50,13 @@ class GatewayApp(FastAPI):
                 receive = bounded_receive(receive, limit)
                 scope, receive = await decoded(scope, receive, limit)  # gzip/deflate, as on the proxy
             except OpenAIError as error:
-                anthropic = scope["path"].startswith("/v1/messages")
-                return await (anthropic_error_response if anthropic else error_response)(error)(
-                    scope, receive, send
-                )
+                return await _error_response_for(scope["path"])(error)(scope, receive, send)
         return await super().__call__(scope, receive, send)
+
+
+def _error_response_for(path: str) -> Callable[[OpenAIError], Response]:
+    """Errors in the shape of the API the path belongs to: Anthropic's under /v1/messages, else OpenAI's."""
+    return anthropic_error_response if path.startswith("/v1/messages") else error_response
 
 
 def app_from_environment() -> GatewayApp:
@@ -144,8 +146,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         error.headers.update({k: v for k, v in (exc.headers or {}).items() if k.lower() != "allow"})
         if exc.status_code == 405:  # Starlette's Allow names one route's methods; a path may have several
             error.headers["allow"] = allowed_methods(request.app, request.url.path)
-        anthropic = request.url.path.startswith("/v1/messages")
-        return (anthropic_error_response if anthropic else error_response)(error)
+        return _error_response_for(request.url.path)(error)
 
     async def on_validation_error(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {}

@@ -14,7 +14,8 @@ from starlette.responses import Response
 from core import validation
 from core.context import Principal, Reply, RequestContext
 from core.errors import OpenAIError
-from gateway.proxy import put_body, read_body
+from gateway.inbound import read_body
+from gateway.proxy import put_body
 from gateway.services import Services
 from gateway.sse import SSEResponse
 

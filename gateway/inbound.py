@@ -78,21 +78,33 @@ def bounded_receive(receive: Receive, limit: int) -> Receive:
     return bounded
 
 
+async def read_body(receive: Any, headers: dict[str, str], limit: int) -> bytes:
+    """The whole body, held to `limit` bytes as declared and as received (413), 400 if the client leaves."""
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise OpenAIError(400, "The client disconnected before sending the whole body.")
+        part = message.get("body", b"")
+        size += len(part)
+        if size > limit:
+            raise too_large(limit)
+        parts.append(part)
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
 async def decoded(scope: dict[str, Any], receive: Receive, limit: int) -> tuple[dict[str, Any], Receive]:
     """A request with a Content-Encoding, as the app sees it: the whole body read and inflated (or a 415, 400
     or 413), then replayed with the header gone. Requests without one pass as they are, still streamed."""
     coding = next((v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"content-encoding"), "")
     if coding.strip().lower() in ("", "identity"):
         return scope, receive
-    parts: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise OpenAIError(400, "The client disconnected before sending the whole body.")
-        parts.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    body = decode_body(b"".join(parts), coding, limit)
+    body = decode_body(await read_body(receive, {}, limit), coding, limit)
     dropped = (b"content-encoding", b"content-length")
     headers = [(k, v) for k, v in scope["headers"] if k.lower() not in dropped]
     headers.append((b"content-length", str(len(body)).encode()))

@@ -16,7 +16,7 @@ from core import validation
 from core.context import Handler, Principal, Reply, RequestContext
 from core.errors import OpenAIError, error_response
 from core.ids import next_request_id
-from gateway.inbound import client_request_id, decode_body
+from gateway.inbound import client_request_id, decode_body, read_body
 from gateway.sse import SSEResponse, sse_body
 
 log = logging.getLogger("llmgw.proxy")
@@ -79,25 +79,6 @@ def put_body(ctx: RequestContext, body: dict[str, Any]) -> None:
     ctx.body = validation.upstream_body(body, ctx.stream)
     ctx.model = body["model"]
     ctx.extra_params = validation.extra_fields(ctx.endpoint, body)
-
-
-async def read_body(receive: Any, headers: dict[str, str], limit: int) -> bytes:
-    declared = headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise validation.too_large(limit)
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise OpenAIError(400, "The client disconnected before sending the whole body.")
-        part = message.get("body", b"")
-        size += len(part)
-        if size > limit:
-            raise validation.too_large(limit)
-        parts.append(part)
-        if not message.get("more_body"):
-            return b"".join(parts)
 
 
 def render(ctx: RequestContext, reply: Reply) -> Response | SSEResponse:

@@ -100,15 +100,23 @@ class _YamlSource(PydanticBaseSettingsSource):
         path = os.environ.get("LLMGW_CONFIG_FILE")
         if not path:
             return {}
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as error:
+            raise ConfigFileError(f"the config file cannot be read: {error}") from error
+        except yaml.YAMLError as error:
+            raise ConfigFileError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from error
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: the config file must be a mapping")
+            raise ConfigFileError(f"{path}: the config file must be a mapping")
         unknown = sorted(set(data) - set(Settings.model_fields))
         if unknown:  # the file is ours alone (unlike the environment): a misspelt key is an error
-            raise ValueError(
-                f"{path}: unknown setting {unknown[0]!r} (known: {', '.join(Settings.model_fields)})"
-            )
+            known = ", ".join(Settings.model_fields)
+            raise ConfigFileError(f"{path}: unknown setting {unknown[0]!r} (known: {known})")
         return data
+
+
+class ConfigFileError(ValueError):
+    """The file named by LLMGW_CONFIG_FILE cannot be used; the message says why, for the command line."""
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -122,10 +130,4 @@ def settings_problem(error: Exception) -> str | None:
     if isinstance(error, ValidationError):
         lines = [f"  {'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in error.errors()]
         return "invalid settings (LLMGW_* variables or the LLMGW_CONFIG_FILE file):\n" + "\n".join(lines)
-    if isinstance(error, yaml.YAMLError):
-        return f"the config file is not valid YAML: {str(error).splitlines()[0]}"
-    if isinstance(error, FileNotFoundError | IsADirectoryError):
-        return f"the config file cannot be read: {error}"
-    if isinstance(error, ValueError) and str(error).startswith(os.environ.get("LLMGW_CONFIG_FILE") or "\0"):
-        return str(error)
-    return None
+    return str(error) if isinstance(error, ConfigFileError) else None

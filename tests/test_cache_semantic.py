@@ -201,3 +201,28 @@ async def test_flush_on_one_replica_empties_the_other_index(embedder, redis_pair
     assert len(first.index) == 0
     _, reply = await ask(first, upstream, question="How tall is Mount Everest?")
     assert reply.headers["x-cache-status"] == "miss"
+
+
+async def test_a_replica_started_while_redis_is_away_loads_the_index_when_it_returns(embedder, tmp_path):
+    """Start-up does not wait for Redis (an outside audit: the gateway exited); the index fills once it answers."""
+    from tests.redis_servers import RedisServer
+
+    server = RedisServer(16388, tmp_path)  # not started yet
+    client = Redis.from_url(server.url)
+    replica = await start_replica(embedder, client, "llmgw-test:late")  # no exception: Redis is away
+    try:
+        server.start()
+        writer = Redis.from_url(server.url)
+        other = await start_replica(embedder, writer, "llmgw-test:late")
+        await ask(other, Upstream(), question="How tall is Mount Everest?")
+        for _ in range(100):
+            if len(replica.index) == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert len(replica.index) == 1
+        await other.aclose()
+        await writer.aclose()
+    finally:
+        await replica.aclose()
+        await client.aclose()
+        server.kill()
