@@ -155,6 +155,9 @@ def _check_sampling(body: dict[str, Any]) -> None:
         raise bad_request(
             f"Invalid 'min_tokens': expected an integer >= 0, got {min_tokens!r}.", param="min_tokens"
         )
+    if body.get("stream_options") is not None and not body.get("stream"):
+        raise bad_request("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                          param="stream_options")  # fmt: skip
     if body.get("repetition_penalty") == 0:
         raise bad_request(
             "Invalid 'repetition_penalty': it must be greater than 0.", param="repetition_penalty"
@@ -164,33 +167,25 @@ def _check_sampling(body: dict[str, Any]) -> None:
 
 
 def _check_tools(body: dict[str, Any]) -> None:
-    """Function tools with OpenAI's names (and no name twice); a tool_choice needs tools."""
+    """Tools named as OpenAI names them (and no name twice); a tool_choice needs tools."""
     tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise bad_request("Invalid type for 'tools': expected an array.", param="tools")
-        names: set[str] = set()
-        for i, tool in enumerate(tools):
-            kind = (tool.get("type") or "function") if isinstance(tool, dict) else None
-            spec = (
-                tool.get(kind) if isinstance(tool, dict) and isinstance(kind, str) else None
-            )  # "function": {…}
-            name = spec.get("name") if isinstance(spec, dict) else None
-            if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
-                raise bad_request(f"Invalid 'tools[{i}].function.name': {name!r} does not match "
-                                  f"'^[a-zA-Z0-9_-]{{1,64}}$'.", param=f"tools[{i}].{kind}.name")  # fmt: skip
-            if name in names:
-                raise bad_request(
-                    f"Duplicate tool name {name!r} in 'tools'.", param=f"tools[{i}].function.name"
-                )
-            names.add(name)
-    choice = body.get("tool_choice")
-    if choice is not None and choice != "none" and not tools:
+    if tools is not None and not isinstance(tools, list):
+        raise bad_request("Invalid type for 'tools': expected an array.", param="tools")
+    names: set[str] = set()
+    for i, tool in enumerate(tools or []):
+        kind = (tool.get("type") or "function") if isinstance(tool, dict) else "function"
+        spec = tool.get(kind) if isinstance(tool, dict) else None  # {"type": "function", "function": {...}}
+        name, param = spec.get("name") if isinstance(spec, dict) else None, f"tools[{i}].{kind}.name"
+        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+            raise bad_request(
+                f"Invalid '{param}': {name!r} does not match '^[a-zA-Z0-9_-]{{1,64}}$'.", param=param
+            )
+        if name in names:
+            raise bad_request(f"Duplicate tool name {name!r} in 'tools'.", param=param)
+        names.add(name)
+    if body.get("tool_choice") not in (None, "none") and not tools:
         raise bad_request("Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
                           "specified.", param="tool_choice")  # fmt: skip
-    if body.get("stream_options") is not None and not body.get("stream"):
-        raise bad_request("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-                          param="stream_options")  # fmt: skip
 
 
 def _check_number(body: dict[str, Any], name: str, low: float, high: float) -> None:
