@@ -87,7 +87,8 @@ struct Epilogue {
 // One step (64 inputs) of a 16-row tile for MCHUNKS x chunks of 8 rows: dequantize the lane's codes `w` with
 // its group's (scale, zero) words of rows g and g + 8, and multiply on tensor cores.
 template <int MCHUNKS, bool NORM>
-__device__ __forceinline__ void mma_step(uint4 w, uint32_t sm_lo, uint32_t sm_hi, const __nv_bfloat16* __restrict__ x,
+// `x_lane`: x row g's 16-byte words from input 16 t (row c * 8 + g is K words further per chunk c).
+__device__ __forceinline__ void mma_step(uint4 w, uint32_t sm_lo, uint32_t sm_hi, const uint4* __restrict__ x_lane,
                                          int M, int K, int s, int g, int t, const Epilogue& epi,
                                          float (&acc)[MCHUNKS][4], float (&squares)[MCHUNKS]) {
   // Pairs 0 and 2 (row g) are the low nibbles of each byte: bf16x2 128 + q (0x4300 | q). Pairs 1 and 3
@@ -118,7 +119,7 @@ __device__ __forceinline__ void mma_step(uint4 w, uint32_t sm_lo, uint32_t sm_hi
     const int row = c * 8 + g;
     uint4 xa = make_uint4(0, 0, 0, 0), xb = make_uint4(0, 0, 0, 0);
     if (row < M) {  // the lane's 16 inputs of the step: k = 64 s + 16 t .. + 15
-      const uint4* xr = reinterpret_cast<const uint4*>(x + static_cast<size_t>(row) * K + s * 64 + 16 * t);
+      const uint4* xr = x_lane + static_cast<size_t>(c) * K + s * 8;
       xa = __ldg(xr);
       xb = __ldg(xr + 1);
       if constexpr (NORM) {
@@ -209,6 +210,7 @@ int4_mma_kernel(const uint4* __restrict__ codes, const uint32_t* __restrict__ sc
   const int end = min(steps, begin + per_warp);
   const uint4* tile_codes = codes + static_cast<size_t>(tile) * steps * 32 + lane;
   const uint32_t* tile_scales = scales + static_cast<size_t>(tile) * (K / 32) * 16;
+  const uint4* x_lane = reinterpret_cast<const uint4*>(x + static_cast<size_t>(g) * K + 16 * t);
 
   float acc[MCHUNKS][4];
   float squares[MCHUNKS];  // NORM: this lane's share of x row c * 8 + g's sum of squares
@@ -243,7 +245,7 @@ int4_mma_kernel(const uint4* __restrict__ codes, const uint32_t* __restrict__ sc
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       if (s0 + u >= end) break;
-      mma_step<MCHUNKS, NORM>(w[u], sm[u][0], sm[u][1], x, M, K, s0 + u, g, t, epi, acc, squares);
+      mma_step<MCHUNKS, NORM>(w[u], sm[u][0], sm[u][1], x_lane, M, K, s0 + u, g, t, epi, acc, squares);
     }
   }
 
@@ -320,6 +322,7 @@ int4_stream_kernel(const uint4* __restrict__ codes, const uint32_t* __restrict__
   }
 
   const int g = lane >> 2, t = lane & 3;
+  const uint4* x_lane = reinterpret_cast<const uint4*>(x + static_cast<size_t>(g) * K + 16 * t);
   float squares[1] = {0.f};
   int i = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -332,7 +335,7 @@ int4_stream_kernel(const uint4* __restrict__ codes, const uint32_t* __restrict__
       const uint32_t* stage_scales = reinterpret_cast<const uint32_t*>(stage + CODE_BYTES);
       for (int s = warp; s < n; s += CW) {
         const uint32_t* group = stage_scales + (2 * s + (t >> 1)) * 16;
-        mma_step<1, false>(stage_codes[s * 32], group[g], group[g + 8], x, M, K, c * SPS + s, g, t, epi, acc,
+        mma_step<1, false>(stage_codes[s * 32], group[g], group[g + 8], x_lane, M, K, c * SPS + s, g, t, epi, acc,
                            squares);
       }
       asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(&empty[slot])) : "memory");
