@@ -4,7 +4,9 @@
 #    1-8 row call on config 5;
 # 2. the kernels alone: each launch shape per 8B projection at 1 and 8 rows (bench.engine_gpu_int4_kernels);
 # 3. 8B int4 batch-1 decode per variant (bench/engine_gpu_profile.py: fused = today's default, int4s5..int4s8
-#    = the streamed kernel's configs).
+#    = the streamed kernel's configs);
+# 4. with the time left, the official decode table (bench/engine_gpu.py --only bw,decode) at 8B and 1B with the
+#    fastest streamed config of step 3 for every shape.
 # Logs and JSON land in $OUT (or bench/results when run by hand); the last lines are the table.
 # The device image has no pydantic (the engine's settings need it): first, here,
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -28,3 +30,16 @@ timeout 110 python3 -m bench.engine_gpu_int4_kernels --kinds mma --rows 1,8 --co
 timeout 300 python3 -m bench.engine_gpu_profile --shapes llama-8b --formats int4 \
     --int4-variants fused,int4s5,int4s6,int4s7,int4s8 --out "$out" 2>&1 \
     | tee "$out/int4_profile.log" | grep -E "tok/s|Error|error" | tail -14
+best=$(python3 - "$out/engine_gpu_profile.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+streamed = {k: r["decode_tok_s"] for k, r in rows.items() if "int4s" in k and "decode_tok_s" in r}
+print(max(streamed, key=streamed.get).rsplit("int4s", 1)[1] if streamed else "")
+PY
+)
+left=$((585 - SECONDS))
+echo "fastest streamed config: ${best:-none}; ${left} s left"
+if [ -n "$best" ] && [ "$left" -gt 60 ]; then
+    LLMGW_INT4_MMA_CONFIGS="*:$best" timeout "$left" python3 -m bench.engine_gpu --only bw,decode \
+        --shapes llama-8b,llama-1b --out "$out" 2>&1 | tee "$out/decode.log" | tail -14
+fi
