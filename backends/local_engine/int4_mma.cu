@@ -48,7 +48,7 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t mask, uint32_t b
 }
 
 // One nibble pair as the bf16x2 weight ((q - 8) scale + zero, rounded once): `v` holds the pair as bf16x2
-// `base` + `step` q exactly, so subtracting `base` + 8 `step` is exact, and `scale2` is the scale / `step`.
+// (128 + q0, 128 + q1), so subtracting `offset2` (136) is exact.
 __device__ __forceinline__ uint32_t dequant(uint32_t v, uint32_t offset2, uint32_t scale2, uint32_t zero2) {
   __nv_bfloat162 q = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&v), *reinterpret_cast<__nv_bfloat162*>(&offset2));
   q = __hfma2(q, *reinterpret_cast<__nv_bfloat162*>(&scale2), *reinterpret_cast<__nv_bfloat162*>(&zero2));
@@ -91,28 +91,18 @@ template <int MCHUNKS, bool NORM>
 __device__ __forceinline__ void mma_step(uint4 w, uint32_t sm_lo, uint32_t sm_hi, const uint4* __restrict__ x_lane,
                                          int M, int K, int s, int g, int t, const Epilogue& epi,
                                          float (&acc)[MCHUNKS][4], float (&squares)[MCHUNKS]) {
-  // Pairs 0 and 2 (row g) are the low nibbles of each byte: bf16x2 128 + q (0x4300 | q). Pairs 1 and 3
-  // (row g + 8) are the high nibbles, taken in place: 0x4380 | 16 q is 256 + 16 q, exact in bf16, so only
-  // one shift per word is needed and row g + 8's scale is divided by 16 (exact). The weights, each rounded
-  // once to bf16, are bit for bit those of (q - 8) scale + zero.
+  // Pair p sits at bits 4p and 16 + 4p: shifted down, one and-or makes the bf16x2 (128 + q0, 128 + q1).
   const uint32_t s_lo = __byte_perm(sm_lo, 0, 0x1010), z_lo = __byte_perm(sm_lo, 0, 0x3232);
-  const uint32_t z_hi = __byte_perm(sm_hi, 0, 0x3232);
-  const uint32_t sixteenth = 0x3D803D80u;  // bf16x2 (1/16, 1/16)
-  const __nv_bfloat162 s_hi_bf = __hmul2(__halves2bfloat162(__ushort_as_bfloat16(sm_hi & 0xFFFFu),
-                                                            __ushort_as_bfloat16(sm_hi & 0xFFFFu)),
-                                         *reinterpret_cast<const __nv_bfloat162*>(&sixteenth));
-  const uint32_t s_hi = *reinterpret_cast<const uint32_t*>(&s_hi_bf);
-  const uint32_t low = 0x000F000Fu, high = 0x00F000F0u, low_base = 0x43004300u, high_base = 0x43804380u;
-  const uint32_t low_offset = 0x43084308u, high_offset = 0x43C043C0u;  // 136 = 128 + 8; 384 = 256 + 8 x 16
+  const uint32_t s_hi = __byte_perm(sm_hi, 0, 0x1010), z_hi = __byte_perm(sm_hi, 0, 0x3232);
+  const uint32_t low = 0x000F000Fu, base = 0x43004300u, offset = 0x43084308u;  // 136 = 128 + 8
   const uint32_t words[4] = {w.x, w.y, w.z, w.w};
   uint32_t a[4][4];  // A fragments of the step's four k16-tiles
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const uint32_t shifted = words[j] >> 8;
-    a[j][0] = dequant(and_or(words[j], low, low_base), low_offset, s_lo, z_lo);
-    a[j][1] = dequant(and_or(words[j], high, high_base), high_offset, s_hi, z_hi);
-    a[j][2] = dequant(and_or(shifted, low, low_base), low_offset, s_lo, z_lo);
-    a[j][3] = dequant(and_or(shifted, high, high_base), high_offset, s_hi, z_hi);
+    a[j][0] = dequant(and_or(words[j], low, base), offset, s_lo, z_lo);
+    a[j][1] = dequant(and_or(words[j] >> 4, low, base), offset, s_hi, z_hi);
+    a[j][2] = dequant(and_or(words[j] >> 8, low, base), offset, s_lo, z_lo);
+    a[j][3] = dequant(and_or(words[j] >> 12, low, base), offset, s_hi, z_hi);
   }
 #pragma unroll
   for (int c = 0; c < MCHUNKS; ++c) {
@@ -376,9 +366,11 @@ void launch_stream(const int32_t* codes, const int32_t* scales, const __nv_bfloa
                    int N, int K, const Epilogue& epi, cudaStream_t stream, int sms) {
   constexpr int smem = STAGES * SPS * 640;
   auto kernel = int4_stream_kernel<CW, SPS, STAGES>;
-  static const cudaError_t attribute = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  (void)attribute;  // a failure shows as the launch's error
-  const int tiles = N / 16, rounds = (tiles + sms - 1) / sms;
+  // Per device and cheap; a failure shows as the launch's error.
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const int tiles = N / 16;
+  if (tiles == 0) return;
+  const int rounds = (tiles + sms - 1) / sms;
   const int grid = (tiles + rounds - 1) / rounds;  // every block walks `rounds` tiles, or one fewer
   kernel<<<grid, (CW + 1) * 32, smem, stream>>>(reinterpret_cast<const uint4*>(codes),
                                                  reinterpret_cast<const uint32_t*>(scales), x, out, M, N, K, epi);
