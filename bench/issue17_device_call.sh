@@ -37,7 +37,7 @@ streamed = {k: r["decode_tok_s"] for k, r in rows.items() if "int4s" in k and "d
 print(max(streamed, key=streamed.get).rsplit("int4s", 1)[1] if streamed else "")
 PY
 )
-left=$((585 - SECONDS))
+left=$((${LIMIT:-585} - SECONDS))
 echo "fastest streamed config: ${best:-none}; ${left} s left"
 if [ -n "$best" ] && [ "$left" -gt 60 ]; then
     LLMGW_INT4_MMA_CONFIGS="*:$best" timeout "$left" python3 -m bench.engine_gpu --only bw,decode \
