@@ -53,8 +53,14 @@ def pdl_wanted(device: torch.device) -> bool:
 
 
 def fused_wanted() -> bool:
-    """LLMGW_INT4_FUSED=1: build gate/up interleaved and let model.py run `int4_forward` (off: slower on the
-    H200, bench/README.md)."""
+    """LLMGW_INT4_FUSED=1 or 2: build gate/up interleaved and let model.py run `int4_forward` (off: slower on
+    the H200, bench/README.md)."""
+    return os.environ.get("LLMGW_INT4_FUSED", "0") in ("1", "2")
+
+
+def norms_inside() -> bool:
+    """LLMGW_INT4_FUSED=1: `int4_forward` runs the RMSNorms inside the kernel; 2: as kernels of their own (so
+    every projection can take the streamed kernel), with SwiGLU and residual adds still in the epilogues."""
     return os.environ.get("LLMGW_INT4_FUSED", "0") == "1"
 
 
