@@ -247,7 +247,9 @@ def test_async_decode_through_the_step_runner_matches_plain_decode(model_pair) -
 
 
 @pytest.mark.parametrize("mode", ["1", "2"])
-def test_int4_forward_wires_the_fused_layer_as_the_unfused_one(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_int4_forward_wires_the_fused_layer_as_the_unfused_one(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """model.int4_forward (LLMGW_INT4_FUSED=1: norms, residual adds and SwiGLU inside int4_mma's kernel; 2:
     the norms as kernels of their own) against fused_forward over the same int4_mma layers, prefill and
     decode. int4_mma's kernel is replaced by a torch reference of its semantics here (the kernel itself:
