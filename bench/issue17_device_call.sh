@@ -48,7 +48,7 @@ echo "fastest streamed config (5 or 7): ${best:-none}; $(left) s left"
 [ -n "$best" ] || exit 0
 [ "$(left)" -gt 70 ] && profile "int4s${best}e" "$out/e" $(( $(left) - 10 ))
 [ "$(left)" -gt 90 ] && timeout $(( $(left) - 60 )) python3 -m bench.engine_gpu_int4_kernels --kinds mma --rows 1 \
-    --configs --out "$out" 2>&1 | tee "$out/int4_kernels.log" | tail -6
+    --configs --out "$out" 2>&1 | tee -a "$out/int4_profile.log" | tail -6
 if [ "$(left)" -gt 80 ]; then
     LLMGW_INT4_MMA_CONFIGS="*:$best" timeout $(( $(left) - 5 )) python3 -m bench.engine_gpu --only bw,decode \
         --shapes llama-8b,llama-1b --out "$out" 2>&1 | tee "$out/decode.log" | tail -14
