@@ -15,10 +15,6 @@ A variant is a set of environment switches read when the engine is built (CUDA g
   int4pdl    int4_mma launched with programmatic dependent launch (LLMGW_INT4_PDL=1)
   int4both   int4fused and int4pdl together
   int4nosplit  int4both, attention without split-K
-  int4s5 .. int4s8  int4_mma's streamed kernel for every 1-8 row call (LLMGW_INT4_MMA_CONFIGS=*:5 .. *:8;
-             sm_90+: a persistent block per SM fed by bulk copies into a shared-memory ring)
-  int4s5e .. int4s8e  the same with SwiGLU and residual adds in its epilogues, norms as kernels of their own
-             (LLMGW_INT4_FUSED=2)
 For each (shape, format, variant): batch-1 decode tok/s through the engine step beside the bucket-1 decode
 graph replayed alone (its GPU time; the rest of a step is host work), the prefix TTFT (1024-token cached
 prefix + 32 new tokens, bench/engine_gpu.py's measure) beside its prefill graph replayed alone, and the
@@ -49,8 +45,6 @@ VARIANTS = {
     "int4pdl": {"LLMGW_INT4_PDL": "1"},
     "int4both": {"LLMGW_INT4_FUSED": "1", "LLMGW_INT4_PDL": "1"},
     "int4nosplit": {"LLMGW_INT4_FUSED": "1", "LLMGW_INT4_PDL": "1", "LLMGW_ATTENTION_SPLITS": "1"},
-    **{f"int4s{c}": {"LLMGW_INT4_MMA_CONFIGS": f"*:{c}"} for c in (5, 6, 7, 8)},
-    **{f"int4s{c}e": {"LLMGW_INT4_MMA_CONFIGS": f"*:{c}", "LLMGW_INT4_FUSED": "2"} for c in (5, 6, 7, 8)},
 }
 SETTINGS = {"sync": {"async_decode": False}}  # engine settings a variant changes
 SWITCHES = (
@@ -60,7 +54,6 @@ SWITCHES = (
     "LLMGW_INT8_KERNEL",
     "LLMGW_INT4_FUSED",
     "LLMGW_INT4_PDL",
-    "LLMGW_INT4_MMA_CONFIGS",
 )
 
 

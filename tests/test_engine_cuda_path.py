@@ -246,14 +246,10 @@ def test_async_decode_through_the_step_runner_matches_plain_decode(model_pair) -
     assert outputs[0] == outputs[1] and [len(t) for t in outputs[0]] == [6, 4]
 
 
-@pytest.mark.parametrize("mode", ["1", "2"])
-def test_int4_forward_wires_the_fused_layer_as_the_unfused_one(
-    mode: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """model.int4_forward (LLMGW_INT4_FUSED=1: norms, residual adds and SwiGLU inside int4_mma's kernel; 2:
-    the norms as kernels of their own) against fused_forward over the same int4_mma layers, prefill and
-    decode. int4_mma's kernel is replaced by a torch reference of its semantics here (the kernel itself:
-    tests/test_int4_mma_fused.py on a GPU)."""
+def test_int4_forward_wires_the_fused_layer_as_the_unfused_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """model.int4_forward (LLMGW_INT4_FUSED=1: norms, residual adds and SwiGLU inside int4_mma's kernel)
+    against fused_forward over the same int4_mma layers, prefill and decode. int4_mma's kernel is replaced by a
+    torch reference of its semantics here (the kernel itself: tests/test_int4_mma_fused.py on a GPU)."""
     from backends.local_engine import int4_mma
     from tests.test_int4_mma_fused import reference_int4_mma
 
@@ -263,7 +259,7 @@ def test_int4_forward_wires_the_fused_layer_as_the_unfused_one(
         runner.model, runner.kv_cache, runner.block_size, 4, 2048, 256
     )
     model = runner.model
-    monkeypatch.setenv("LLMGW_INT4_FUSED", mode)
+    monkeypatch.setenv("LLMGW_INT4_FUSED", "1")
     monkeypatch.setattr(int4_mma, "int4_mma_matmul", reference_int4_mma)
     for layer in model.layers:
         for name in ("qkv", "o_proj", "gate_up", "down"):

@@ -85,9 +85,9 @@ struct Epilogue {
 };
 
 // One step (64 inputs) of a 16-row tile for MCHUNKS x chunks of 8 rows: dequantize the lane's codes `w` with
-// its group's (scale, zero) words of rows g and g + 8, and multiply on tensor cores.
+// its group's (scale, zero) words of rows g and g + 8, and multiply on tensor cores. `x_lane`: x row g's
+// 16-byte words from input 16 t (row c * 8 + g is K words further per chunk c).
 template <int MCHUNKS, bool NORM>
-// `x_lane`: x row g's 16-byte words from input 16 t (row c * 8 + g is K words further per chunk c).
 __device__ __forceinline__ void mma_step(uint4 w, uint32_t sm_lo, uint32_t sm_hi, const uint4* __restrict__ x_lane,
                                          int M, int K, int s, int g, int t, const Epilogue& epi,
                                          float (&acc)[MCHUNKS][4], float (&squares)[MCHUNKS]) {
@@ -246,98 +246,6 @@ int4_mma_kernel(const uint4* __restrict__ codes, const uint32_t* __restrict__ sc
   store_tile<WARPS, MCHUNKS, NORM>(partial, row_squares, out, tile, M, N, K, epi, threadIdx.x);
 }
 
-// The streamed form for 1-8 x rows on sm_90+ (config >= 5): a persistent block per SM walks its tiles
-// (blockIdx.x, + gridDim.x, ...) in chunks of SPS steps. One producer thread copies each chunk's codes and
-// scales (contiguous in the packed layout) into a ring of STAGES shared-memory slots with the bulk copy
-// engine (cp.async.bulk, completion counted on an mbarrier); CW consumer warps split each chunk's steps and
-// release the slot on a second mbarrier. The copies of later chunks and tiles stay in flight while the warps
-// multiply and while they reduce a finished tile, which the one-block-per-tile kernel cannot do (Nsight
-// Compute: that kernel waits on DRAM with 44 % occupancy and no warp eligible in 39 % of cycles).
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-#define LLMGW_STREAM_KERNEL 1
-#endif
-
-#ifdef LLMGW_STREAM_KERNEL
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-#endif
-
-template <int CW, int SPS, int STAGES>
-__global__ void __launch_bounds__((CW + 1) * 32)
-int4_stream_kernel(const uint4* __restrict__ codes, const uint32_t* __restrict__ scales,
-                   const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, int M, int N, int K,
-                   Epilogue epi) {
-#ifdef LLMGW_STREAM_KERNEL
-  constexpr int CODE_BYTES = SPS * 512, SCALE_BYTES = SPS * 128;
-  extern __shared__ __align__(128) unsigned char ring[];  // STAGES x (codes, scales)
-  __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
-  __shared__ float partial[CW][8][16];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int steps = K / 64, chunks = (steps + SPS - 1) / SPS, tiles = N / 16;
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < STAGES; ++i) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(&full[i])));
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(&empty[i])), "r"(CW * 32));
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-
-  if (warp == CW) {  // the producer
-    if (lane != 0) return;
-    int i = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      for (int c = 0; c < chunks; ++c, ++i) {
-        const int slot = i % STAGES, n = min(SPS, steps - c * SPS);
-        if (i >= STAGES) mbar_wait(smem_addr(&empty[slot]), (i / STAGES - 1) & 1);
-        const uint32_t bar = smem_addr(&full[slot]);
-        const uint32_t dst = smem_addr(ring + slot * (CODE_BYTES + SCALE_BYTES));
-        const size_t step0 = static_cast<size_t>(tile) * steps + c * SPS;
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(n * 640) : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                     ::"r"(dst), "l"(codes + step0 * 32), "r"(n * 512), "r"(bar) : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                     ::"r"(dst + CODE_BYTES), "l"(scales + step0 * 32), "r"(n * 128), "r"(bar) : "memory");
-      }
-    }
-    return;
-  }
-
-  const int g = lane >> 2, t = lane & 3;
-  const uint4* x_lane = reinterpret_cast<const uint4*>(x + static_cast<size_t>(g) * K + 16 * t);
-  float squares[1] = {0.f};
-  int i = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
-    for (int c = 0; c < chunks; ++c, ++i) {
-      const int slot = i % STAGES, n = min(SPS, steps - c * SPS);
-      mbar_wait(smem_addr(&full[slot]), (i / STAGES) & 1);
-      const unsigned char* stage = ring + slot * (CODE_BYTES + SCALE_BYTES);
-      const uint4* stage_codes = reinterpret_cast<const uint4*>(stage) + lane;
-      const uint32_t* stage_scales = reinterpret_cast<const uint32_t*>(stage + CODE_BYTES);
-      for (int s = warp; s < n; s += CW) {
-        const uint32_t* group = stage_scales + (2 * s + (t >> 1)) * 16;
-        mma_step<1, false>(stage_codes[s * 32], group[g], group[g + 8], x_lane, M, K, c * SPS + s, g, t, epi, acc,
-                           squares);
-      }
-      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(&empty[slot])) : "memory");
-    }
-    write_partials<CW, 1, false>(acc, squares, partial, nullptr, warp, g, t);
-    asm volatile("bar.sync 1, %0;\n" ::"r"(CW * 32) : "memory");
-    store_tile<CW, 1, false>(partial, nullptr, out, tile, M, N, K, epi, threadIdx.x);
-    asm volatile("bar.sync 1, %0;\n" ::"r"(CW * 32) : "memory");
-  }
-#endif
-}
-
 template <int MCHUNKS, int UNROLL, int WARPS>
 void launch(const int32_t* codes, const int32_t* scales, const __nv_bfloat16* x, __nv_bfloat16* out, int M,
             int N, int K, const Epilogue& epi, cudaStream_t stream) {
@@ -361,43 +269,22 @@ void launch(const int32_t* codes, const int32_t* scales, const __nv_bfloat16* x,
   cudaLaunchKernelEx(&config, kernel, c, s, x, out, M, N, K, epi);
 }
 
-template <int CW, int SPS, int STAGES>
-void launch_stream(const int32_t* codes, const int32_t* scales, const __nv_bfloat16* x, __nv_bfloat16* out, int M,
-                   int N, int K, const Epilogue& epi, cudaStream_t stream, int sms) {
-  constexpr int smem = STAGES * SPS * 640;
-  auto kernel = int4_stream_kernel<CW, SPS, STAGES>;
-  // Per device and cheap; a failure shows as the launch's error.
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  const int tiles = N / 16;
-  if (tiles == 0) return;
-  const int rounds = (tiles + sms - 1) / sms;
-  const int grid = (tiles + rounds - 1) / rounds;  // every block walks `rounds` tiles, or one fewer
-  kernel<<<grid, (CW + 1) * 32, smem, stream>>>(reinterpret_cast<const uint4*>(codes),
-                                                 reinterpret_cast<const uint32_t*>(scales), x, out, M, N, K, epi);
-}
-
-// One 8-row chunk. Configs 0-4, one block per 16-row tile: (warps, loads in flight) = (8, 4), (16, 4), (8, 8),
-// (16, 2), (4, 8) (32 warps with 1 or 2 loads in flight were slower on every 8B shape). Configs 5-8, streamed
-// (sm_90+, no norm): (consumer warps, steps per chunk, ring slots) = (16, 32, 6), (8, 16, 8), (16, 16, 12),
-// (8, 32, 5).
+// One 8-row chunk: (warps, unroll) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8) for config 0..4 (32 warps with
+// 1 or 2 loads in flight were slower on every 8B shape).
 void launch_one_chunk(int config, const int32_t* codes, const int32_t* scales, const __nv_bfloat16* x,
-                      __nv_bfloat16* out, int M, int N, int K, const Epilogue& epi, cudaStream_t stream, int sms) {
+                      __nv_bfloat16* out, int M, int N, int K, const Epilogue& epi, cudaStream_t stream) {
   switch (config) {
     case 1: launch<1, 4, 16>(codes, scales, x, out, M, N, K, epi, stream); break;
     case 2: launch<1, 8, 8>(codes, scales, x, out, M, N, K, epi, stream); break;
     case 3: launch<1, 2, 16>(codes, scales, x, out, M, N, K, epi, stream); break;
     case 4: launch<1, 8, 4>(codes, scales, x, out, M, N, K, epi, stream); break;
-    case 5: launch_stream<16, 32, 6>(codes, scales, x, out, M, N, K, epi, stream, sms); break;
-    case 6: launch_stream<8, 16, 8>(codes, scales, x, out, M, N, K, epi, stream, sms); break;
-    case 7: launch_stream<16, 16, 12>(codes, scales, x, out, M, N, K, epi, stream, sms); break;
-    case 8: launch_stream<8, 32, 5>(codes, scales, x, out, M, N, K, epi, stream, sms); break;
     default: launch<1, 4, 8>(codes, scales, x, out, M, N, K, epi, stream);
   }
 }
 
 // x rows in chunks of at most 64 (one weight pass each); out [M, N] or, for STORE_SWIGLU, [M, N / 2].
 void launch_rows(int config, const int32_t* codes, const int32_t* scales, const __nv_bfloat16* x,
-                 __nv_bfloat16* out, int M, int N, int K, Epilogue epi, cudaStream_t stream, int sms) {
+                 __nv_bfloat16* out, int M, int N, int K, Epilogue epi, cudaStream_t stream) {
   const int out_width = epi.mode == STORE_SWIGLU ? N / 2 : N;
   const __nv_bfloat16* residual = epi.residual;
   for (int start = 0; start < M; start += 64) {
@@ -405,7 +292,7 @@ void launch_rows(int config, const int32_t* codes, const int32_t* scales, const 
     const auto* xs = x + static_cast<size_t>(start) * K;
     auto* os = out + static_cast<size_t>(start) * out_width;
     epi.residual = residual == nullptr ? nullptr : residual + static_cast<size_t>(start) * N;
-    if (rows <= 8) launch_one_chunk(config, codes, scales, xs, os, rows, N, K, epi, stream, sms);
+    if (rows <= 8) launch_one_chunk(config, codes, scales, xs, os, rows, N, K, epi, stream);
     else if (rows <= 16) launch<2, 2, 8>(codes, scales, xs, os, rows, N, K, epi, stream);
     else if (rows <= 32) launch<4, 2, 8>(codes, scales, xs, os, rows, N, K, epi, stream);
     else launch<8, 2, 8>(codes, scales, xs, os, rows, N, K, epi, stream);
@@ -418,7 +305,7 @@ void launch_rows(int config, const int32_t* codes, const int32_t* scales, const 
 // Instantiate every launch shape for the compile check.
 void llmgw_int4_mma_instantiate(const int32_t* c, const int32_t* s, const __nv_bfloat16* x, __nv_bfloat16* o,
                                 const Epilogue& epi) {
-  for (int config = 0; config < 9; ++config) launch_rows(config, c, s, x, o, 100, 4096, 4096, epi, nullptr, 132);
+  for (int config = 0; config < 5; ++config) launch_rows(config, c, s, x, o, 100, 4096, 4096, epi, nullptr);
 }
 #else
 torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, int64_t n, int64_t config,
@@ -449,20 +336,11 @@ torch::Tensor int4_mma_matmul(torch::Tensor x, torch::Tensor codes, torch::Tenso
     epi.residual = reinterpret_cast<const __nv_bfloat16*>(residual->data_ptr<at::BFloat16>());
   }
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const cudaDeviceProp* props = at::cuda::getCurrentDeviceProperties();
-  TORCH_CHECK(config >= 0 && config <= 8, "config must be 0-8");
-  if (config >= 5) {
-    TORCH_CHECK(props->major >= 9, "the streamed configs (5-8) need sm_90+");
-    TORCH_CHECK(reinterpret_cast<uintptr_t>(codes.data_ptr()) % 16 == 0 &&
-                    reinterpret_cast<uintptr_t>(scales.data_ptr()) % 16 == 0,
-                "the streamed configs need 16-byte aligned codes and scales");
-    if (epi.norm != nullptr) config = 0;  // the norm lives in the per-tile kernel only
-  }
   auto out = torch::empty({M, mode == STORE_SWIGLU ? N / 2 : N}, x.options());
   launch_rows(static_cast<int>(config), codes.data_ptr<int32_t>(), scales.data_ptr<int32_t>(),
               reinterpret_cast<const __nv_bfloat16*>(x.data_ptr<at::BFloat16>()),
               reinterpret_cast<__nv_bfloat16*>(out.data_ptr<at::BFloat16>()), M, N, K, epi,
-              at::cuda::getCurrentCUDAStream(), props->multiProcessorCount);
+              at::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }

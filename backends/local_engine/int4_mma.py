@@ -53,14 +53,8 @@ def pdl_wanted(device: torch.device) -> bool:
 
 
 def fused_wanted() -> bool:
-    """LLMGW_INT4_FUSED=1 or 2: build gate/up interleaved and let model.py run `int4_forward` (off: slower on
-    the H200, bench/README.md)."""
-    return os.environ.get("LLMGW_INT4_FUSED", "0") in ("1", "2")
-
-
-def norms_inside() -> bool:
-    """LLMGW_INT4_FUSED=1: `int4_forward` runs the RMSNorms inside the kernel; 2: as kernels of their own (so
-    every projection can take the streamed kernel), with SwiGLU and residual adds still in the epilogues."""
+    """LLMGW_INT4_FUSED=1: build gate/up interleaved and let model.py run `int4_forward` (off: slower on the
+    H200, bench/README.md)."""
     return os.environ.get("LLMGW_INT4_FUSED", "0") == "1"
 
 
@@ -130,10 +124,7 @@ def int4_mma_matmul(
     residual: Tensor | None = None, eps: float = 0.0, mode: int = STORE_PLAIN, pdl: bool = False,
 ) -> Tensor:  # fmt: skip
     """x [M, K] bf16 → [M, N] bf16 (any M; 64 rows per weight pass). `config` 0-4: the launch shape of
-    one-to-eight-row calls, (warps, loads in flight) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8); 5-8 (sm_90+):
-    the streamed kernel, a persistent block per SM fed by bulk copies into a shared-memory ring (int4_mma.cu),
-    (consumer warps, steps per copy, ring slots) = (16, 32, 6), (8, 16, 8), (16, 16, 12), (8, 32, 5); with
-    `norm` those calls run config 0.
+    one-to-eight-row calls, (warps, loads in flight) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8).
     `norm` [K] bf16: multiply by RMSNorm(x) * norm instead of x; `residual` [M, N] bf16: added to the rounded
     product; `mode` STORE_GATE_UP / STORE_SWIGLU for interleaved gate/up rows: [gate | up], or silu(gate) * up
     [M, N / 2]. `pdl` (sm_90+ only: the caller checks, as `pdl_wanted` does): programmatic dependent launch, the first weight loads issued
@@ -143,19 +134,18 @@ def int4_mma_matmul(
     )
 
 
-CONFIGS = range(9)  # 5-8: the streamed kernel (sm_90+)
+CONFIGS = range(5)
 
 
 def config_for(out_features: int, in_features: int) -> int:
     """Launch shape for 1-8 rows. Measured on the H200 over the Llama-3 8B shapes
     (bench/results/engine_gpu_int4_kernels.json): weights of <= 4096 rows (o, down) run best with 16 warps
     sharing K, two loads in flight each (config 3: o 5.95 µs against 6.71, down 15.1 against 16.5), wider
-    ones (qkv, gate_up) with 8 warps and four loads (config 0). LLMGW_INT4_MMA_CONFIGS="NxK:c,..." overrides
-    (`*:c` for every shape); the streamed configs 5-8 need sm_90+."""
+    ones (qkv, gate_up) with 8 warps and four loads (config 0). LLMGW_INT4_MMA_CONFIGS="NxK:c,..." overrides."""
     override = os.environ.get("LLMGW_INT4_MMA_CONFIGS", "")
     for item in filter(None, override.split(",")):
         shape, config = item.split(":")
-        if shape in ("*", f"{out_features}x{in_features}"):
+        if shape == f"{out_features}x{in_features}":
             return int(config)
     return 3 if out_features <= 4096 else 0
 

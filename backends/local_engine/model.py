@@ -116,24 +116,17 @@ class DecoderLayer(nn.Module):
     def int4_forward(
         self, residual: Tensor, positions: Tensor, rotations: Tensor, meta, kv_pool: Tensor
     ) -> Tensor:
-        """CUDA, int4_mma layers: the bf16 residual stream in and out in six kernels, as `gemv_forward`; with
-        the norms outside (LLMGW_INT4_FUSED=2) eight, each projection a plain or epilogue-fused int4_mma call."""
+        """CUDA, int4_mma layers: the bf16 residual stream in and out in six kernels, as `gemv_forward`."""
         from backends.local_engine.attention_cuda import attend
-        from backends.local_engine.fused_triton import add_rms_norm, rope_write_kv
-        from backends.local_engine.int4_mma import norms_inside
-
-        def normed(x: Tensor, weight: Tensor) -> dict:
-            if norms_inside():
-                return {"x": x, "norm": weight, "eps": self.eps}
-            return {"x": add_rms_norm(x, None, weight, self.eps)[0]}
+        from backends.local_engine.fused_triton import rope_write_kv
 
         tokens = residual.shape[0]
-        qkv = self.qkv.fused(**normed(residual, self.input_norm))
+        qkv = self.qkv.fused(residual, norm=self.input_norm, eps=self.eps)
         rope_write_kv(qkv, positions, rotations, meta.slot_mapping, kv_pool, self.heads, self.kv_heads)
         q = qkv.view(tokens, self.heads + 2 * self.kv_heads, self.head_dim)[:, : self.heads]
         attention = attend(q, kv_pool, meta).reshape(tokens, self.heads * self.head_dim)
         residual = self.o_proj.fused(attention, residual=residual)
-        mlp = self.gate_up.fused(**normed(residual, self.post_norm), swiglu=True)
+        mlp = self.gate_up.fused(residual, norm=self.post_norm, eps=self.eps, swiglu=True)
         return self.down.fused(mlp, residual=residual)
 
 
