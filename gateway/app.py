@@ -23,7 +23,7 @@ from gateway.proxy import ENDPOINTS, JSON, Proxy
 from gateway.responses_api.routes import router as responses_router
 from gateway.responses_api.store import create_response_store
 from gateway.services import Services, start_services
-from gateway.settings import Settings, load_settings
+from gateway.settings import Settings, database_problem, load_settings
 
 log = logging.getLogger("llmgw.app")
 
@@ -32,8 +32,11 @@ class GatewayApp(FastAPI):
     """FastAPI, with the three proxy routes answered before the framework's stack."""
 
     proxy: Proxy | None = None
+    startup_problem: str | None = None  # a database the gateway cannot start with, said in one line
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return await super().__call__(scope, receive, self._short_startup_failure(send))
         endpoint = ENDPOINTS.get(scope.get("path", "")) if scope["type"] == "http" else None
         if endpoint and self.proxy is not None:
             if scope["method"] != "POST":
@@ -53,6 +56,17 @@ class GatewayApp(FastAPI):
                 return await _error_response_for(scope["path"])(error)(scope, receive, send)
         return await super().__call__(scope, receive, send)
 
+    def _short_startup_failure(self, send: Any) -> Any:
+        """uvicorn logs a failed start-up's message, which Starlette fills with the whole traceback (150 lines
+        for an unreachable PostgreSQL); a known problem is sent as its one line instead."""
+
+        async def send_short(message: dict[str, Any]) -> None:
+            if message["type"] == "lifespan.startup.failed" and self.startup_problem is not None:
+                message = {**message, "message": f"llmgw: {self.startup_problem}"}
+            await send(message)
+
+        return send_short
+
 
 def _error_response_for(path: str) -> Callable[[OpenAIError], Response]:
     """Errors in the shape of the API the path belongs to: Anthropic's under /v1/messages, else OpenAI's."""
@@ -67,7 +81,11 @@ def app_from_environment() -> GatewayApp:
 def create_app(settings: Settings) -> GatewayApp:
     @asynccontextmanager
     async def lifespan(app: GatewayApp) -> AsyncIterator[None]:
-        services = await start_services(settings)
+        try:
+            services = await start_services(settings)
+        except Exception as error:
+            app.startup_problem = database_problem(error)
+            raise
         app.state.services = services
         if not any(getattr(r, "path", "").startswith("/admin/v1") for r in app.routes):
             app.include_router(services.admin_router)

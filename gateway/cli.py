@@ -2,13 +2,12 @@
 
 import argparse
 import os
-import re
 import signal
 import sys
 import tempfile
 from collections.abc import Callable
 
-from gateway.settings import DEFAULT_MASTER_KEY, Settings, load_settings, settings_problem
+from gateway.settings import DEFAULT_MASTER_KEY, Settings, database_problem, load_settings, settings_problem
 
 
 def _serve(args: argparse.Namespace, rest: list[str]) -> int:
@@ -40,8 +39,9 @@ def _serve(args: argparse.Namespace, rest: list[str]) -> int:
     config = uvicorn.Config(
         "gateway.app:app_from_environment", factory=True, workers=settings.workers, **common
     )
-    WorkerSupervisor(config, sockets=[config.bind_socket()]).run()
-    return 0
+    supervisor = WorkerSupervisor(config, sockets=[config.bind_socket()])
+    supervisor.run()
+    return 3 if supervisor.startup_failed else 0  # 3: uvicorn's start-up failure, as with one worker
 
 
 SHUTDOWN_BACKSTOP_S = 5.0  # uvicorn cancels what is left this long after the gateway's own grace period
@@ -118,23 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         if problem is not None:
             print(f"llmgw: {problem}", file=sys.stderr)
             return 2
-        if args.command in ("migrate", "keys") and _database_error(error):
-            first = _CREDENTIALS.sub(
-                r"\1***@", str(error).strip().splitlines()[0] if str(error).strip() else ""
-            )
-            print(f"llmgw: the database cannot be used ({type(error).__name__}: {first[:300]}); check "
-                  "LLMGW_DATABASE_URL, and run `llmgw migrate` on a new database", file=sys.stderr)  # fmt: skip
+        problem = database_problem(error) if args.command in ("migrate", "keys") else None
+        if problem is not None:
+            print(f"llmgw: {problem}", file=sys.stderr)
             return 1
         raise
-
-
-_CREDENTIALS = re.compile(r"(://[^:/@\s]+):[^@\s]+@")  # a password in a URL
-
-
-def _database_error(error: Exception) -> bool:
-    from sqlalchemy.exc import SQLAlchemyError
-
-    return isinstance(error, SQLAlchemyError | OSError)
 
 
 if __name__ == "__main__":

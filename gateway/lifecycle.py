@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
+from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors.multiprocess import Multiprocess
 
 from core.context import Handler, RequestContext
@@ -138,7 +139,14 @@ class DrainStage:
 
 class WorkerSupervisor(Multiprocess):
     """uvicorn's supervisor of `--workers N`; on SIGTERM/SIGINT it also lets go of the listening socket
-    (the workers close their own copies as their shutdown starts)."""
+    (the workers close their own copies as their shutdown starts). `startup_failed`: a worker could not
+    start, so the parent stopped (uvicorn's own exits 0 then)."""
+
+    startup_failed = False
+
+    def keep_subprocess_alive(self) -> None:
+        super().keep_subprocess_alive()
+        self.startup_failed |= any(process.exitcode == STARTUP_FAILURE for process in self.processes)
 
     def handle_term(self) -> None:
         self._close_listener()

@@ -5,6 +5,7 @@ declares models (public aliases) and their deployments; environment variables wi
 """
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,22 @@ class ConfigFileError(ValueError):
 def load_settings(**overrides: Any) -> Settings:
     """Read the settings once, at start-up."""
     return Settings(**overrides)
+
+
+_CREDENTIALS = re.compile(r"(://[^:/@\s]+):[^@\s]+@")  # a password in a URL
+
+
+def database_problem(error: BaseException) -> str | None:
+    """A short account of why the database could not be used (its password hidden), or None when `error` is
+    not a database or connection error."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if not isinstance(error, SQLAlchemyError | OSError):
+        return None
+    text = str(error).strip()
+    first = _CREDENTIALS.sub(r"\1***@", text.splitlines()[0] if text else "")
+    return (f"the database cannot be used ({type(error).__name__}: {first[:300]}); check LLMGW_DATABASE_URL, "
+            "and run `llmgw migrate` on a new database")  # fmt: skip
 
 
 def settings_problem(error: Exception) -> str | None:

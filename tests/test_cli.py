@@ -64,3 +64,28 @@ def test_a_database_that_cannot_be_used_is_one_line_without_its_password(tmp_pat
             result = llmgw(*command, env=env)
             assert result.returncode == 1 and "the database cannot be used" in result.stderr, result.stderr
             assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_serve_with_a_database_it_cannot_reach_says_so_in_one_line_and_exits_3() -> None:
+    """Before: uvicorn printed Starlette's 150-line traceback of the failed start-up (and with several workers
+    the parent exited 0)."""
+    import json
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+    deployment = {"name": "d", "model": "m", "base_url": "http://127.0.0.1:9/v1"}  # no embedded engine
+    env = {
+        **base,
+        "LLMGW_DATABASE_URL": "postgresql://postgres:hunter2@127.0.0.1:1/x",
+        "LLMGW_MODELS": json.dumps([{"name": "m", "deployments": [deployment]}]),
+        "LLMGW_PORT": str(port),
+    }
+    for workers in ("1", "2"):
+        result = llmgw("serve", env={**env, "LLMGW_WORKERS": workers})
+        assert result.returncode == 3, (workers, result.stderr[-800:])
+        assert "the database cannot be used" in result.stderr and "Connection refused" in result.stderr
+        assert "Traceback" not in result.stderr and "hunter2" not in result.stderr
+        assert len(result.stderr.splitlines()) < 25, result.stderr
