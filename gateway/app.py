@@ -22,8 +22,8 @@ from gateway.openapi import allowed_methods, install_openapi
 from gateway.proxy import ENDPOINTS, JSON, Proxy
 from gateway.responses_api.routes import router as responses_router
 from gateway.responses_api.store import create_response_store
-from gateway.services import Services, start_services
-from gateway.settings import Settings, database_problem, load_settings
+from gateway.services import DatabaseUnusable, Services, start_services
+from gateway.settings import Settings, load_settings
 
 log = logging.getLogger("llmgw.app")
 
@@ -83,8 +83,8 @@ def create_app(settings: Settings) -> GatewayApp:
     async def lifespan(app: GatewayApp) -> AsyncIterator[None]:
         try:
             services = await start_services(settings)
-        except Exception as error:
-            app.startup_problem = database_problem(error)
+        except DatabaseUnusable as error:
+            app.startup_problem = str(error)
             raise
         app.state.services = services
         if not any(getattr(r, "path", "").startswith("/admin/v1") for r in app.routes):

@@ -19,7 +19,7 @@ from core.models import ModelConfig
 from gateway.lifecycle import Drain, DrainStage
 from gateway.observe import Observability, create_observability
 from gateway.pipeline import chain
-from gateway.settings import Settings
+from gateway.settings import Settings, database_problem
 from gateway.tracing import Tracing, create_tracing
 from policies.auth import MASTER
 from policies.service import PolicyServices, create_policy_services
@@ -102,6 +102,10 @@ class Services:
             await close()
 
 
+class DatabaseUnusable(RuntimeError):
+    """The policies' database failed at start; the message is one line for the operator (no password)."""
+
+
 async def start_services(settings: Settings) -> Services:
     closers: list[Callable[[], Awaitable[Any]]] = []
     try:
@@ -126,7 +130,15 @@ async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]
     )
     closers.append(routing.aclose)
     flush = cache.service.flush if cache else None
-    policy = await create_policy_services(settings.policies, settings.connections(), settings.models, flush)
+    try:
+        policy = await create_policy_services(
+            settings.policies, settings.connections(), settings.models, flush
+        )
+    except Exception as error:
+        problem = database_problem(error)
+        if problem is None:
+            raise
+        raise DatabaseUnusable(problem) from error
     if cache and cache.service.semantic:
         policy.admin.cache_feedback = cache.service.feedback
     closers.append(policy.aclose)
