@@ -44,9 +44,9 @@ def task_data(records: Records, embed: "callable | None", groups: np.ndarray) ->
     return TaskData(text, emb, records.weak, records.strong, groups, records.subjects)
 
 
-def mmlu_data(embed: "callable | None", per_group: int | None = None) -> TaskData:  # type: ignore[valid-type]
-    """per_group: a seeded sample of that many questions from each subject group (embedding all 14k MMLU
-    prompts takes ~30 CPU-minutes); None = every question."""
+def mmlu_sample(per_group: int | None = None) -> tuple[Records, np.ndarray]:
+    """MMLU's records and subject groups; per_group: a seeded sample of that many questions from each group
+    (embedding all 14k MMLU prompts takes ~30 CPU-minutes); None = every question."""
     records = load_records()
     groups = subject_groups(records.subjects)
     if per_group is not None:
@@ -56,6 +56,11 @@ def mmlu_data(embed: "callable | None", per_group: int | None = None) -> TaskDat
             members = np.flatnonzero(groups == group)
             keep[rng.choice(members, size=min(per_group, len(members)), replace=False)] = True
         records, groups = records.take(keep), groups[keep]
+    return records, groups
+
+
+def mmlu_data(embed: "callable | None", per_group: int | None = None) -> TaskData:  # type: ignore[valid-type]
+    records, groups = mmlu_sample(per_group)
     return task_data(records, embed, groups)
 
 

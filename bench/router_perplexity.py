@@ -15,7 +15,7 @@ trained. The opposite sign ("−NLL", prompts the LM finds easy → strong model
 is chosen on MMLU only (mean of the four groups) and applied unchanged to MT-Bench and GSM8K — choosing a
 sign after seeing a task's own result would be tuning on it.
 
-Data: the seeded MMLU sample of bench/cross_task.mmlu_data (seed 18, --per-group per subject group), all
+Data: the seeded MMLU sample of bench/cross_task.mmlu_sample (seed 18, --per-group per subject group), all
 72 MT-Bench first turns, a seeded sample of GSM8K (seed 18). APGR with the project's functions
 (bench/routing_curves): bootstrap 95 % over questions (500 resamplings), random: 500 random orderings; the
 MMLU mean row averages the four groups' APGRs and their bootstrap replicates (as bench/cross_task does).
@@ -28,9 +28,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.stats import rankdata
 
-from bench.routellm_data import RESULTS, Records, load_records
-from bench.routellm_tasks import load_gsm8k, load_mt_bench, subject_groups
+from bench.cross_task import mmlu_sample
+from bench.routellm_data import RESULTS, Records
+from bench.routellm_tasks import load_gsm8k, load_mt_bench
 from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
 
 SAMPLES = 500
@@ -100,18 +102,9 @@ def sample(records: Records, keep: np.ndarray) -> Records:
 
 
 def tasks(per_group: int, gsm8k: int) -> dict[str, Records]:
-    """MMLU groups (the seeded sample of bench/cross_task.mmlu_data), MT-Bench, GSM8K."""
-    records = load_records()
-    groups = subject_groups(records.subjects)
-    rng = np.random.default_rng(18)
-    keep = np.zeros(len(groups), dtype=bool)
-    for group in sorted(set(groups.tolist())):
-        members = np.flatnonzero(groups == group)
-        keep[rng.choice(members, size=min(per_group, len(members)), replace=False)] = True
-    out = {
-        f"MMLU {g}": sample(records, np.flatnonzero(keep & (groups == g)))
-        for g in sorted(set(groups.tolist()))
-    }
+    """MMLU groups (the seeded sample of bench/cross_task.mmlu_sample), MT-Bench, GSM8K."""
+    records, groups = mmlu_sample(per_group)
+    out = {f"MMLU {g}": records.take(groups == g) for g in sorted(set(groups.tolist()))}
     out["MT-Bench"] = load_mt_bench()
     gsm = load_gsm8k()
     pick = np.sort(
@@ -124,14 +117,7 @@ def tasks(per_group: int, gsm8k: int) -> dict[str, Records]:
 # ------------------------------------------------------------------------------------------------ scores
 def ranks(x: np.ndarray) -> np.ndarray:
     """Average ranks in 0..1 (ties share their mean rank)."""
-    order = np.argsort(x, kind="stable")
-    r = np.empty(len(x))
-    r[order] = np.arange(len(x))
-    for value in np.unique(x):  # ties
-        tied = x == value
-        if tied.sum() > 1:
-            r[tied] = r[tied].mean()
-    return r / max(len(x) - 1, 1)
+    return (rankdata(x, method="average") - 1) / max(len(x) - 1, 1)
 
 
 def score_table(prompts: list[str], nll: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -260,7 +246,7 @@ def main() -> None:
             "dtype": "fp32 weights (dequantized from the GGUF), CPU, 1 thread",
             "length_heuristic": "log1p(characters)",
             "ranks": "within the questions of each task/group",
-            "mmlu_sample": f"seed 18, {args.per_group} per subject group (as bench/cross_task.mmlu_data)",
+            "mmlu_sample": f"seed 18, {args.per_group} per subject group (as bench/cross_task.mmlu_sample)",
             "gsm8k_sample": f"seed 18, {args.gsm8k} questions",
             "mt_bench": "all first turns",
             "bootstrap": SAMPLES,
