@@ -23,9 +23,12 @@ from core.usage import Usage
 from routing.cascade_stream import as_chunks, strip_logprobs
 from routing.confidence import Scorer, choice_logprobs, choice_margins
 from routing.config import CascadePolicy
+from routing.escalation import EscalationShare
 from routing.metrics import RoutingMetrics
 from routing.policy import policy_section
 from routing.prefix import render_prompt
+
+_MAX_SHARE_WINDOWS = 1024  # escalation-share windows kept (one per distinct cascade configuration)
 
 
 class CascadeStage:
@@ -40,6 +43,7 @@ class CascadeStage:
         self._scorer_for = scorer_for
         self._deployments = deployments
         self._metrics = metrics
+        self._shares: dict[str, EscalationShare] = {}  # per cascade configuration (escalate_share set)
 
     def set_deployments(self, deployments: dict[str, DeploymentConfig]) -> None:
         self._deployments = deployments
@@ -63,6 +67,25 @@ class CascadeStage:
             return await run.execute()
         finally:
             ctx.model = cascade.alias
+
+    def share_for(self, cascade: CascadePolicy) -> EscalationShare | None:
+        """The escalation-share window of this cascade configuration, when it sets `escalate_share`.
+        Tenants whose cascades are configured identically share one window."""
+        conf = cascade.confidence
+        if conf.escalate_share is None:
+            return None
+        key = cascade.model_dump_json()
+        share = self._shares.get(key)
+        if share is None:
+            if len(self._shares) >= _MAX_SHARE_WINDOWS:
+                self._shares.pop(next(iter(self._shares)))  # the oldest configuration goes first
+            share = self._shares[key] = EscalationShare(
+                conf.escalate_share, conf.share_window, conf.share_warmup, conf.threshold
+            )
+        return share
+
+    def note_threshold(self, alias: str, threshold: float) -> None:
+        self._metrics.cascade_threshold.labels(alias).set(threshold)
 
     def outcome(
         self,
@@ -125,6 +148,10 @@ class _Run:
         self.wants_logprobs = _asked_logprobs(ctx.endpoint, ctx.body)
         self.question = _question(ctx.endpoint, ctx.body)
         self.quality: float | None = None  # the scorer's P(small correct) for the judged answer
+        self.share = stage.share_for(cascade)
+        self.threshold = cascade.confidence.threshold if self.share is None else self.share.threshold()
+        if self.share is not None:
+            stage.note_threshold(cascade.alias, self.threshold)
 
     async def execute(self) -> Reply:
         if not self.scorer.needs_answer:
@@ -139,14 +166,16 @@ class _Run:
 
     async def _route_first(self) -> Reply:
         """A router: the question alone decides which model answers."""
-        confident = await self.scorer.score(self.question, []) >= self.cascade.confidence.threshold
+        confident = self._keeps(await self.scorer.score(self.question, []))
         alias = self.cascade.small if confident else self.cascade.large
         reply = await self._call(alias, self.body, self.stream)
         return self.stage.outcome(self.ctx, self.cascade, "small" if confident else "routed", reply)
 
     async def _buffered(self) -> Reply:
         small = await self._try_small(stream=False)
-        if small is not None and await self._accept(small.body):
+        if small is None:
+            self._escalation_not_scored()
+        elif await self._accept(small.body):
             strip_logprobs(small.body, keep=self.wants_logprobs)
             if self.stream:
                 small = Reply(stream=as_chunks(self.ctx.endpoint, small.body), headers=small.headers)
@@ -162,12 +191,25 @@ class _Run:
     async def _accept(self, body: dict[str, Any]) -> bool:
         choices = body.get("choices") or []
         if not choices or any(self._truncated(c.get("finish_reason")) for c in choices):
-            return False
+            return self._escalation_not_scored()
         scores = [
             await self.scorer.score(self.question, choice_logprobs(c), choice_margins(c)) for c in choices
         ]
         self.quality = self.scorer.quality(min(scores))
-        return min(scores) >= self.cascade.confidence.threshold
+        return self._keeps(min(scores))
+
+    def _keeps(self, score: float) -> bool:
+        """Whether a score keeps the small answer (or, for a router, sends the question to the small model);
+        the escalation-share window, if any, learns the score."""
+        if self.share is not None:
+            self.share.record(score)
+        return score >= self.threshold
+
+    def _escalation_not_scored(self) -> bool:
+        """The small model failed or was cut short: escalate, and count it in the share as the lowest score."""
+        if self.share is not None:
+            self.share.record(-math.inf)
+        return False
 
     def _truncated(self, finish_reason: str | None) -> bool:
         """Cut short by our max_small_tokens (not by the client's own limit): not an answer to keep."""
@@ -186,15 +228,18 @@ class _Run:
     async def _prefix_streamed(self) -> Reply:
         small = await self._try_small(stream=True)
         if small is None:
+            self._escalation_not_scored()
             return await self._escalate(Usage())
         deployment = self.ctx.deployment
         chunks = aiter(small.stream)
         held, logprobs, ended = await self._hold_prefix(chunks)
         cut_short = ended and any(self._truncated(_finish(c)) for c in held)
-        if (
-            not cut_short
-            and await self.scorer.score(self.question, logprobs) >= self.cascade.confidence.threshold
-        ):
+        keep = (
+            self._escalation_not_scored()
+            if cut_short
+            else self._keeps(await self.scorer.score(self.question, logprobs))
+        )
+        if keep:
             reply = Reply(stream=self._release(held, chunks))
             return self.stage.outcome(self.ctx, self.cascade, "small", reply)
         await small.stream.aclose()

@@ -7,7 +7,7 @@ Per-tenant behaviour lives in the policy: `RoutingPolicy` (Policy.routing) and `
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 StrategyName = Literal["weighted_random", "least_outstanding", "peak_ewma", "prefix_affinity", "engine_score"]
 ConfidenceMethod = Literal["mean_logprob", "min_window", "learned", "router"]
@@ -15,7 +15,8 @@ MODELS_DIR = Path(__file__).resolve().parent / "models"
 
 
 class ConfidenceConfig(BaseModel):
-    """How the small answer is judged. Scores at or above `threshold` keep it.
+    """How the small answer is judged. Scores at or above `threshold` keep it (or, with `escalate_share`,
+    scores at or above that quantile of the recent scores: a share of escalations fixed in advance).
 
     mean_logprob: mean token logprob of the small answer (threshold is a logprob, e.g. -0.4).
     min_window:   the lowest mean logprob over any `window` consecutive tokens (e.g. -1.5).
@@ -36,6 +37,19 @@ class ConfidenceConfig(BaseModel):
     threshold: float = -0.4
     window: int = Field(default=4, ge=1, description="tokens per window for min_window")
     model_path: str | None = Field(default=None, description="a .npz from bench/train_router.py")
+    escalate_share: float | None = Field(
+        default=None, gt=0, lt=1,
+        description="escalate this share of requests: the threshold becomes this quantile of the last "
+        "`share_window` scores (routing/escalation.py); `threshold` decides until `share_warmup` are seen",
+    )  # fmt: skip
+    share_window: int = Field(default=500, ge=2, le=100_000, description="scores the share is taken over")
+    share_warmup: int = Field(default=50, ge=1, description="scores seen before the share decides")
+
+    @model_validator(mode="after")
+    def _warmup_fits(self) -> "ConfidenceConfig":
+        if self.share_warmup > self.share_window:
+            raise ValueError("share_warmup must not exceed share_window")
+        return self
 
 
 class CascadePolicy(BaseModel):

@@ -45,6 +45,13 @@ class RoutingMetrics:
             ["model", "outcome"], buckets=QUALITY_BUCKETS, registry=registry,
         )  # fmt: skip
 
+        self.cascade_threshold = Gauge(
+            "llmgw_cascade_threshold",
+            "The confidence threshold a cascade with escalate_share applies now (the share's quantile of its "
+            "recent scores; its fixed threshold during warm-up).",
+            ["model"], registry=registry,
+        )  # fmt: skip
+
     def set_outstanding(self, deployment: str, count: int) -> None:
         """The deployment's in-flight gauge; its child is looked up once (labels() costs microseconds, and
         every request sets it twice)."""

@@ -240,3 +240,25 @@ async def test_learned_answer_confidence_reads_the_top2_margin_without_an_embedd
     quality = s.services.router.metrics.cascade_quality
     assert quality.labels("auto", "small")._sum.get() == pytest.approx(1 / (1 + np.exp(-4.0)), abs=1e-4)
     assert quality.labels("auto", "escalated")._sum.get() == pytest.approx(1 / (1 + np.exp(3.2)), abs=1e-4)
+
+
+async def test_escalate_share_sets_the_threshold_from_recent_scores(make: Any) -> None:
+    """With escalate_share 0.5 the threshold is the median of the recent scores, whatever their level: an
+    answer a fixed threshold of -0.5 would keep is escalated when it is among the weaker half."""
+    s = await make(confidence={"method": "mean_logprob", "threshold": -0.5, "escalate_share": 0.5,
+                               "share_window": 4, "share_warmup": 4})  # fmt: skip
+    outcomes = []
+    for level in [-0.1, -0.2, -0.3, -0.4]:  # warm-up: the fixed threshold keeps all four
+        s.small.logprobs = [level] * 4
+        outcomes.append((await s.handler(request())).headers["x-cascade"])
+    assert outcomes == ["small"] * 4
+    s.small.logprobs = [-0.35] * 4  # window -0.1..-0.4: the threshold is its median, -0.2
+    assert (await s.handler(request())).headers["x-cascade"] == "escalated"
+    assert s.services.router.metrics.cascade_threshold.labels("auto")._value.get() == pytest.approx(-0.2)
+    s.small.mode = "error_500"  # a failed small attempt enters the window as the lowest score
+    assert (await s.handler(request())).headers["x-cascade"] == "escalated"
+    s.small.mode = "ok"
+    s.small.logprobs = [-0.37] * 4  # window -0.3 -0.4 -0.35 -inf: threshold -0.35, so -0.37 escalates
+    assert (await s.handler(request())).headers["x-cascade"] == "escalated"
+    s.small.logprobs = [-0.36] * 4  # window -0.4 -0.35 -inf -0.37: threshold -0.37, so -0.36 is kept
+    assert (await s.handler(request())).headers["x-cascade"] == "small"
