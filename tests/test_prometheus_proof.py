@@ -60,7 +60,9 @@ def settings(upstream_url: str, engine_url: str, database: Path) -> Settings:
         ),
     ]
     escalating = CascadePolicy(alias="auto", small="engine", large="echo")  # the fake model is unsure
-    kept = CascadePolicy(alias="auto-small", small="engine", large="echo", confidence={"threshold": -1e9})
+    kept = CascadePolicy(alias="auto-small", small="engine", large="echo",  # escalate_share: for the gauge;
+                         confidence={"threshold": -1e9, "escalate_share": 0.5,  # warm-up all along: kept
+                                     "share_window": 1000, "share_warmup": 1000})  # fmt: skip
     routing = RoutingSettings(cascades=[escalating, kept], scrape_interval_s=0.5, health_interval_s=1.0)
     values: dict[str, Any] = {"master_key": KEY, "models": models, "routing": routing}
     values["observability"] = {"tenant_label": True}

@@ -105,6 +105,9 @@ COST_AND_SAVINGS = [
     Panel("Cascade saving (USD per hour)", "currencyUSD",
           ((f"3600 * {rate(SAVED + CASCADE_SOURCE, 'model')}", "{{model}}"),),
           "Kept small answers priced at the large model's price, minus what they cost"),
+    Panel("Cascade threshold in use (escalate_share)", "short",
+          (("max by (model) (llmgw_cascade_threshold)", "{{model}}"),),
+          "Cascades with confidence.escalate_share: the quantile of recent scores their threshold follows"),
 ]  # fmt: skip
 
 BACKENDS = [
