@@ -25,6 +25,9 @@ class DeploymentConfig(BaseModel):
     weight: float = Field(default=1.0, gt=0)
     input_price_per_1m: float = Field(default=0.0, ge=0)  # USD per 1M prompt tokens
     output_price_per_1m: float = Field(default=0.0, ge=0)  # USD per 1M completion tokens
+    # USD per 1M prompt tokens the upstream served from its prefix cache (usage.prompt_tokens_details.
+    # cached_tokens), as OpenAI and Anthropic discount them; None = the input price
+    cached_input_price_per_1m: float | None = Field(default=None, ge=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
     read_timeout_s: float = Field(default=600.0, gt=0)
     max_connections: int = Field(default=1024, ge=1)
@@ -114,7 +117,16 @@ def default_models() -> list[ModelConfig]:
     return [ModelConfig(name="smollm2", deployments=[engine])]
 
 
-def cost_usd(deployment: DeploymentConfig, prompt_tokens: int, completion_tokens: int) -> float:
+def cost_usd(
+    deployment: DeploymentConfig, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
+) -> float:
+    """USD for one attempt; `cached_tokens` (part of `prompt_tokens`) at the cached-input price, if one is set."""
+    cached = min(max(cached_tokens, 0), prompt_tokens)
+    cached_price = deployment.cached_input_price_per_1m
+    if cached_price is None:
+        cached_price, cached = deployment.input_price_per_1m, 0
     return (
-        prompt_tokens * deployment.input_price_per_1m + completion_tokens * deployment.output_price_per_1m
+        (prompt_tokens - cached) * deployment.input_price_per_1m
+        + cached * cached_price
+        + completion_tokens * deployment.output_price_per_1m
     ) / 1_000_000

@@ -233,7 +233,9 @@ class _Call:
     def _charge(self, ctx: RequestContext) -> None:
         """This attempt's tokens at its deployment's prices."""
         usage = ctx.usage
-        ctx.cost_usd += cost_usd(self._replica.backend.config, usage.prompt_tokens, usage.completion_tokens)
+        ctx.cost_usd += cost_usd(
+            self._replica.backend.config, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens
+        )
 
     def _succeeded(self) -> None:
         self._replica.latency.observe(self._router.clock() - self._started)

@@ -31,6 +31,7 @@ class Upstream:
         self.answer = answer
         self.logprobs = logprobs or [-0.1] * len(answer.split())
         self.margins: list[float] | None = None  # top-1 − top-2 per token, sent when top_logprobs is asked
+        self.cached_tokens = 0  # of the 10 prompt tokens, reported as served by the upstream's prefix cache
         self.metrics_text = ""
         self.requests: list[dict[str, Any]] = []
         self.failure: tuple[int, dict[str, Any], dict[str, str]] | None = None  # status, body, headers
@@ -95,6 +96,8 @@ class Upstream:
                   "logprobs": {"content": content} if body.get("logprobs") else None,
                   "finish_reason": "length" if limit < len(tokens) else "stop"}  # fmt: skip
         usage = {"prompt_tokens": 10, "completion_tokens": len(shown), "total_tokens": 10 + len(shown)}
+        if self.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         return {"id": f"chatcmpl-{self.name}", "object": "chat.completion", "created": 1, "model": self.name,
                 "choices": [choice], "usage": usage}  # fmt: skip
 

@@ -262,3 +262,31 @@ async def test_escalate_share_sets_the_threshold_from_recent_scores(make: Any) -
     assert (await s.handler(request())).headers["x-cascade"] == "escalated"
     s.small.logprobs = [-0.36] * 4  # window -0.4 -0.35 -inf -0.37: threshold -0.37, so -0.36 is kept
     assert (await s.handler(request())).headers["x-cascade"] == "small"
+
+
+async def test_cached_prompt_tokens_are_billed_at_the_cached_input_price(make: Any) -> None:
+    """The large deployment prices cached prompt tokens at 1 USD per 1M instead of 10: 6 of its 10 prompt
+    tokens come from the upstream's prefix cache. Without a cached price they cost the input price."""
+    s = await make(confidence={"method": "mean_logprob", "threshold": 0.0})  # every answer escalates
+    s.large.cached_tokens = 6
+    ctx = request()
+    await s.handler(ctx)
+    assert ctx.cost_usd == pytest.approx(SMALL_COST + LARGE_COST)  # no cached price set: input price
+    s.pools["large"][0].config.cached_input_price_per_1m = 1.0  # type: ignore[attr-defined]
+    ctx = request()
+    await s.handler(ctx)
+    assert ctx.usage.cached_tokens == 6
+    assert ctx.cost_usd == pytest.approx(SMALL_COST + LARGE_COST - 6 * (10.0 - 1.0) / 1e6)
+
+
+def test_cost_usd_takes_cached_tokens_from_the_prompt_and_clips_them() -> None:
+    from core.models import DeploymentConfig, cost_usd
+
+    priced = DeploymentConfig(name="d", model="m", base_url="http://127.0.0.1:9/v1", input_price_per_1m=2.0,
+                              output_price_per_1m=8.0,
+                              cached_input_price_per_1m=0.5)  # fmt: skip
+    assert cost_usd(priced, 1000, 100, 400) == pytest.approx((600 * 2.0 + 400 * 0.5 + 100 * 8.0) / 1e6)
+    assert cost_usd(priced, 1000, 100, 5000) == pytest.approx((1000 * 0.5 + 100 * 8.0) / 1e6)  # at most all
+    assert cost_usd(priced, 1000, 100, -3) == cost_usd(priced, 1000, 100)
+    plain = priced.model_copy(update={"cached_input_price_per_1m": None})
+    assert cost_usd(plain, 1000, 100, 400) == pytest.approx((1000 * 2.0 + 100 * 8.0) / 1e6)
