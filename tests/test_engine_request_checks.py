@@ -233,3 +233,26 @@ def test_an_unexpected_error_while_adding_a_request_fails_that_request_alone():
         assert async_engine.alive and len(asyncio.run(run(None))) == 2
     finally:
         async_engine.stop()
+
+
+def _load_with_default(default: int | None) -> LoadedEngine:
+    loaded = fake_engine_server.fake_load()
+    settings = EngineSettings(
+        max_model_len=64, max_num_batched_tokens=32, max_num_seqs=4, default_max_tokens=default
+    )
+    engine = LLMEngine(settings, FakeRunner(num_blocks=64), fake_probs, FakeDetokenizer, vocab_size=VOCAB)
+    metrics = EngineMetrics(engine, "fake")
+    return LoadedEngine(AsyncEngine(engine, metrics), loaded.model, metrics)
+
+
+@pytest.mark.parametrize(("default", "expected"), [(5, 5), (None, 64 - 2)])
+def test_a_request_without_max_tokens_gets_the_settings_default_or_the_context_left(default, expected):
+    """default_max_tokens 5: five tokens; None: until the 64-token context is full (vLLM's chat default)."""
+    with ServerThread(create_app(lambda: _load_with_default(default))) as running:
+        while httpx.get(f"{running.url}/health").status_code != 200:
+            pass
+        body = {"model": "fake", "prompt": "hi", "temperature": 0, "ignore_eos": True}
+        answer = httpx.post(f"{running.url}/v1/completions", json=body).json()
+        assert answer["usage"]["prompt_tokens"] == 2
+        assert answer["usage"]["completion_tokens"] == expected
+        assert answer["choices"][0]["finish_reason"] == "length"

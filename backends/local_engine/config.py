@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class EngineSettings(BaseModel):
@@ -21,6 +21,9 @@ class EngineSettings(BaseModel):
     # "KV cache in bf16 on the CPU"), fp32 for fp32 weights (the reference), the activations' dtype on CUDA
     kv_cache_dtype: Literal["auto", "bf16", "fp32"] = "auto"
     max_model_len: int = 2048
+    # what a request without max_tokens may generate (stopping earlier where the context fills); None: until the
+    # context fills, as vLLM's chat endpoint does. 256 keeps a laptop CPU's answers to seconds
+    default_max_tokens: int | None = Field(default=256, ge=1)
     max_num_batched_tokens: int = 256  # prefill tok/s peaks at 128-256 per step on 2 cores (bench/README.md)
     max_num_seqs: int = 32
     num_threads: int = 2

@@ -109,7 +109,6 @@ class EngineState:
 
 def create_app(
     load: Callable[[], LoadedEngine],
-    default_max_tokens: int = 256,
     on_load_failed: Callable[[], None] | None = None,
 ) -> FastAPI:
     """`on_load_failed`: called (on the loading thread) after a failed load is logged; serve.py exits."""
@@ -126,34 +125,34 @@ def create_app(
     app.add_exception_handler(OpenAIError, _openai_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     add_info_routes(app, state.ready, started=int(time.time()))
-    _add_routes(app, state, default_max_tokens)
+    _add_routes(app, state)
     return app
 
 
-def _add_routes(app: FastAPI, state: EngineState, default_max_tokens: int) -> None:
+def _add_routes(app: FastAPI, state: EngineState) -> None:
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        return await _serve(request, state.ready(), "chat", default_max_tokens)
+        return await _serve(request, state.ready(), "chat")
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        return await _serve(request, state.ready(), "completions", default_max_tokens)
+        return await _serve(request, state.ready(), "completions")
 
 
-async def _serve(request: Request, loaded: LoadedEngine, endpoint: str, default_max_tokens: int) -> Response:
+async def _serve(request: Request, loaded: LoadedEngine, endpoint: str) -> Response:
     body = without_nulls(parse_json(await request.body()))  # null: the default, as OpenAI and vLLM read it
     validate(endpoint, body)
     if body["model"] != loaded.model.name:
         raise model_not_found(body["model"])
+    settings = loaded.engine.engine.settings
+    default_max_tokens = settings.default_max_tokens or settings.max_model_len  # None: the context decides
     params = choice_params(endpoint, body, default_max_tokens, loaded.model.grammars)
     tools = None
     if endpoint == "chat":
         body, tools = engine_chat(body)
     batch = prompts(loaded.model, endpoint, body)
     param = "messages" if endpoint == "chat" else "prompt"
-    _check(
-        params[0], batch, loaded.model.vocab_size, param, body, loaded.engine.engine.settings.max_model_len
-    )
+    _check(params[0], batch, loaded.model.vocab_size, param, body, settings.max_model_len)
     stream_options = body.get("stream_options") or {}
     usage = bool(stream_options.get("include_usage")), bool(stream_options.get("continuous_usage_stats"))
     name, token_text = loaded.model.name, loaded.model.token_text
