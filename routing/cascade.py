@@ -84,6 +84,10 @@ class CascadeStage:
             )
         return share
 
+    def note_escalation_cost(self, alias: str, usd: float) -> None:
+        """The small attempt of an escalated request: paid for nothing the client receives."""
+        self._metrics.cascade_escalation_cost.labels(alias).inc(max(usd, 0.0))
+
     def note_threshold(self, alias: str, threshold: float) -> None:
         self._metrics.cascade_threshold.labels(alias).set(threshold)
 
@@ -148,6 +152,7 @@ class _Run:
         self.wants_logprobs = _asked_logprobs(ctx.endpoint, ctx.body)
         self.question = _question(ctx.endpoint, ctx.body)
         self.quality: float | None = None  # the scorer's P(small correct) for the judged answer
+        self.cost_before = ctx.cost_usd  # what ctx.cost_usd held before either attempt
         self.share = stage.share_for(cascade)
         self.threshold = cascade.confidence.threshold if self.share is None else self.share.threshold()
         if self.share is not None:
@@ -216,6 +221,7 @@ class _Run:
         return finish_reason == "length" and self._small_cap() < _client_cap(self.body)
 
     async def _escalate(self, small_usage: Usage) -> Reply:
+        self.stage.note_escalation_cost(self.cascade.alias, self.ctx.cost_usd - self.cost_before)
         self.ctx.usage = Usage()
         reply = await self._call(self.cascade.large, self.body, self.stream)
         await reply.on_end(lambda _: self._add_usage(small_usage))

@@ -45,6 +45,12 @@ class RoutingMetrics:
             ["model", "outcome"], buckets=QUALITY_BUCKETS, registry=registry,
         )  # fmt: skip
 
+        self.cascade_escalation_cost = Counter(
+            "llmgw_cascade_escalation_cost_usd",
+            "What the small attempts of escalated cascade requests cost (paid on top of the large model's answer): "
+            "the cascade's net saving is llmgw_saved_usd{source=\"cascade\"} minus this.",
+            ["model"], registry=registry,
+        )  # fmt: skip
         self.cascade_threshold = Gauge(
             "llmgw_cascade_threshold",
             "The confidence threshold a cascade with escalate_share applies now (the share's quantile of its "

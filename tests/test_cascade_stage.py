@@ -96,7 +96,9 @@ async def test_weak_small_answer_is_escalated_and_both_are_billed(make: Any) -> 
     assert "logprobs" not in s.large.requests[-1] and s.large.requests[-1]["max_tokens"] == 100
     assert (ctx.usage.prompt_tokens, ctx.usage.completion_tokens) == (20, 8)
     assert ctx.cost_usd == pytest.approx(SMALL_COST + LARGE_COST)
-    assert s.services.router.metrics.cascade.labels("auto", "escalated")._value.get() == 1
+    metrics = s.services.router.metrics
+    assert metrics.cascade.labels("auto", "escalated")._value.get() == 1
+    assert metrics.cascade_escalation_cost.labels("auto")._value.get() == pytest.approx(SMALL_COST)
 
 
 async def test_threshold_is_inclusive(make: Any) -> None:
@@ -190,6 +192,8 @@ async def test_prefix_mode_escalates_on_a_weak_prefix_and_bills_the_aborted_atte
     assert chunks[0]["model"] == "large-dep" and reply.headers["x-cascade"] == "escalated"
     assert ctx.usage.completion_tokens >= 4 + 2 and ctx.usage.prompt_tokens > 10
     assert ctx.cost_usd > LARGE_COST
+    wasted = s.services.router.metrics.cascade_escalation_cost.labels("auto")._value.get()
+    assert wasted == pytest.approx(ctx.cost_usd - LARGE_COST) and wasted > 0  # the aborted small stream
 
 
 async def test_tenant_policy_defines_its_own_cascade(make: Any) -> None:

@@ -65,6 +65,8 @@ SAVED = "llmgw_saved_usd_total"
 COST = "llmgw_cost_usd_total"
 KEPT_QUALITY = 'llmgw_cascade_quality_estimate_{}{{outcome="small"}}'  # _sum / _count of the kept answers
 CASCADE_SOURCE = '{source="cascade"}'
+CASCADE_SAVED = rate(SAVED + CASCADE_SOURCE, "model")
+ESCALATION_COST = rate("llmgw_cascade_escalation_cost_usd_total", "model")
 BILLED_TOKENS = 'llmgw_tokens_total{kind!="cached"}'
 COST_AND_SAVINGS = [
     Panel("Tokens per second by model", "short", ((rate("llmgw_tokens_total", "model, kind"), "{{model}} {{kind}}"),)),
@@ -102,9 +104,13 @@ COST_AND_SAVINGS = [
         "estimated accuracy of kept small answers",
     )), "Share of cascade requests sent to the large model, and the mean estimated P(correct) of the small "
         "answers kept (learned confidence: its probability, bench/README.md gives its measured calibration)"),
-    Panel("Cascade saving (USD per hour)", "currencyUSD",
-          ((f"3600 * {rate(SAVED + CASCADE_SOURCE, 'model')}", "{{model}}"),),
-          "Kept small answers priced at the large model's price, minus what they cost"),
+    Panel("Cascade saving (USD per hour)", "currencyUSD", (
+        (f"3600 * ({CASCADE_SAVED} or {ESCALATION_COST} * 0) - 3600 * ({ESCALATION_COST} or {CASCADE_SAVED} * 0)",
+         "{{model}} net"),
+        (f"3600 * {CASCADE_SAVED}", "{{model}} kept small answers"),
+        (f"3600 * {ESCALATION_COST}", "{{model}} small attempts escalated"),
+    ), "Net: kept small answers priced at the large model's price minus what they cost, less what the small "
+       "attempts of escalated requests cost (below zero: the cascade costs more than the large model alone)"),
     Panel("Cascade threshold in use (escalate_share)", "short",
           (("max by (model) (llmgw_cascade_threshold)", "{{model}}"),),
           "Cascades with confidence.escalate_share: the quantile of recent scores their threshold follows"),
