@@ -161,11 +161,7 @@ class _Run:
     async def execute(self) -> Reply:
         if not self.scorer.needs_answer:
             return await self._route_first()
-        if (
-            self.stream
-            and self.cascade.stream_mode == "prefix"
-            and self.cascade.confidence.method != "learned"
-        ):
+        if self.stream and self.cascade.stream_mode == "prefix":
             return await self._prefix_streamed()
         return await self._buffered()
 
@@ -203,6 +199,12 @@ class _Run:
         self.quality = self.scorer.quality(min(scores))
         return self._keeps(min(scores))
 
+    async def _judge(self, logprobs: list[float], margins: list[float]) -> bool:
+        """A streamed prefix: its tokens' logprobs and top-2 margins, as a whole answer's in `_accept`."""
+        score = await self.scorer.score(self.question, logprobs, margins)
+        self.quality = self.scorer.quality(score)
+        return self._keeps(score)
+
     def _keeps(self, score: float) -> bool:
         """Whether a score keeps the small answer (or, for a router, sends the question to the small model);
         the escalation-share window, if any, learns the score."""
@@ -238,16 +240,12 @@ class _Run:
             return await self._escalate(Usage())
         deployment = self.ctx.deployment
         chunks = aiter(small.stream)
-        held, logprobs, ended = await self._hold_prefix(chunks)
+        held, logprobs, margins, ended = await self._hold_prefix(chunks)
         cut_short = ended and any(self._truncated(_finish(c)) for c in held)
-        keep = (
-            self._escalation_not_scored()
-            if cut_short
-            else self._keeps(await self.scorer.score(self.question, logprobs))
-        )
+        keep = self._escalation_not_scored() if cut_short else await self._judge(logprobs, margins)
         if keep:
             reply = Reply(stream=self._release(held, chunks))
-            return self.stage.outcome(self.ctx, self.cascade, "small", reply)
+            return self.stage.outcome(self.ctx, self.cascade, "small", reply, self.quality)
         await small.stream.aclose()
         self._settle_aborted(deployment, generated=len(logprobs))
         return await self._escalate(self.ctx.usage)
@@ -263,16 +261,20 @@ class _Run:
 
     async def _hold_prefix(
         self, chunks: AsyncIterator[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], list[float], bool]:
+    ) -> tuple[list[dict[str, Any]], list[float], list[float], bool]:
+        """The chunks up to `prefix_tokens` tokens, their logprobs and top-2 margins, and whether the stream
+        ended first."""
         held: list[dict[str, Any]] = []
         logprobs: list[float] = []
+        margins: list[float] = []
         async for chunk in chunks:
             held.append(chunk)
             for choice in chunk.get("choices") or []:
                 logprobs += choice_logprobs(choice)
+                margins += choice_margins(choice)
             if len(logprobs) >= self.cascade.prefix_tokens:
-                return held, logprobs, False
-        return held, logprobs, True
+                return held, logprobs, margins, False
+        return held, logprobs, margins, True
 
     async def _release(
         self, held: list[dict[str, Any]], rest: AsyncIterator[dict[str, Any]]

@@ -65,7 +65,7 @@ class CascadePolicy(BaseModel):
     stream_mode: Literal["buffer", "prefix"] = Field(
         default="buffer",
         description="buffer: decide on the whole small answer, then stream it; prefix: decide after "
-        "`prefix_tokens` tokens and stream the rest live (mean_logprob/min_window only)",
+        "`prefix_tokens` tokens (their logprobs and margins, as a whole answer's) and stream the rest live",
     )
     prefix_tokens: int = Field(default=16, ge=1)
 

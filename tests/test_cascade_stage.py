@@ -294,3 +294,30 @@ def test_cost_usd_takes_cached_tokens_from_the_prompt_and_clips_them() -> None:
     assert cost_usd(priced, 1000, 100, -3) == cost_usd(priced, 1000, 100)
     plain = priced.model_copy(update={"cached_input_price_per_1m": None})
     assert cost_usd(plain, 1000, 100, 400) == pytest.approx((1000 * 2.0 + 100 * 8.0) / 1e6)
+
+
+async def test_prefix_mode_with_the_learned_confidence_judges_the_streamed_prefix(
+    make: Any, tmp_path: Any
+) -> None:
+    """The learned answer model reads the held prefix's logprobs and top-2 margins as it reads a whole answer's:
+    a clear first token streams live from the small model, a near-tie escalates; both record its estimate."""
+    path = tmp_path / "confidence.npz"
+    weights = np.zeros(len(ANSWER_FEATURES))
+    weights[ANSWER_FEATURES.index("first_margin")] = 4.0
+    AnswerModel(LogisticModel(weights, -4.0, np.zeros(len(weights)), np.ones(len(weights)), True)).save(path)
+    s = await make(confidence={"method": "learned", "threshold": 0.5, "model_path": str(path)},
+                   stream_mode="prefix", prefix_tokens=2)  # fmt: skip
+    s.small.margins = [2.0, 0.1, 0.1, 0.1]
+    reply = await s.handler(request(stream=True))
+    chunks = [c async for c in reply.stream]
+    assert reply.headers["x-cascade"] == "small" and s.small.requests[-1]["stream"] is True
+    assert s.small.requests[-1]["top_logprobs"] == 2 and chunks[0]["model"] == "small-dep"
+    s.small.margins = [0.2, 3.0, 3.0, 3.0]
+    reply = await s.handler(request(stream=True))
+    assert (
+        reply.headers["x-cascade"] == "escalated"
+        and [c async for c in reply.stream][0]["model"] == "large-dep"
+    )
+    quality = s.services.router.metrics.cascade_quality
+    assert quality.labels("auto", "small")._sum.get() == pytest.approx(1 / (1 + np.exp(-4.0)), abs=1e-4)
+    assert quality.labels("auto", "escalated")._sum.get() == pytest.approx(1 / (1 + np.exp(3.2)), abs=1e-4)
