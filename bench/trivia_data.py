@@ -26,6 +26,7 @@ SETS = {
     "basic_skills": DATA / "basic_skills" / "questions.jsonl",
     "entity_questions": DATA / "entity_questions" / "questions.jsonl",
     "lambada": DATA / "lambada" / "questions.jsonl",
+    "basic_skills2": DATA / "basic_skills2" / "questions.jsonl",  # pattern, string_operations (ODC-BY)
 }
 # The shots are ours (not from the set), so no evaluated question is ever shown with its answer.
 SHOTS = (
@@ -38,11 +39,16 @@ COMPLETION_SHOTS = {
                          ("The season that comes after spring is", "summer")),
     "arithmetic": (("3 + 4 =", "7"), ("12 - 5 =", "7"), ("6 * 3 =", "18")),
     "lambada": (),
+    "pattern": (("1 2 3 4", "5"), ("A C E G", "I"), ("red blue red blue", "red")),
+    "string_operations": (("The reverse of 'abc' is", "cba"), ("The length of the string 'tree' is", "4"),
+                          ("The lowercase equivalent of 'DOG' is", "dog")),
 }  # fmt: skip
 # An equation's trailing "=" is its own answer slot: "Q: 5 + 14 =\nA:" halved both models' arithmetic scores
 # (SmolLM2 0.16 -> 0.08, Gemma 0.15 -> 0.055 on basic_skills' 200 sums), so sums keep "a + b = c" shots.
-SLOTS = {"arithmetic": "{}", "lambada": "{}"}
+SLOTS = {"arithmetic": "{}", "lambada": "{}", "pattern": "Q: What comes next: {}\nA:"}
+EXACT_TASKS = ("pattern", "string_operations")  # graded on the answer's first words, exactly (symbols, case)
 _QUOTES = string.punctuation + "‘’´`“”"
+_QUOTES_ONLY = "'\"`‘’“”"
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans({c: " " for c in string.punctuation + "‘’´`"})
 
@@ -68,10 +74,25 @@ def is_correct(question: dict[str, Any], text: str) -> bool:
     if question.get("task") == "lambada":  # the passage's next word, quotes and punctuation around it dropped
         words = text.split()
         return bool(words) and words[0].strip(_QUOTES).lower() in question["aliases"]
+    if question.get("task") in EXACT_TASKS:
+        return exact_start(text, question["answer"])
     answer = normalise(text.strip().split("\n")[0])
     return bool(answer) and any(
         re.search(rf"(^| ){re.escape(alias)}( |$)", answer) for alias in question["aliases"] if alias
     )
+
+
+def exact_start(text: str, gold: str) -> bool:
+    """The answer's first words are the gold answer's, case and symbols kept; quotes around a word and a
+    trailing full stop or comma on the last one are not counted ("'cba'." is cba)."""
+    words, expected = text.strip().split(), gold.split()
+    if len(words) < len(expected) or not expected:
+        return False
+    said = [w.strip(_QUOTES_ONLY) for w in words[: len(expected)]]
+    wanted = [w.strip(_QUOTES_ONLY) for w in expected]
+    if said[-1] != wanted[-1] and said[-1].rstrip(".,").strip(_QUOTES_ONLY) == wanted[-1]:
+        said[-1] = wanted[-1]
+    return said == wanted
 
 
 def group(question: dict[str, Any]) -> str:

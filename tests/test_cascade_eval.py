@@ -53,7 +53,7 @@ def test_trivia_prompt_is_the_recorded_three_shot_q_a() -> None:
     assert prompt({"id": "qb_1", "question": "Who was Nero?"}) == expected
 
 
-@pytest.mark.parametrize("name", ["trivia_qa", "basic_skills", "entity_questions"])
+@pytest.mark.parametrize("name", ["trivia_qa", "basic_skills", "entity_questions", "basic_skills2"])
 def test_every_shot_and_question_ends_in_an_answer_slot(name: str) -> None:
     """No example ends where a blank line is the likeliest continuation (Gemma answered "" there)."""
     for question in load_questions(name)[:50]:
@@ -61,6 +61,31 @@ def test_every_shot_and_question_ends_in_an_answer_slot(name: str) -> None:
         assert len(shots) == 3 and last.endswith(question["question"] + ("" if "=" in last else "\nA:"))
         for shot in shots:
             assert re.fullmatch(r"Q: [^\n]+\nA: [^\n]+|[^\n]+ = \S+", shot), shot
+
+
+@pytest.mark.parametrize(
+    ("gold", "text", "ok"),
+    [
+        ("cba", " 'cba'.", True),  # quotes and a full stop around the answer are not counted
+        ("ALPHA", " alpha", False),  # case counts
+        ("&", " &", True),  # symbols count (TriviaQA's normalisation would erase them)
+        ("4th quarter", " 4th quarter 5th quarter", True),  # the answer's first words
+        ("4th quarter", " 4th", False),
+        ("['a', 'b']", " ['a', 'b']", True),
+        ("34", " 3 4", False),
+        ("34", "", False),
+    ],
+)
+def test_pattern_and_string_answers_are_graded_exactly_on_their_first_words(
+    gold: str, text: str, ok: bool
+) -> None:
+    assert is_correct({"task": "string_operations", "answer": gold, "aliases": [gold.lower()]}, text) is ok
+
+
+def test_basic_skills2_is_two_blind_skills_of_200() -> None:
+    questions = load_questions("basic_skills2")
+    assert Counter(q["task"] for q in questions) == {"pattern": 200, "string_operations": 200}
+    assert len({q["id"] for q in questions}) == 400 and all(q["answer"] for q in questions)
 
 
 def test_entity_questions_grade_short_names_and_the_head_before_a_comma() -> None:

