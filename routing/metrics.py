@@ -44,7 +44,6 @@ class RoutingMetrics:
             "the model's probability; logprob methods: the answer's geometric-mean token probability).",
             ["model", "outcome"], buckets=QUALITY_BUCKETS, registry=registry,
         )  # fmt: skip
-
         self.cascade_escalation_cost = Counter(
             "llmgw_cascade_escalation_cost_usd",
             "What the small attempts of escalated cascade requests cost (paid on top of the large model's answer): "
