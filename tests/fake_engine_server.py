@@ -18,9 +18,12 @@ from backends.local_engine.metrics import EngineMetrics
 from backends.local_engine.server import LoadedEngine, ServedModel, create_app
 
 
-def fake_load() -> LoadedEngine:
-    settings = EngineSettings(max_model_len=128, max_num_batched_tokens=32, max_num_seqs=4)
-    engine = LLMEngine(settings, FakeRunner(num_blocks=64), fake_probs, FakeDetokenizer)
+def fake_load(probs=fake_probs, vocab_size: int | None = None, **settings) -> LoadedEngine:  # noqa: ANN001, ANN003
+    """`probs`, `vocab_size`, `settings`: what a test changes in the fake engine (EngineSettings fields)."""
+    settings = EngineSettings(
+        **{"max_model_len": 128, "max_num_batched_tokens": 32, "max_num_seqs": 4, **settings}
+    )
+    engine = LLMEngine(settings, FakeRunner(num_blocks=64), probs, FakeDetokenizer, vocab_size=vocab_size)
     metrics = EngineMetrics(engine, "fake")
 
     def encode_text(text: str) -> list[int]:

@@ -3,6 +3,7 @@ ranges are 400s naming the field, and a request that raises inside the engine lo
 serves on. Fake model over real HTTP (the real sampler where the crash was the sampler's)."""
 
 import asyncio
+from functools import partial
 
 import fake_engine_server
 import httpx
@@ -14,7 +15,6 @@ from test_engine_serving_fakes import VOCAB, FakeDetokenizer, FakeRunner, fake_p
 from backends.local_engine.async_engine import AsyncEngine, RequestFailed
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.engine import LLMEngine
-from backends.local_engine.metrics import EngineMetrics
 from backends.local_engine.request_checks import InvalidParam, check_params, without_nulls
 from backends.local_engine.sampler import probabilities
 from backends.local_engine.sampling_params import SamplingParams
@@ -151,13 +151,7 @@ def _poisoned_probs(logits, params, prompts, outputs):
 
 
 def _poisoned_load() -> LoadedEngine:
-    loaded = fake_engine_server.fake_load()
-    settings = EngineSettings(max_model_len=128, max_num_batched_tokens=32, max_num_seqs=4)
-    engine = LLMEngine(
-        settings, FakeRunner(num_blocks=64), _poisoned_probs, FakeDetokenizer, vocab_size=VOCAB
-    )
-    metrics = EngineMetrics(engine, "fake")
-    return LoadedEngine(AsyncEngine(engine, metrics), loaded.model, metrics)
+    return fake_engine_server.fake_load(_poisoned_probs, vocab_size=VOCAB)
 
 
 @pytest.fixture(scope="module")
@@ -235,20 +229,13 @@ def test_an_unexpected_error_while_adding_a_request_fails_that_request_alone():
         async_engine.stop()
 
 
-def _load_with_default(default: int | None) -> LoadedEngine:
-    loaded = fake_engine_server.fake_load()
-    settings = EngineSettings(
-        max_model_len=64, max_num_batched_tokens=32, max_num_seqs=4, default_max_tokens=default
-    )
-    engine = LLMEngine(settings, FakeRunner(num_blocks=64), fake_probs, FakeDetokenizer, vocab_size=VOCAB)
-    metrics = EngineMetrics(engine, "fake")
-    return LoadedEngine(AsyncEngine(engine, metrics), loaded.model, metrics)
-
-
 @pytest.mark.parametrize(("default", "expected"), [(5, 5), (None, 64 - 2)])
 def test_a_request_without_max_tokens_gets_the_settings_default_or_the_context_left(default, expected):
     """default_max_tokens 5: five tokens; None: until the 64-token context is full (vLLM's chat default)."""
-    with ServerThread(create_app(lambda: _load_with_default(default))) as running:
+    settings = {"max_model_len": 64, "default_max_tokens": default}
+    with ServerThread(
+        create_app(partial(fake_engine_server.fake_load, vocab_size=VOCAB, **settings))
+    ) as running:
         while httpx.get(f"{running.url}/health").status_code != 200:
             pass
         body = {"model": "fake", "prompt": "hi", "temperature": 0, "ignore_eos": True}
