@@ -25,6 +25,17 @@ def costs(answers: list[dict], price: tuple[float, float]) -> np.ndarray:
     )
 
 
+def outcomes(saved: dict[str, Any], questions: list[dict]) -> tuple[list[dict], np.ndarray, np.ndarray, np.ndarray,
+                                                                     np.ndarray]:  # fmt: skip
+    """Per question of a live record: the small model's answers, both models' correctness (0/1) and costs."""
+    small, large = (saved["answers"][saved[k]] for k in ("small", "large"))
+    rows_s, rows_l = [small[q["id"]] for q in questions], [large[q["id"]] for q in questions]
+    weak = np.array([r["correct"] for r in rows_s], float)
+    strong = np.array([r["correct"] for r in rows_l], float)
+    prices = saved["prices"]
+    return rows_s, weak, strong, costs(rows_s, prices[saved["small"]]), costs(rows_l, prices[saved["large"]])
+
+
 def escalated(confidence: np.ndarray, rate: float) -> np.ndarray:
     """A mask of the round(rate·n) least confident questions (ties in question order)."""
     order = np.argsort(confidence, kind="stable")
@@ -52,14 +63,8 @@ def evaluate(
 ) -> dict[str, Any]:
     """The curves; `transfer`: the learned confidence is the one fit on TriviaQA, never on this set, and
     `threshold` the gateway's fixed operating point for it (escalate when P(small correct) < threshold)."""
-    small, large = (saved["answers"][saved[k]] for k in ("small", "large"))
-    rows_s, rows_l = [small[q["id"]] for q in questions], [large[q["id"]] for q in questions]
-    weak = np.array([r["correct"] for r in rows_s], float)
-    strong = np.array([r["correct"] for r in rows_l], float)
-    cost_s, cost_l = (
-        costs(rows_s, saved["prices"][saved["small"]]),
-        costs(rows_l, saved["prices"][saved["large"]]),
-    )
+    small = saved["answers"][saved["small"]]
+    rows_s, weak, strong, cost_s, cost_l = outcomes(saved, questions)
     confidence = {
         "mean_logprob": np.array([mean_logprob(r["logprobs"]) for r in rows_s]),
         **(

@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from bench.cascade_curves import costs
+from bench.cascade_curves import outcomes
 from bench.cascade_live import learned_threshold, load_record
 from bench.routellm_data import RESULTS
 from bench.train_cascade_confidence import transferred
@@ -34,15 +34,9 @@ ORDERS = 20
 def load(name: str) -> dict[str, np.ndarray]:
     """Per question: the shipped confidence, both models' correctness and costs."""
     saved, questions = load_record(name), load_questions(name)
-    small, large = (saved["answers"][saved[k]] for k in ("small", "large"))
-    rows_s, rows_l = [small[q["id"]] for q in questions], [large[q["id"]] for q in questions]
-    return {
-        "score": transferred(questions, small),  # TriviaQA: the set the model was fit on
-        "weak": np.array([r["correct"] for r in rows_s], float),
-        "strong": np.array([r["correct"] for r in rows_l], float),
-        "cost_s": costs(rows_s, saved["prices"][saved["small"]]),
-        "cost_l": costs(rows_l, saved["prices"][saved["large"]]),
-    }
+    _, weak, strong, cost_s, cost_l = outcomes(saved, questions)
+    score = transferred(questions, saved["answers"][saved["small"]])  # TriviaQA: the set the model was fit on
+    return {"score": score, "weak": weak, "strong": strong, "cost_s": cost_s, "cost_l": cost_l}
 
 
 def replay(data: dict[str, np.ndarray], order: np.ndarray, share: float | None, fixed: float) -> dict:
