@@ -27,6 +27,9 @@ SETS = {
     "entity_questions": DATA / "entity_questions" / "questions.jsonl",
     "lambada": DATA / "lambada" / "questions.jsonl",
     "basic_skills2": DATA / "basic_skills2" / "questions.jsonl",  # pattern, string_operations (ODC-BY)
+    "basic_skills3": DATA
+    / "basic_skills3"
+    / "questions.jsonl",  # the rest of basic_skills' two tasks (ODC-BY)
 }
 # The shots are ours (not from the set), so no evaluated question is ever shown with its answer.
 SHOTS = (

@@ -53,7 +53,9 @@ def test_trivia_prompt_is_the_recorded_three_shot_q_a() -> None:
     assert prompt({"id": "qb_1", "question": "Who was Nero?"}) == expected
 
 
-@pytest.mark.parametrize("name", ["trivia_qa", "basic_skills", "entity_questions", "basic_skills2"])
+@pytest.mark.parametrize(
+    "name", ["trivia_qa", "basic_skills", "entity_questions", "basic_skills2", "basic_skills3"]
+)
 def test_every_shot_and_question_ends_in_an_answer_slot(name: str) -> None:
     """No example ends where a blank line is the likeliest continuation (Gemma answered "" there)."""
     for question in load_questions(name)[:50]:
@@ -86,6 +88,14 @@ def test_basic_skills2_is_two_blind_skills_of_200() -> None:
     questions = load_questions("basic_skills2")
     assert Counter(q["task"] for q in questions) == {"pattern": 200, "string_operations": 200}
     assert len({q["id"] for q in questions}) == 400 and all(q["answer"] for q in questions)
+
+
+def test_basic_skills3_is_the_rest_of_basic_skills_two_tasks_with_no_question_shared() -> None:
+    fresh, first = load_questions("basic_skills3"), load_questions("basic_skills")
+    assert Counter(q["task"] for q in fresh) == {"arithmetic": 847, "common_knowledge": 837}
+    assert len({q["question"] for q in fresh}) == len(fresh) == 1684
+    assert not {q["question"] for q in fresh} & {q["question"] for q in first}
+    assert not {q["id"] for q in fresh} & {q["id"] for q in first}
 
 
 def test_entity_questions_grade_short_names_and_the_head_before_a_comma() -> None:
@@ -245,3 +255,15 @@ def test_gain_model_confidence_is_the_difference(tmp_path) -> None:  # noqa: ANN
     loaded = load_model(tmp_path / "g.npz")
     x = np.array([[2.0]])
     assert loaded.confidence(x)[0] == pytest.approx(small.predict(x)[0] - large.predict(x)[0])
+
+
+def test_the_alias_replay_gives_the_recorded_threshold_point_and_holds_the_share() -> None:
+    """`auto` (threshold 0.08) replays basic_skills' recorded operating point; `auto-40` escalates ~40 %."""
+    from bench.cascade_alias import replay
+
+    fixed = replay("bench/cascade_live.yaml", "auto", "basic_skills", None)
+    assert fixed["escalated"].mean() == pytest.approx(0.6425)
+    assert fixed["correct"].mean() == pytest.approx(0.3675)
+    share = replay("bench/cascade_live.yaml", "auto-40", "basic_skills", None)
+    assert share["escalated"][:50].sum() == fixed["escalated"][:50].sum()  # the warm-up: the fixed threshold
+    assert 0.35 <= share["escalated"][50:].mean() <= 0.45

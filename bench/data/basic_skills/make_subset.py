@@ -10,7 +10,8 @@
 sentence to complete with one word, "The number of legs of a cat is" → four) and `arithmetic` ("4 * 8 =" →
 32); basic_skills2 takes `pattern` ("5 8 13 21" → 34) and `string_operations` ("The reverse of 'abcd' is" →
 dcba). Only the question and its gold choice are kept (the distractors and the set's own 5-shot contexts are
-dropped).
+dropped). With a fourth argument, a set already made, the script keeps instead every question of the tasks that
+set does not hold (neither its id nor its text): basic_skills3 is the rest of basic_skills' two tasks.
 """
 
 import gzip
@@ -49,7 +50,11 @@ def aliases(answer: str) -> list[str]:
     return sorted(twins)
 
 
-def main(folder: str, tasks: tuple[str, ...] = TASKS, path: Path | None = None) -> None:
+def main(
+    folder: str, tasks: tuple[str, ...] = TASKS, path: Path | None = None, exclude: Path | None = None
+) -> None:
+    taken = [json.loads(line) for line in exclude.read_text().splitlines()] if exclude else []
+    taken_ids, taken_texts = {q["id"] for q in taken}, {q["question"] for q in taken}
     out = []
     for task in tasks:
         docs: dict[str, dict] = {}
@@ -59,7 +64,16 @@ def main(folder: str, tasks: tuple[str, ...] = TASKS, path: Path | None = None) 
             for line in lines:
                 doc = json.loads(line)["doc"]
                 docs.setdefault(doc["id"], doc)
-        chosen = random.Random(18).sample(sorted(docs.values(), key=lambda d: int(d["id"])), PER_TASK)
+        ordered = sorted(docs.values(), key=lambda d: int(d["id"]))
+        if exclude:
+            chosen, seen = [], set(taken_texts)
+            for doc in ordered:  # the rest, each text once
+                text = doc["question"].strip()
+                if f"{task}_{doc['id']}" not in taken_ids and text not in seen:
+                    chosen.append(doc)
+                    seen.add(text)
+        else:
+            chosen = random.Random(18).sample(ordered, PER_TASK)
         for doc in chosen:
             answer = doc["choices"][doc["gold"]]
             out.append({"id": f"{task}_{doc['id']}", "task": task, "question": doc["question"].strip(),
@@ -71,4 +85,5 @@ def main(folder: str, tasks: tuple[str, ...] = TASKS, path: Path | None = None) 
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], *([tuple(sys.argv[2].split(",")), Path(sys.argv[3])] if len(sys.argv) > 3 else []))
+    rest = [tuple(sys.argv[2].split(",")), *map(Path, sys.argv[3:5])] if len(sys.argv) > 3 else []
+    main(sys.argv[1], *rest)
