@@ -194,3 +194,21 @@ def test_the_gsm8k_records_load_as_a_third_task() -> None:
     assert len(records.prompts) == 1307 and len(set(records.prompts)) > 1300  # 1319 less 12 contaminated
     assert set(np.unique(records.weak)) <= {0.0, 1.0} and set(np.unique(records.strong)) <= {0.0, 1.0}
     assert 0.6 < records.weak.mean() < records.strong.mean() < 0.9  # Mixtral 0.637, GPT-4 0.858
+
+
+def test_the_subject_ceiling_equals_the_question_oracle_when_subjects_split_the_gains_and_random_when_not() -> (
+    None
+):
+    from bench.router_ceiling import halves, in_sample_oracle
+
+    rng = np.random.default_rng(3)
+    weak = rng.integers(0, 2, 400).astype(float)
+    strong = np.where(np.arange(400) < 200, 1.0, weak)  # subject "a": the strong model fixes every miss
+    labels = np.array(["a"] * 200 + ["b"] * 200)
+    best = routing_curve(strong - weak, weak, strong).apgr()
+    assert in_sample_oracle(labels, weak, strong)["apgr"] < best  # within "a" the order is random
+    ordered = np.where(strong > weak, "a", np.where(strong < weak, "c", "b"))  # subjects that are the gain
+    assert in_sample_oracle(ordered, weak, strong)["apgr"] == pytest.approx(best, abs=1e-4)
+    same = np.array(["x"] * 400)  # one subject: no order at all
+    assert abs(in_sample_oracle(same, weak, strong)["apgr"] - 0.5) < 0.05
+    assert abs(halves(same, weak, strong)["apgr"] - 0.5) < 0.1
