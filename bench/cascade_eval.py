@@ -3,9 +3,11 @@
     .venv/bin/python -m bench.cascade_eval replay   # the cross-task table (bench/cross_task.py)
     .venv/bin/python -m bench.cascade_eval live     # SmolLM2 → Gemma 3 on TriviaQA through the gateway (bench/cascade_live.py)
 
-replay: the router chosen by cross-task validation, scored on MMLU subject groups held out (nested) and on
-MT-Bench (unseen: chosen on MMLU only), beside random routing and the length heuristic, with bootstrap
-95 % intervals, then every candidate's table; writes bench/results/cascade_eval_replay.json. Needs the shared RouteLLM records (LLMGW_ROUTELLM_EVAL_DIR).
+replay: the router chosen by cross-task validation, scored on MMLU subject groups held out (nested), on
+MT-Bench (unseen: chosen on MMLU only) and on GSM8K (never used), beside random routing and the length
+heuristic, with bootstrap 95 % intervals, then every candidate's table; writes
+bench/results/cascade_eval_replay.json. Needs the shared RouteLLM records (LLMGW_ROUTELLM_EVAL_DIR). In a fresh
+checkout it first computes the candidates' held-out scores (about a minute: MiniLM embeddings, cached after).
 """
 
 import argparse
@@ -30,11 +32,14 @@ from bench.cross_task import (
     shipped_need,
 )
 from bench.routellm_data import REPO, RESULTS
+from bench.routellm_gsm8k import gsm8k_rows
 from bench.routellm_tasks import load_mt_bench
 from bench.router_selection import (
     CANDIDATES,
     TEXT_CANDIDATES,
     UNSEEN,
+    HeldOut,
+    TaskData,
     add_unseen_scores,
     choose,
     group_apgr,
@@ -86,6 +91,19 @@ def embed_minilm(prompts: list[str]) -> np.ndarray:
     return np.concatenate(batches) if batches else np.zeros((0, encoder.dim), np.float32)
 
 
+def compute_heldout(
+    with_embeddings: bool, per_group: int | None, files: RouterFiles
+) -> tuple[HeldOut, TaskData, TaskData]:
+    """Every candidate's scores on each MMLU group held out and on MT-Bench, saved for `replay`."""
+    candidates = CANDIDATES if with_embeddings else TEXT_CANDIDATES
+    embed = embed_minilm if with_embeddings else None
+    data, other = mmlu_data(embed, per_group), other_task_data(load_mt_bench(), embed)
+    heldout = logo_scores(data, candidates)
+    add_unseen_scores(heldout, data, other, candidates)
+    save_heldout(heldout, files.logo)
+    return heldout, data, other
+
+
 def train_replay_router(
     with_embeddings: bool = True,
     per_group: int | None = None,
@@ -95,11 +113,7 @@ def train_replay_router(
     """The shipped router: the candidate chosen by `rule` (bench/router_selection.choose) on the 4 held-out
     MMLU groups (and MT-Bench for maximin), then fit on all of MMLU. Saves the held-out scores for `replay`."""
     candidates = CANDIDATES if with_embeddings else TEXT_CANDIDATES
-    embed = embed_minilm if with_embeddings else None
-    data, other = mmlu_data(embed, per_group), other_task_data(load_mt_bench(), embed)
-    heldout = logo_scores(data, candidates)
-    add_unseen_scores(heldout, data, other, candidates)
-    save_heldout(heldout, files.logo)
+    heldout, data, other = compute_heldout(with_embeddings, per_group, files)
     apgr = group_apgr(heldout, data, other)
     chosen = next(c for c in candidates if c.name == choose(apgr, rule=rule))
     print(
@@ -111,11 +125,22 @@ def train_replay_router(
     return train_candidate(chosen, data), selection
 
 
-def replay(per_group: int | None = None, files: RouterFiles = RouterFiles()) -> None:
-    if not files.router.exists() or not files.logo.exists():
+def _saved_heldout(per_group: int | None, files: RouterFiles) -> tuple[HeldOut, str]:
+    """The held-out scores and rule of the last training run; in a fresh checkout (the scores are not
+    committed) they are computed again as `train_router router` does, the router file left as it is."""
+    if not files.router.exists() or not files.selection.exists():
         sys.exit("run `python -m bench.train_router router` first (router + leave-one-group-out scores)")
-    heldout_scores = load_heldout(files.logo)
-    rule = json.loads(files.selection.read_text()).get("rule", "mean") if files.selection.exists() else "mean"
+    selection = json.loads(files.selection.read_text())
+    if files.logo.exists():
+        return load_heldout(files.logo), selection.get("rule", "mean")
+    names = selection["heldout_apgr"]
+    print(f"no {files.logo.name}: computing the held-out scores of {len(names)} candidates", file=sys.stderr)
+    with_embeddings = any("minilm" in name or "pca" in name for name in names)
+    return compute_heldout(with_embeddings, per_group, files)[0], selection.get("rule", "mean")
+
+
+def replay(per_group: int | None = None, files: RouterFiles = RouterFiles()) -> None:
+    heldout_scores, rule = _saved_heldout(per_group, files)
     with_embeddings = any("minilm" in name or "pca" in name for name in heldout_scores)
     embed = embed_minilm if with_embeddings else None
     data, mt_bench = mmlu_data(embed, per_group), load_mt_bench()
@@ -128,6 +153,7 @@ def replay(per_group: int | None = None, files: RouterFiles = RouterFiles()) -> 
     shipped = shipped_need(files.router, mt_bench, embed_minilm)
     used = "used in the choice" if rule == "maximin" else "unseen"
     unseen += rows_for(f"MT-Bench ({used})", shipped, other, other.text[:, 0], "shipped router")[-1:]
+    unseen += gsm8k_rows(files.router)
     print_rows(heldout + unseen)
     print(f"\ncandidate chosen ({rule}) without each held-out task:", json.dumps(chosen))
     candidates = candidate_rows(heldout_scores, task_sets(data, other))

@@ -41,14 +41,20 @@ def build(responses: Path, contaminated: Path, out: Path = RECORDS) -> int:
     return len(rows)
 
 
-def score(router: Path = ROUTER) -> list[dict]:
+def gsm8k_rows(router: Path = ROUTER) -> list[dict]:
+    """Random, the length heuristic and the router's APGR rows on GSM8K (bootstrap replicates kept)."""
     from bench.cascade_eval import embed_minilm
     from bench.cross_task import other_task_data
 
     records = load_gsm8k()
     need = shipped_need(router, records, embed_minilm)
     data = other_task_data(records, None)
-    rows = rows_for("GSM8K (never used)", need, data, data.text[:, 0], "shipped router")
+    return rows_for("GSM8K (never used)", need, data, data.text[:, 0], "shipped router")
+
+
+def score(router: Path = ROUTER) -> list[dict]:
+    records = load_gsm8k()
+    rows = gsm8k_rows(router)
     print(f"GSM8K: {len(records.prompts)} questions; weak correct {records.weak.mean():.3f}, "
           f"strong {records.strong.mean():.3f}")  # fmt: skip
     print_rows(rows)

@@ -196,9 +196,20 @@ def test_the_gsm8k_records_load_as_a_third_task() -> None:
     assert 0.6 < records.weak.mean() < records.strong.mean() < 0.9  # Mixtral 0.637, GPT-4 0.858
 
 
-def test_the_subject_ceiling_equals_the_question_oracle_when_subjects_split_the_gains_and_random_when_not() -> (
-    None
-):
+def test_the_replay_table_scores_the_shipped_router_on_gsm8k_beside_both_baselines() -> None:
+    from bench.routellm_gsm8k import gsm8k_rows
+
+    rows = {row["router"]: row for row in gsm8k_rows()}
+    assert list(rows) == ["random", "length heuristic", "shipped router"]
+    assert rows["random"]["apgr"] == 0.5 and rows["length heuristic"]["apgr"] == pytest.approx(
+        0.598, abs=1e-3
+    )
+    assert (
+        rows["shipped router"]["ci_low"] < rows["shipped router"]["apgr"] < rows["shipped router"]["ci_high"]
+    )
+
+
+def test_the_subject_ceiling_is_the_question_oracle_when_subjects_split_the_gains() -> None:
     from bench.router_ceiling import halves, in_sample_oracle
 
     rng = np.random.default_rng(3)
