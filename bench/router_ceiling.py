@@ -11,7 +11,8 @@ held-out data itself, with nothing to learn:
   computed on the very questions scored. No router that gives one score per subject can beat it.
 - **group halves:** the subject means computed on a random half of the group, scored on the other half
   (the subject known exactly, its difficulty estimated from data; 20 seeded splits, mean).
-- **length** (the shipped heuristic) and the per-question oracle (strong − weak itself: the end of the scale).
+- **length** (the shipped heuristic) and the per-question oracle (strong − weak itself: the end of the scale);
+  and length inside each subject (the median over subjects of its APGR there): a signal beyond the subject.
 
 MT-Bench gets the same with its 8 categories, GSM8K (no subjects) length and the oracle only. Intervals:
 1,000 bootstrap resamplings of the questions, the in-sample means recomputed on each.
@@ -67,6 +68,13 @@ def scored(scores: np.ndarray, weak: np.ndarray, strong: np.ndarray) -> dict:
             "interval": interval(bootstrap_apgr(scores, weak, strong, samples=SAMPLES))}  # fmt: skip
 
 
+def within_labels(labels: np.ndarray, scores: np.ndarray, weak: np.ndarray, strong: np.ndarray) -> float:
+    """The median over labels of the score's APGR among that label's questions (labels with a gain only)."""
+    values = [routing_curve(scores[labels == x], weak[labels == x], strong[labels == x]).apgr()
+              for x in sorted(set(labels)) if (strong - weak)[labels == x].mean() != 0]  # fmt: skip
+    return round(float(np.median(values)), 4)
+
+
 def task_row(records: Records, labels: np.ndarray | None) -> dict:
     weak, strong = records.weak, records.strong
     length = np.log([len(p) for p in records.prompts])
@@ -77,6 +85,7 @@ def task_row(records: Records, labels: np.ndarray | None) -> dict:
         row |= {
             "group_oracle": in_sample_oracle(labels, weak, strong),
             "halves": halves(labels, weak, strong),
+            "length_within": within_labels(labels, length, weak, strong),
         }
     return row
 
@@ -90,16 +99,16 @@ def main() -> dict:
     rows["MT-Bench"] = task_row(mt_bench, mt_bench.subjects)
     rows["GSM8K"] = task_row(load_gsm8k(), None)
     print(f"{'task':26} {'n':>6} {'labels':>6} {'length':>22} {'label oracle (in-sample)':>26} "
-          f"{'label means, halves':>22} {'oracle':>7}")  # fmt: skip
+          f"{'label means, halves':>22} {'length within':>13} {'oracle':>7}")  # fmt: skip
     for name, row in rows.items():
         cells = [f"{row['length']['apgr']:.3f} {row['length']['interval']}"]
         if "group_oracle" in row:
             cells += [f"{row['group_oracle']['apgr']:.3f} {row['group_oracle']['interval']}",
-                      f"{row['halves']['apgr']:.3f} {row['halves']['range']}"]  # fmt: skip
+                      f"{row['halves']['apgr']:.3f} {row['halves']['range']}", f"{row['length_within']:.3f}"]  # fmt: skip
         else:
-            cells += ["—", "—"]
+            cells += ["—", "—", "—"]
         print(f"{name:26} {row['questions']:>6} {row['labels']:>6} {cells[0]:>22} {cells[1]:>26} {cells[2]:>22} "
-              f"{row['oracle']:>7.3f}")  # fmt: skip
+              f"{cells[3]:>13} {row['oracle']:>7.3f}")  # fmt: skip
     mean = float(np.mean([rows[f"MMLU {g}"]["group_oracle"]["apgr"] for g in GROUPS]))
     print(
         f"mean over the four held-out MMLU groups of the in-sample subject oracle: {mean:.3f} (target 0.67)"
