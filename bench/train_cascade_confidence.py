@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.train_cascade_confidence           # → routing/models/cascade_confidence.npz
     .venv/bin/python -m bench.train_cascade_confidence --cross   # fit on one recorded set, AUROC on the other
+    .venv/bin/python -m bench.train_cascade_confidence --sets    # every recorded set held out in turn
 
 Reads the live record (bench/results/cascade_live_record.json, made by `bench.cascade_eval live`), takes
 the answer's own token signals from routing.learned.answer_features (COLUMNS: mean/min token logprob, the
@@ -16,12 +17,14 @@ basic_skills answers backwards (AUROC 0.438, bench/README.md).
 """
 
 import argparse
+import json
 
 import numpy as np
 
-from bench.cascade_live import load_record
+from bench.cascade_live import load_record, record_path
+from bench.routellm_data import RESULTS
 from bench.train_router import fit
-from bench.trivia_data import group, load_questions, prompt
+from bench.trivia_data import SETS, group, load_questions, prompt
 from routing.config import MODELS_DIR
 from routing.learned import ANSWER_FEATURES, AnswerModel, answer_features
 
@@ -91,11 +94,67 @@ def cross_sets() -> None:
         print(f"fit on {train}, scored on {test}: " + ", ".join(row))
 
 
+def family(name: str) -> str:
+    """Sets drawn from one source count as one when held out (basic_skills, 2 and 3: AllenAI's basic skills)."""
+    return name.rstrip("0123456789")
+
+
+def leave_one_set_out(per_set: int = 400, samples: int = 1000) -> dict:
+    """AUROC for "the small answer is right" on each recorded set: the shipped model (fit on TriviaQA; on TriviaQA
+    itself leave-one-quiz-site-out), a model fit on the other sources (`per_set` answers of each, so no set outweighs the rest; nothing of the held-out
+    set's source), and the unfitted mean logprob; bootstrap 95 % intervals over the held-out questions."""
+    from sklearn.metrics import roc_auc_score
+
+    names = [n for n in SETS if record_path(n).exists()]
+    data = {}
+    for name in names:
+        saved, questions = load_record(name), load_questions(name)
+        answers = saved["answers"][saved["small"]]
+        x, y = design(questions, answers)
+        shipped = (
+            leave_one_site_out(questions, answers) if name == "trivia_qa" else transferred(questions, answers)
+        )
+        data[name] = (x, y, design(questions, answers, ("mean",))[0][:, 0], shipped)
+    rng, result = np.random.default_rng(0), {}
+    for name in names:
+        x, y, mean, shipped = data[name]
+        train = [k for k in names if family(k) != family(name)]
+        picks = [rng.permutation(len(data[k][1]))[:per_set] for k in train]
+        pooled = fit_answer_model(np.concatenate([data[k][0][p] for k, p in zip(train, picks, strict=True)]),
+                                  np.concatenate([data[k][1][p] for k, p in zip(train, picks, strict=True)]))  # fmt: skip
+        scores = {
+            "shipped (TriviaQA)": shipped,
+            "other sources": pooled.head.predict(x),
+            "mean logprob": mean,
+        }
+        draws = [d for d in rng.integers(0, len(y), size=(samples, len(y))) if 0 < y[d].mean() < 1]
+        result[name] = {"questions": len(y), "accuracy": round(float(y.mean()), 4), "trained_on": train} | {
+            label: [round(roc_auc_score(y, v), 4)]
+            + np.round(np.percentile([roc_auc_score(y[d], v[d]) for d in draws], [2.5, 97.5]), 4).tolist()
+            for label, v in scores.items()
+        }
+    print(f"{'held out':18} {'n':>5} {'right':>6} " + " ".join(f"{k:>24}" for k in scores))
+    for name, row in result.items():
+        cells = [f"{row[k][0]:.3f} [{row[k][1]:.3f}, {row[k][2]:.3f}]" for k in scores]
+        print(
+            f"{name:18} {row['questions']:>5} {row['accuracy']:>6.3f} " + " ".join(f"{c:>24}" for c in cells)
+        )
+    (RESULTS / "cascade_confidence_sets.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cross", action="store_true", help="cross-set AUROC only; the model is not written")
-    if parser.parse_args(argv).cross:
+    parser.add_argument(
+        "--sets", action="store_true", help="each recorded set held out; the model is not written"
+    )
+    args = parser.parse_args(argv)
+    if args.cross:
         cross_sets()
+        return
+    if args.sets:
+        leave_one_set_out()
         return
     saved = load_record()
     questions = load_questions()
