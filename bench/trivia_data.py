@@ -27,9 +27,9 @@ SETS = {
     "entity_questions": DATA / "entity_questions" / "questions.jsonl",
     "lambada": DATA / "lambada" / "questions.jsonl",
     "basic_skills2": DATA / "basic_skills2" / "questions.jsonl",  # pattern, string_operations (ODC-BY)
-    "basic_skills3": DATA
-    / "basic_skills3"
-    / "questions.jsonl",  # the rest of basic_skills' two tasks (ODC-BY)
+    # the rest of basic_skills' two tasks; then coding, a Python function's returned expression (ODC-BY)
+    "basic_skills3": DATA / "basic_skills3" / "questions.jsonl",
+    "basic_skills4": DATA / "basic_skills4" / "questions.jsonl",
 }
 # The shots are ours (not from the set), so no evaluated question is ever shown with its answer.
 SHOTS = (
@@ -45,10 +45,13 @@ COMPLETION_SHOTS = {
     "pattern": (("1 2 3 4", "5"), ("A C E G", "I"), ("red blue red blue", "red")),
     "string_operations": (("The reverse of 'abc' is", "cba"), ("The length of the string 'tree' is", "4"),
                           ("The lowercase equivalent of 'DOG' is", "dog")),
+    "coding": (('def half(x):\n    """Return half of x."""\n    return', "x / 2"),
+               ('def greet(name):\n    """Return a greeting for name."""\n    return', "'Hello, ' + name"),
+               ('def ends_with_dot(s):\n    """Return True if s ends with a full stop."""\n    return', "s.endswith('.')")),
 }  # fmt: skip
 # An equation's trailing "=" is its own answer slot: "Q: 5 + 14 =\nA:" halved both models' arithmetic scores
 # (SmolLM2 0.16 -> 0.08, Gemma 0.15 -> 0.055 on basic_skills' 200 sums), so sums keep "a + b = c" shots.
-SLOTS = {"arithmetic": "{}", "lambada": "{}", "pattern": "Q: What comes next: {}\nA:"}
+SLOTS = {"arithmetic": "{}", "lambada": "{}", "pattern": "Q: What comes next: {}\nA:", "coding": "{}"}
 EXACT_TASKS = ("pattern", "string_operations")  # graded on the answer's first words, exactly (symbols, case)
 _QUOTES = string.punctuation + "‘’´`“”"
 _QUOTES_ONLY = "'\"`‘’“”"
@@ -79,6 +82,8 @@ def is_correct(question: dict[str, Any], text: str) -> bool:
         return bool(words) and words[0].strip(_QUOTES).lower() in question["aliases"]
     if question.get("task") in EXACT_TASKS:
         return exact_start(text, question["answer"])
+    if question.get("task") == "coding":
+        return same_code(text, question["answer"])
     answer = normalise(text.strip().split("\n")[0])
     return bool(answer) and any(
         re.search(rf"(^| ){re.escape(alias)}( |$)", answer) for alias in question["aliases"] if alias
@@ -96,6 +101,18 @@ def exact_start(text: str, gold: str) -> bool:
     if said[-1] != wanted[-1] and said[-1].rstrip(".,").strip(_QUOTES_ONLY) == wanted[-1]:
         said[-1] = wanted[-1]
     return said == wanted
+
+
+def same_code(text: str, gold: str) -> bool:
+    """The returned expression (the answer's first line, a trailing comment or semicolon dropped) is the gold
+    one, spaces not counted and either quote accepted: "n*factorial(n-1)" is "n * factorial(n - 1)"; an
+    equivalent but different expression ("b + a" for "a + b") is not."""
+
+    def compact(code: str) -> str:
+        return "".join(code.split("#")[0].split()).replace('"', "'").rstrip(";")
+
+    line = text.strip().split("\n")[0]
+    return bool(line) and compact(line) == compact(gold)
 
 
 def group(question: dict[str, Any]) -> str:

