@@ -88,6 +88,9 @@ class CascadeStage:
         """The small attempt of an escalated request: paid for nothing the client receives."""
         self._metrics.cascade_escalation_cost.labels(alias).inc(max(usd, 0.0))
 
+    def note_unscored(self, alias: str, reason: str) -> None:
+        self._metrics.cascade_unscored.labels(alias, reason).inc()
+
     def note_threshold(self, alias: str, threshold: float) -> None:
         self._metrics.cascade_threshold.labels(alias).set(threshold)
 
@@ -175,7 +178,7 @@ class _Run:
     async def _buffered(self) -> Reply:
         small = await self._try_small(stream=False)
         if small is None:
-            self._escalation_not_scored()
+            self._escalation_not_scored("failed")
         elif await self._accept(small.body):
             strip_logprobs(small.body, keep=self.wants_logprobs)
             if self.stream:
@@ -191,8 +194,10 @@ class _Run:
 
     async def _accept(self, body: dict[str, Any]) -> bool:
         choices = body.get("choices") or []
-        if not choices or any(self._truncated(c.get("finish_reason")) for c in choices):
-            return self._escalation_not_scored()
+        if not choices:
+            return self._escalation_not_scored("empty")
+        if any(self._truncated(c.get("finish_reason")) for c in choices):
+            return self._escalation_not_scored("cut_short")
         scores = [
             await self.scorer.score(self.question, choice_logprobs(c), choice_margins(c)) for c in choices
         ]
@@ -212,8 +217,10 @@ class _Run:
             self.share.record(score)
         return score >= self.threshold
 
-    def _escalation_not_scored(self) -> bool:
-        """The small model failed or was cut short: escalate, and count it in the share as the lowest score."""
+    def _escalation_not_scored(self, reason: str) -> bool:
+        """The small model failed, answered nothing or was cut short (`reason`): escalate, count it in the share
+        as the lowest score, and in llmgw_cascade_unscored_escalations."""
+        self.stage.note_unscored(self.cascade.alias, reason)
         if self.share is not None:
             self.share.record(-math.inf)
         return False
@@ -236,13 +243,13 @@ class _Run:
     async def _prefix_streamed(self) -> Reply:
         small = await self._try_small(stream=True)
         if small is None:
-            self._escalation_not_scored()
+            self._escalation_not_scored("failed")
             return await self._escalate(Usage())
         deployment = self.ctx.deployment
         chunks = aiter(small.stream)
         held, logprobs, margins, ended = await self._hold_prefix(chunks)
         cut_short = ended and any(self._truncated(_finish(c)) for c in held)
-        keep = self._escalation_not_scored() if cut_short else await self._judge(logprobs, margins)
+        keep = self._escalation_not_scored("cut_short") if cut_short else await self._judge(logprobs, margins)
         if keep:
             reply = Reply(stream=self._release(held, chunks))
             return self.stage.outcome(self.ctx, self.cascade, "small", reply, self.quality)

@@ -50,6 +50,12 @@ class RoutingMetrics:
             "the cascade's net saving is llmgw_saved_usd{source=\"cascade\"} minus this.",
             ["model"], registry=registry,
         )  # fmt: skip
+        self.cascade_unscored = Counter(
+            "llmgw_cascade_unscored_escalations",
+            "Cascade escalations the confidence did not decide, by reason: the small model failed, answered "
+            "nothing, or was cut short by max_small_tokens (a cap below the traffic's answers shows here).",
+            ["model", "reason"], registry=registry,
+        )  # fmt: skip
         self.cascade_threshold = Gauge(
             "llmgw_cascade_threshold",
             "The confidence threshold a cascade with escalate_share applies now (the share's quantile of its "

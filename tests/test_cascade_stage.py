@@ -123,6 +123,9 @@ async def test_answer_cut_by_max_small_tokens_is_escalated(make: Any) -> None:
     reply = await s.handler(request())
     assert reply.headers["x-cascade"] == "escalated"
     assert s.small.requests[-1]["max_tokens"] == 2
+    unscored = s.services.router.metrics.cascade_unscored
+    assert unscored.labels("auto", "cut_short")._value.get() == 1  # the operator sees the cap decided
+    assert unscored.labels("auto", "failed")._value.get() == 0
 
 
 async def test_clients_own_length_limit_is_not_an_escalation(make: Any) -> None:
@@ -137,6 +140,7 @@ async def test_small_model_down_escalates(make: Any) -> None:
     ctx = request()
     reply = await s.handler(ctx)
     assert reply.headers["x-cascade"] == "escalated" and ctx.cost_usd == pytest.approx(LARGE_COST)
+    assert s.services.router.metrics.cascade_unscored.labels("auto", "failed")._value.get() == 1
 
 
 async def test_client_logprobs_are_kept_when_asked(make: Any) -> None:

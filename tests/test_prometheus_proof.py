@@ -63,7 +63,10 @@ def settings(upstream_url: str, engine_url: str, database: Path) -> Settings:
     kept = CascadePolicy(alias="auto-small", small="engine", large="echo",  # escalate_share: for the gauge;
                          confidence={"threshold": -1e9, "escalate_share": 0.5,  # warm-up all along: kept
                                      "share_window": 1000, "share_warmup": 1000})  # fmt: skip
-    routing = RoutingSettings(cascades=[escalating, kept], scrape_interval_s=0.5, health_interval_s=1.0)
+    capped = CascadePolicy(alias="auto-capped", small="engine", large="echo", max_small_tokens=2)  # cut short
+    routing = RoutingSettings(
+        cascades=[escalating, kept, capped], scrape_interval_s=0.5, health_interval_s=1.0
+    )
     values: dict[str, Any] = {"master_key": KEY, "models": models, "routing": routing}
     values["observability"] = {"tenant_label": True}
     values["database_url"] = f"sqlite+aiosqlite:///{database}"
@@ -133,6 +136,7 @@ REQUESTS: list[tuple[str, dict[str, Any], str]] = [
     ("engine", {"max_tokens": 8, "stream": True}, "abcabc"),
     ("auto", {"max_tokens": 8}, "abcd"),
     ("auto-small", {"max_tokens": 8}, "abcde"),
+    ("auto-capped", {"max_tokens": 8}, "abcdef"),
     ("echo", {}, "fail:500"),  # retried, then served by the fallback alias
     ("broken", {}, "nobody listens"),  # 5xx, and its circuit opens
     ("unknown-model", {}, "x"),

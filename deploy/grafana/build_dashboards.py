@@ -95,8 +95,11 @@ COST_AND_SAVINGS = [
     ), "shadow-checked hits whose fresh answer disagreed"), (
         rate("llmgw_cache_semantic_feedback_total", "source"), "reported wrong ({{source}}) per second",
     )), "A sampled share of semantic hits is also answered upstream and the answers compared"),
-    Panel("Cascade decisions per second", "reqps",
-          ((rate("llmgw_cascade_decisions_total", "outcome"), "{{outcome}}"),)),
+    Panel("Cascade decisions per second", "reqps", (
+        (rate("llmgw_cascade_decisions_total", "outcome"), "{{outcome}}"),
+        (rate("llmgw_cascade_unscored_escalations_total", "reason"), "escalated, not scored: {{reason}}"),
+    ), "Not scored: the small model failed, answered nothing, or hit max_small_tokens (cut_short: a cap "
+       "below the traffic's answers escalates them whatever the confidence)"),
     Panel("Cascade escalation rate and estimated quality", "percentunit", ((ratio(
         rate('llmgw_cascade_decisions_total{outcome="escalated"}'), rate("llmgw_cascade_decisions_total")
     ), "escalated"), (
