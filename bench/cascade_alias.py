@@ -23,10 +23,10 @@ from openai import OpenAI
 
 from bench.cascade_curves import outcomes
 from bench.cascade_live import gateway_settings, load_record
+from bench.cascade_share import escalations
 from bench.routellm_data import RESULTS
 from bench.train_cascade_confidence import transferred
 from bench.trivia_data import SETS, is_correct, load_questions, prompt
-from routing.escalation import EscalationShare
 
 
 def replay(config: str, alias: str, name: str, limit: int | None) -> dict[str, np.ndarray]:
@@ -37,15 +37,7 @@ def replay(config: str, alias: str, name: str, limit: int | None) -> dict[str, n
         raise SystemExit(f"{alias}: the replay knows the learned confidence only, not {rule.method!r}")
     saved, questions = load_record(name), load_questions(name)[:limit]
     _, weak, strong, _, _ = outcomes(saved, questions)
-    score = transferred(questions, saved["answers"][saved["small"]])
-    window = None
-    if rule.escalate_share is not None:
-        window = EscalationShare(rule.escalate_share, rule.share_window, rule.share_warmup, rule.threshold)
-    escalate = np.zeros(len(score), dtype=bool)
-    for i, value in enumerate(score):
-        escalate[i] = value < (rule.threshold if window is None else window.threshold())
-        if window is not None:
-            window.record(float(value))
+    escalate = escalations(transferred(questions, saved["answers"][saved["small"]]), rule)
     return {"escalated": escalate, "correct": np.where(escalate, strong, weak)}
 
 

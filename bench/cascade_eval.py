@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,14 +136,16 @@ def _saved_heldout(per_group: int | None, files: RouterFiles) -> tuple[HeldOut, 
         return load_heldout(files.logo), selection.get("rule", "mean")
     names = selection["heldout_apgr"]
     print(f"no {files.logo.name}: computing the held-out scores of {len(names)} candidates", file=sys.stderr)
-    with_embeddings = any("minilm" in name or "pca" in name for name in names)
-    return compute_heldout(with_embeddings, per_group, files)[0], selection.get("rule", "mean")
+    return compute_heldout(_uses_embeddings(names), per_group, files)[0], selection.get("rule", "mean")
+
+
+def _uses_embeddings(candidates: Iterable[str]) -> bool:
+    return any("minilm" in name or "pca" in name for name in candidates)
 
 
 def replay(per_group: int | None = None, files: RouterFiles = RouterFiles()) -> None:
     heldout_scores, rule = _saved_heldout(per_group, files)
-    with_embeddings = any("minilm" in name or "pca" in name for name in heldout_scores)
-    embed = embed_minilm if with_embeddings else None
+    embed = embed_minilm if _uses_embeddings(heldout_scores) else None
     data, mt_bench = mmlu_data(embed, per_group), load_mt_bench()
     other = other_task_data(mt_bench, embed)
     apgr = group_apgr(heldout_scores, data, other)

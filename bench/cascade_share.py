@@ -39,21 +39,28 @@ def load(name: str) -> dict[str, np.ndarray]:
     return {"score": score, "weak": weak, "strong": strong, "cost_s": cost_s, "cost_l": cost_l}
 
 
+def escalations(scores: np.ndarray, rule: ConfidenceConfig) -> np.ndarray:
+    """The gateway's decisions on `scores` in the order given: True where the cascade escalates. With
+    `escalate_share`, the threshold is decided before each score joins the window, as in routing/cascade.py."""
+    window = None
+    if rule.escalate_share is not None:
+        window = EscalationShare(rule.escalate_share, rule.share_window, rule.share_warmup, rule.threshold)
+    mask = np.zeros(len(scores), dtype=bool)
+    for i, value in enumerate(scores):
+        mask[i] = value < (rule.threshold if window is None else window.threshold())
+        if window is not None:
+            window.record(float(value))
+    return mask
+
+
 def replay(data: dict[str, np.ndarray], order: np.ndarray, share: float | None, fixed: float) -> dict:
     """Escalation decisions in `order`; `share` None is the fixed threshold."""
-    defaults = ConfidenceConfig()
-    window = (
-        None if share is None else EscalationShare(share, defaults.share_window, defaults.share_warmup, fixed)
-    )
+    rule = ConfidenceConfig(method="learned", threshold=fixed, escalate_share=share)
     mask = np.zeros(len(order), dtype=bool)
-    for i in order:
-        threshold = fixed if window is None else window.threshold()
-        mask[i] = data["score"][i] < threshold
-        if window is not None:
-            window.record(float(data["score"][i]))
+    mask[order] = escalations(data["score"][order], rule)
     correct = np.where(mask, data["strong"], data["weak"])
     cost = (data["cost_s"].sum() + data["cost_l"][mask].sum()) / data["cost_l"].sum()
-    after = mask[order][defaults.share_warmup :].mean()  # once the window, not `fixed`, decides
+    after = mask[order][rule.share_warmup :].mean()  # once the window, not `fixed`, decides
     return {"share": float(mask.mean()), "after_warmup": float(after), "accuracy": float(correct.mean()),
             "cost": float(cost)}  # fmt: skip
 
