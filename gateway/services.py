@@ -22,6 +22,7 @@ from gateway.pipeline import chain
 from gateway.settings import Settings, database_problem
 from gateway.tracing import Tracing, create_tracing
 from policies.auth import MASTER
+from policies.ratelimit.connect import RedisRefused
 from policies.service import PolicyServices, create_policy_services
 from routing.factory import RoutingServices, create_routing_stages
 
@@ -95,6 +96,10 @@ class Services:
             report["reasons"] = reasons
         if self.cache is not None:
             report["cache"] = self.cache.readiness()  # semantic caching on, or why it is off
+        limiter = self.policy.limiter_readiness()
+        if limiter is not None:  # the rate limiter's Redis: refused credentials are never ready
+            report["rate_limiter"] = limiter
+            report["ready"] = report["ready"] and limiter["ready"]
         return report
 
     async def aclose(self) -> None:
@@ -103,7 +108,8 @@ class Services:
 
 
 class DatabaseUnusable(RuntimeError):
-    """The policies' database failed at start; the message is one line for the operator (no password)."""
+    """The policies' database (or the rate limiter's Redis, RedisRefused) failed at start; the message is
+    one line for the operator (no password)."""
 
 
 async def start_services(settings: Settings) -> Services:
@@ -134,6 +140,8 @@ async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]
         policy = await create_policy_services(
             settings.policies, settings.connections(), settings.models, flush
         )
+    except RedisRefused as error:
+        raise DatabaseUnusable(str(error)) from error
     except Exception as error:
         problem = database_problem(error)
         if problem is None:

@@ -1,9 +1,45 @@
 """Process-wide settings of this package, nested in the gateway settings (LLMGW_POLICIES__<FIELD>)."""
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+SslMode = Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]
+
+
+class RedisOptions(BaseModel):
+    """How the rate limiter (and the change notifier) reach Redis, besides the URL
+    (LLMGW_POLICIES__REDIS__<FIELD>). TLS is `rediss://`; the URL carries user, password and db."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tls_ca_file: Path | None = None  # PEM bundle the server's certificate must chain to; None = system CAs
+    tls_cert_file: Path | None = None  # client certificate (mutual TLS), PEM
+    tls_key_file: Path | None = None  # its private key, PEM (default: inside tls_cert_file)
+    tls_verify: bool = True  # check the server's certificate and host name; false only for testing
+    tls_server_name: str | None = None  # the name the certificate must carry, when connecting by address
+    cluster: bool = False  # the URL names one node (or several, comma-separated) of a Redis Cluster
+    sentinel_master: str | None = None  # set: the URL's hosts are Sentinels, and this the monitored master
+    sentinel_username: str | None = None  # credentials of the Sentinels themselves (the URL's are the master's)
+    sentinel_password: SecretStr | None = None
+
+
+class DatabaseOptions(BaseModel):
+    """The database connection pool and PostgreSQL TLS (LLMGW_POLICIES__DATABASE__<FIELD>); `sslmode` and
+    `sslrootcert` in the URL's query work too, and these settings win over them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pool_size: int = Field(default=5, ge=1)  # connections kept open per process
+    max_overflow: int = Field(default=10, ge=0)  # extra connections under load, closed when returned
+    pool_timeout_s: float = Field(default=30.0, gt=0)  # wait for a free connection, then fail
+    pool_recycle_s: float = Field(default=1800.0, gt=0)  # reopen connections older than this
+    sslmode: SslMode | None = None  # PostgreSQL's libpq meanings; None = the URL's, else "prefer"
+    sslrootcert: Path | None = None  # CA bundle for verify-ca / verify-full
+    sslcert: Path | None = None  # client certificate (mutual TLS)
+    sslkey: Path | None = None
 
 
 class PoliciesSettings(BaseModel):
@@ -22,6 +58,8 @@ class PoliciesSettings(BaseModel):
     redis_retry_s: float = Field(
         default=0.5, gt=0
     )  # the breaker's open time before one probe tries Redis again
+    redis: RedisOptions = Field(default_factory=RedisOptions)
+    database: DatabaseOptions = Field(default_factory=DatabaseOptions)
     replicas: int | None = Field(default=None, ge=1)  # fail-open share = limit / replicas; None = count them
     replica_heartbeat_s: float = Field(default=5.0, gt=0)  # how often replicas note themselves in Redis
     refresh_interval_s: float = 15.0  # backstop reload of keys/policies besides pub/sub invalidation

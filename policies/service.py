@@ -11,6 +11,7 @@ Wiring (gateway/services.py):
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import APIRouter
 from redis.asyncio import Redis
@@ -21,15 +22,17 @@ from core.models import ModelConfig
 from policies.accounting import AccountingStage
 from policies.admin.router import AdminDeps, CacheFlush, create_admin_router
 from policies.auth import AuthStage, PolicyStage
-from policies.config import Connections, PoliciesSettings
+from policies.config import Connections, PoliciesSettings, RedisOptions
 from policies.db import create_engine, session_factory
 from policies.directory import Directory, ModelsListener
 from policies.migrate import upgrade_engine
 from policies.notify import ChangeNotifier
 from policies.ratelimit.buckets import Limiter
 from policies.ratelimit.factory import build_limiter, cost_estimator
+from policies.ratelimit.failover import FailoverLimiter
 from policies.ratelimit.seed import seed_spend
 from policies.ratelimit.stage import RateLimitStage
+from policies.redis_connect import redis_py_client
 from policies.store import Store
 from policies.usage_writer import UsageWriter
 
@@ -52,6 +55,10 @@ class PolicyServices:
     def on_models_changed(self, listener: ModelsListener) -> None:
         """`listener(models)` runs on every replica when DB-managed model aliases change."""
         self.directory.on_models_changed(listener)
+
+    def limiter_readiness(self) -> dict[str, Any] | None:
+        """The rate limiter's Redis state for /health/ready (None: no Redis, the in-process limiter)."""
+        return self.limiter.readiness() if isinstance(self.limiter, FailoverLimiter) else None
 
     def set_cache_flush(self, flush: CacheFlush) -> None:
         self.admin.cache_flush = flush
@@ -78,8 +85,8 @@ async def create_policy_services(
     store = Store(session_factory(engine))
     directory = Directory(store, models)
     await directory.reload()
-    clients = _redis_clients(connections.redis_url)
-    limiter = build_limiter(config, connections.redis_url)
+    clients = _redis_clients(connections.redis_url, config.redis)
+    limiter = await build_limiter(config, connections.redis_url)
     await seed_spend(engine, limiter, datetime.now(UTC))
     notifier = ChangeNotifier(
         directory, clients[0] if clients else None, config.redis_prefix + "changes", config.refresh_interval_s
@@ -120,8 +127,8 @@ async def create_policy_services(
     )
 
 
-def _redis_clients(url: str | None) -> list[Redis]:
+def _redis_clients(url: str | None, options: RedisOptions) -> list[Redis]:
     """The pub/sub client (long-lived connection); the rate limiter has its own (ratelimit/resp.py)."""
     if url is None:
         return []
-    return [Redis.from_url(url, socket_connect_timeout=2.0, health_check_interval=15)]
+    return [redis_py_client(url, options, socket_connect_timeout=2.0, health_check_interval=15)]

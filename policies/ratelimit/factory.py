@@ -5,22 +5,28 @@ from collections.abc import Callable
 from core.models import DeploymentConfig, ModelConfig, cost_usd
 from policies.config import PoliciesSettings
 from policies.ratelimit.buckets import Limiter
+from policies.ratelimit.connect import check_access, open_pool
 from policies.ratelimit.failover import FailoverLimiter
 from policies.ratelimit.local_limiter import LocalLimiter
 from policies.ratelimit.redis_limiter import RedisLimiter
 from policies.ratelimit.replicas import ReplicaCount
-from policies.ratelimit.resp import RespPool
 from policies.ratelimit.stage import CostEstimate
 
 
-def build_limiter(config: PoliciesSettings, redis_url: str | None) -> Limiter:
-    """Call from a running event loop (the replica heartbeat starts here)."""
+async def build_limiter(config: PoliciesSettings, redis_url: str | None) -> Limiter:
+    """Connects and checks access (connect.check_access: raises RedisRefused when Redis refuses this
+    gateway); the replica heartbeat starts here."""
     local = LocalLimiter(config.window_s, config.concurrency_lease_s)
     if redis_url is None:
         return local
-    pool = RespPool.from_url(redis_url, config.redis_timeout_s)
+    pool = open_pool(redis_url, config.redis, config.redis_timeout_s)
     prefix = config.redis_prefix + "rl:"
     shared = RedisLimiter(pool, prefix, config.window_s, config.concurrency_lease_s)
+    try:
+        await check_access(pool, shared.probe)
+    except BaseException:
+        pool.close()
+        raise
     replicas = ReplicaCount(pool, prefix + "replicas", config.replicas, config.replica_heartbeat_s)
     replicas.start()
     return FailoverLimiter(shared, local, config.redis_failure_mode, config.redis_retry_s, replicas)

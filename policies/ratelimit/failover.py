@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import math
 import time
-from typing import Literal
+from typing import Any, Literal
 
 from redis import exceptions as errors
 
@@ -34,6 +34,8 @@ _CANNOT_SERVE = (errors.AuthenticationError, errors.BusyLoadingError, errors.Clu
                  errors.NoPermissionError, errors.OutOfMemoryError, errors.ReadOnlyError,
                  errors.TryAgainError)  # fmt: skip
 _FAILURES = (errors.RedisError, OSError, TimeoutError)
+_REFUSED = (errors.AuthenticationError, errors.NoPermissionError)
+_REFUSED_NAMES = tuple(e.__name__ + ":" for e in _REFUSED)
 MAX_REPLAYED = 100_000
 _CANNOT_SERVE_PREFIXES = ("BUSY", "MISCONF", "NOREPLICAS", "OOM", "READONLY", "LOADING", "MASTERDOWN")
 
@@ -64,6 +66,7 @@ class FailoverLimiter:
         self._replicas = replicas or ReplicaCount(None, "", 1, 1.0)
         self._admitted_by: dict[str, Limiter] = {}
         self._outage: dict[str, Replayed] = {}  # admitted locally, to replay into Redis on its return
+        self._last_error: BaseException | None = None  # the last failure that opened the breaker
 
     async def admit(self, member: str, buckets: list[Bucket], failure_mode: str | None = None) -> Decision:
         mode = failure_mode or self._mode
@@ -152,6 +155,25 @@ class FailoverLimiter:
             share = max(1, math.floor(share)) if bucket.limit >= 1 else 0
         return dataclasses.replace(bucket, limit=share)
 
+    def readiness(self) -> dict[str, Any]:
+        """For /health/ready: `redis` is "ok", "unavailable" (down, or cannot serve) or "refused" (credentials
+        or ACL rights refused: waiting will not mend it). Ready unless refused, or unavailable while the
+        default failure mode is closed (every request would be refused)."""
+        shared: dict[str, Any] = getattr(self._primary, "readiness", dict)()
+        connected = shared.get("connected", True)
+        if self._breaker.state == CLOSED and connected:
+            state = "ok"
+        elif isinstance(self._last_error, _REFUSED) and self._breaker.state != CLOSED:
+            state = "refused"
+            shared.setdefault("problem", f"{type(self._last_error).__name__}: {self._last_error}")
+        elif "problem" in shared and shared["problem"].startswith(_REFUSED_NAMES):
+            state = "refused"
+        else:
+            state = "unavailable"
+        ready = state == "ok" or (state == "unavailable" and self._mode == "open")
+        return {"ready": ready, "redis": state, "breaker": self._breaker.state, "failure_mode": self._mode,
+                "replicas": self._replicas(), **shared}  # fmt: skip
+
     def _unavailable(self) -> OpenAIError:
         retry = max(1, math.ceil(self._retry_s))
         return OpenAIError(
@@ -168,6 +190,7 @@ class FailoverLimiter:
             log.error("rate limiting: Redis refused %s (%s: %s)", operation, type(exc).__name__, exc)
             return
         was_closed = self._breaker.state == CLOSED
+        self._last_error = exc
         self._breaker.on_failure()
         if was_closed and self._breaker.state == OPEN:
             log.warning("rate limiting: Redis unavailable during %s (%s: %s); fail-%s per policy",

@@ -15,7 +15,7 @@ from typing import Any
 
 from policies.metrics import REDIS_FAILURES
 from policies.ratelimit.buckets import Bucket, BucketState, Decision, Held, Replayed, Spend, holds_lease
-from policies.ratelimit.resp import LuaScript, RespPool
+from policies.ratelimit.resp import LuaScript, Pool, _retrieve
 
 log = logging.getLogger(__name__)
 _SCRIPTS = Path(__file__).parent
@@ -24,7 +24,7 @@ KEY_NAMES_CACHED = 10_000
 
 
 class RedisLimiter:
-    def __init__(self, pool: RespPool, prefix: str, window_s: int, lease_s: float) -> None:
+    def __init__(self, pool: Pool, prefix: str, window_s: int, lease_s: float) -> None:
         self._pool = pool
         self._prefix = prefix
         self._window_ms = window_s * 1000
@@ -107,6 +107,20 @@ class RedisLimiter:
             for s in spends
         ]
         await asyncio.gather(*replies)
+
+    async def probe(self) -> None:
+        """One harmless script call on a key of the limiter's prefix (start-up check of ACL rights)."""
+        await self._renew(keys=[self._key("probe", "start")], args=[self._lease_ms, "probe"])
+
+    def readiness(self) -> dict[str, Any]:
+        """The connection's state for /health/ready: where, connected, and why not (no secrets)."""
+        problem, connected = self._pool.problem, self._pool.connected
+        report: dict[str, Any] = {"where": self._pool.where, "connected": connected}
+        if not connected:  # try again now, so readiness follows Redis even without traffic
+            asyncio.ensure_future(self._pool.connect()).add_done_callback(_retrieve)
+            if problem is not None:
+                report["problem"] = f"{type(problem).__name__}: {problem}"
+        return report
 
     async def drain(self) -> None:
         """Waits for the settlements sent so far (on shutdown, and in tests)."""

@@ -17,14 +17,14 @@ from pathlib import Path
 
 from redis.exceptions import RedisError
 
-from policies.ratelimit.resp import LuaScript, RespPool
+from policies.ratelimit.resp import LuaScript, Pool
 
 log = logging.getLogger(__name__)
 _SCRIPT = (Path(__file__).parent / "heartbeat.lua").read_text()
 
 
 class ReplicaCount:
-    def __init__(self, pool: RespPool | None, key: str, fixed: int | None, interval_s: float) -> None:
+    def __init__(self, pool: Pool | None, key: str, fixed: int | None, interval_s: float) -> None:
         self.live = fixed or 1
         self._pool = pool
         self._beat = LuaScript(pool, _SCRIPT) if pool is not None and fixed is None else None

@@ -15,15 +15,19 @@ the rest as ResponseError), so callers (the failover limiter) classify them like
 
 import asyncio
 import hashlib
+import ssl
 from collections import deque
-from collections.abc import Callable
-from typing import Any
-from urllib.parse import unquote, urlsplit
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import hiredis
 from redis._parsers.base import BaseParser
-from redis.exceptions import ConnectionError, InvalidResponse, NoScriptError, RedisError
+from redis.exceptions import ConnectionError, InvalidResponse, NoScriptError, ReadOnlyError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from policies.redis_connect import parse_redis_url
+
+Resolver = Callable[[], Awaitable[tuple[str, int]]]
 
 
 def encode(*parts: str | bytes | int | float) -> bytes:
@@ -37,6 +41,7 @@ CONNECT_TIMEOUTS = (
     20  # opening a connection and loading the scripts: 20 timeouts (at least 1 s), off the path
 )
 RECONNECT_EVERY_S = 0.2
+SENTINEL_CHECK_S = 1.0  # Sentinel: how often the Sentinels are asked whether the master moved
 # A `lazy` command (settlement) waits up to this long for an eager one (the next admission) to share its
 # write and round trip; order on the connection is kept either way.
 LAZY_FLUSH_S = 0.005
@@ -45,9 +50,12 @@ LAZY_FLUSH_S = 0.005
 class _Connection(asyncio.Protocol):
     """Many commands in flight; replies resolve their futures in order."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[], None]) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[], None], close_on_readonly: bool = False
+    ) -> None:
         self.loop = loop  # its own: asyncio.get_running_loop() makes a getpid() syscall on each call (3.11)
         self._on_lost = on_lost
+        self._close_on_readonly = close_on_readonly  # Sentinel: a demoted master; reconnect to the new one
         self._reader = hiredis.Reader(replyError=_ErrorReply)
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._outgoing: list[bytes] = []
@@ -75,7 +83,11 @@ class _Connection(asyncio.Protocol):
             if future.done():
                 continue
             if isinstance(reply, _ErrorReply):
-                future.set_exception(BaseParser.parse_error(reply.message))
+                error = BaseParser.parse_error(reply.message)
+                future.set_exception(error)
+                if self._close_on_readonly and isinstance(error, ReadOnlyError):
+                    self._fail(error)
+                    return
             else:
                 future.set_result(reply)
 
@@ -88,7 +100,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._fail(ConnectionError("the connection to Redis was lost"))
+        error = ConnectionError("the connection to Redis was lost" + (f" ({_reason(exc)})" if exc else ""))
+        error.__cause__ = exc  # e.g. the server's TLS alert: no client certificate
+        self._fail(error)
         self._on_lost()
 
     def send(self, command: bytes, lazy: bool = False) -> "asyncio.Future[Any]":
@@ -125,31 +139,48 @@ class _ErrorReply:
 
 
 class RespPool:
-    """One pipelined connection to one Redis, reopened when it breaks."""
+    """One pipelined connection to one Redis, reopened when it breaks. TLS when `tls` is given (checked
+    against `server_hostname`, default the host); `username` for an ACL user; `resolve` names the address
+    anew for each connection (Sentinel), and `role_check` makes sure it is a master."""
 
     def __init__(self, host: str, port: int, *, db: int = 0, password: str | None = None,
-                 timeout_s: float = 5.0) -> None:  # fmt: skip
+                 timeout_s: float = 5.0, username: str | None = None, tls: ssl.SSLContext | None = None,
+                 server_hostname: str | None = None, resolve: Resolver | None = None,
+                 role_check: bool = False) -> None:  # fmt: skip
         self._address = (host, port)
-        self._setup = ([encode("AUTH", password)] if password else []) + (
-            [encode("SELECT", db)] if db else []
-        )
+        auth = [encode("AUTH", username, password or "")] if username else []
+        auth = auth or ([encode("AUTH", password)] if password else [])
+        self._setup = auth + ([encode("SELECT", db)] if db else []) + ([encode("ROLE")] if role_check else [])
+        self._role_check = role_check
+        self._tls = tls
+        self._server_hostname = server_hostname
+        self._resolve = resolve
         self._timeout_s = timeout_s
         self._connect_timeout_s = max(1.0, CONNECT_TIMEOUTS * timeout_s)
         self._connection: _Connection | None = None
         self._connecting: asyncio.Task[_Connection] | None = None
         self._ever_connected = False
         self._closed = False
+        self._watching: asyncio.Task[None] | None = None
+        self.problem: BaseException | None = None  # why the last connection attempt failed (None: it did not)
 
     @classmethod
     def from_url(cls, url: str, timeout_s: float) -> "RespPool":
-        """redis://[:password@]host[:port][/db]"""
-        parts = urlsplit(url)
-        if parts.scheme != "redis":
-            raise ValueError(f"the rate limiter supports redis:// URLs only, not {parts.scheme}://")
-        db = int(parts.path.strip("/") or 0)
-        password = unquote(parts.password) if parts.password else None
-        return cls(parts.hostname or "127.0.0.1", parts.port or 6379, db=db, password=password,
-                   timeout_s=timeout_s)  # fmt: skip
+        """redis://[[user]:password@]host[:port][/db] (rediss:// with the system's CAs); see factory.open_pool
+        for the typed TLS options, Sentinel and Cluster."""
+        target = parse_redis_url(url)
+        (host, port), tls = target.hosts[0], ssl.create_default_context() if target.tls else None
+        return cls(host, port, db=target.db, password=target.password, username=target.username,
+                   timeout_s=timeout_s, tls=tls)  # fmt: skip
+
+    @property
+    def connected(self) -> bool:
+        return self._connection is not None and not self._connection.closed
+
+    async def connect(self) -> None:
+        """Waits for a connection (the first one: raises why it failed, AuthenticationError included)."""
+        if not self.connected:
+            await asyncio.shield(self._reconnect())
 
     async def call(self, *parts: str | bytes | int | float) -> Any:
         """One command's reply (see send)."""
@@ -167,7 +198,7 @@ class RespPool:
         connecting = self._reconnect()
         if self._ever_connected:
             failed = asyncio.get_running_loop().create_future()
-            failed.set_exception(ConnectionError(f"not connected to Redis at {self._where} (reconnecting)"))
+            failed.set_exception(ConnectionError(f"not connected to Redis at {self.where} (reconnecting)"))
             return failed
         return asyncio.ensure_future(self._send_when_connected(connecting, parts))
 
@@ -195,8 +226,12 @@ class RespPool:
             try:
                 self._connection = await self._connect()
                 self._ever_connected = True
+                self.problem = None
+                if self._resolve is not None and self._watching is None:
+                    self._watching = asyncio.get_running_loop().create_task(self._watch(self._resolve))
                 return self._connection
-            except (RedisError, OSError):
+            except (RedisError, OSError) as exc:
+                self.problem = exc
                 if not self._ever_connected or self._closed:
                     raise
             await asyncio.sleep(RECONNECT_EVERY_S)
@@ -206,31 +241,60 @@ class RespPool:
         deadline = loop.time() + self._connect_timeout_s
         try:
             async with asyncio.timeout_at(deadline):
-                _, conn = await loop.create_connection(lambda: _Connection(loop, self._lost), *self._address)
+                if self._resolve is not None:
+                    self._address = await self._resolve()
+                host = self._address[0]
+                tls = {"ssl": self._tls, "server_hostname": self._server_hostname or host} if self._tls else {}
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(loop, self._lost, self._role_check), *self._address, **tls
+                )
         except (OSError, TimeoutError) as exc:
-            raise ConnectionError(f"cannot connect to Redis at {self._where}") from exc
+            raise ConnectionError(f"cannot connect to Redis at {self.where} ({_reason(exc)})") from exc
         replies = [_bounded(deadline, self._connect_timeout_s, conn, conn.send(c)) for c in self._setup]
         try:
-            await asyncio.gather(*replies)
+            answers = await asyncio.gather(*replies)
+            if self._role_check and answers[-1][0] not in (b"master", "master"):
+                raise ConnectionError(f"Redis at {self.where} is not the master (a failover under way)")
         except BaseException:
             conn.close()
             raise
         return conn
 
+    async def _watch(self, resolve: Resolver) -> None:
+        """Sentinel: after a failover the old master may answer as one for seconds more (until the Sentinels
+        turn it into a replica); asked every SENTINEL_CHECK_S, a master that moved is followed at once."""
+        while not self._closed:
+            await asyncio.sleep(SENTINEL_CHECK_S)
+            try:
+                async with asyncio.timeout(self._connect_timeout_s):
+                    address = await resolve()
+            except (RedisError, OSError, TimeoutError):
+                continue
+            conn = self._connection
+            if address != self._address and conn is not None and not conn.closed:
+                conn.close()  # connection_lost: reconnect, to the address the Sentinels name now
+
     def preload(self, source: str) -> None:
         """Load a script on every new connection, so calls queued in order run in order (no NOSCRIPT)."""
-        self._setup.append(encode("SCRIPT", "LOAD", source))
+        self._setup.insert(len(self._setup) - self._role_check, encode("SCRIPT", "LOAD", source))
 
     @property
-    def _where(self) -> str:
+    def where(self) -> str:
         return f"{self._address[0]}:{self._address[1]}"
 
     def close(self) -> None:
         self._closed = True
-        if self._connecting is not None:
-            self._connecting.cancel()
+        for task in (self._connecting, self._watching):
+            if task is not None:
+                task.cancel()
         if self._connection is not None:
             self._connection.close()
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _retrieve(task: "asyncio.Task[Any]") -> None:
@@ -267,12 +331,34 @@ def _expire(conn: _Connection, reply: "asyncio.Future[Any]", timeout_s: float, l
     conn.close()
 
 
+class Pool(Protocol):
+    """What the limiter sends through: RespPool (one Redis, or the Sentinels' master) or ClusterPool."""
+
+    problem: BaseException | None  # why the last connection attempt failed
+
+    @property
+    def connected(self) -> bool: ...
+
+    @property
+    def where(self) -> str: ...
+
+    async def connect(self) -> None: ...
+
+    async def call(self, *parts: str | bytes | int | float) -> Any: ...
+
+    def send(self, *parts: str | bytes | int | float, lazy: bool = False) -> "asyncio.Future[Any]": ...
+
+    def preload(self, source: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class LuaScript:
     """EVALSHA; the pool loads the script on each new connection, and when the server still does not
     know it (SCRIPT FLUSH) the call is repeated as EVAL, which caches it again: one more round trip,
     never a failed request."""
 
-    def __init__(self, pool: RespPool, source: str) -> None:
+    def __init__(self, pool: Pool, source: str) -> None:
         self._pool = pool
         self._source = source
         self._sha = hashlib.sha1(source.encode()).hexdigest()
