@@ -1,8 +1,10 @@
 """Trains the semantic-cache verifier and writes its weights and calibration to cache/verifier_model/.
 
 1. builds the labeled pairs (bench/verifier_pairs.py: templates + MMLU stems, grouped train / calib /
-   heldout splits; the hand-written pairs of bench/data/verifier_hand/ in train and calib) and adds
-   train-only pairs (bench/verifier_augment.py);
+   heldout splits; the hand-written pairs of bench/data/verifier_hand/ in train and calib), adds
+   train-only pairs (bench/verifier_augment.py) and the naturally written pairs of bench/verifier_natural.py
+   (train and calib by cluster; `--holdout-source S` puts the whole source S in heldout instead, and the
+   model then never sees it: the held-out evaluation of issue 40);
 2. encodes every question once, one per forward pass and in its normalised form (cache.encoder.normalise),
    with the shipped MiniLM (sentence + word vectors) and computes the alignment features (cache/alignment.py);
 3. fits gradient-boosted trees (scikit-learn) on the train split only, exported to numpy arrays (run
@@ -27,6 +29,7 @@ import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 
 from bench.verifier_augment import augment
+from bench.verifier_natural import SOURCES, natural_pairs
 from bench.verifier_pairs import Pair, build
 from cache.alignment import FEATURES, pair_features
 from cache.config import CachePolicy, CacheSettings
@@ -182,11 +185,20 @@ def main() -> None:
         help="without bench/data/verifier_hand/'s pairs (train + calib; the shipped weights have them)",
     )
     parser.add_argument("--no-augment", action="store_true", help="without bench/verifier_augment.py's pairs")
+    parser.add_argument("--no-natural", action="store_true", help="without bench/verifier_natural.py's pairs")
+    parser.add_argument(
+        "--holdout-source", choices=SOURCES, help="a natural source kept out of train and calib"
+    )
+    parser.add_argument(
+        "--natural-weight", type=float, default=3.0, help="training weight of a natural pair (others: 1)"
+    )
     args = parser.parse_args()
     started = time.time()
     pairs = build(args.seed, args.per_subject, not args.no_hand)
     augmented = [] if args.no_augment else augment(pairs, args.seed)  # train split only
     pairs += augmented
+    natural = [] if args.no_natural else natural_pairs(args.seed, args.holdout_source)
+    pairs += natural
     encoded = _encoded(pairs, args.cache)
     encoded_s = time.time() - started
     features, labels, eligible = featurize(pairs, encoded)
@@ -195,12 +207,15 @@ def main() -> None:
     model = HistGradientBoostingClassifier(
         max_iter=300, learning_rate=0.05, max_leaf_nodes=15, random_state=args.seed
     )
-    model.fit(features[train], labels[train])
+    is_natural = np.array([i >= len(pairs) - len(natural) for i in range(len(pairs))])
+    weights = np.where(is_natural, args.natural_weight, 1.0)
+    model.fit(features[train], labels[train], sample_weight=weights[train])
     prob = model.predict_proba(features)[:, 1]
     calib = split == "calib"
     calibration = curve(prob[calib], labels[calib], eligible[calib])
     info = {"pairs": {s: int((split == s).sum()) for s in ("train", "calib", "heldout")}, "seed": args.seed,
-            "augmented": len(augmented),
+            "augmented": len(augmented), "natural": {s: int((split[is_natural] == s).sum()) for s in ("train", "calib", "heldout")},
+            "holdout_source": args.holdout_source, "natural_weight": args.natural_weight,
             "per_subject": args.per_subject, "encode_s": round(encoded_s, 1), "total_s": round(time.time() - started, 1)}  # fmt: skip
     export(model, calibration, info, args.out)
     from cache.verifier import Verifier
@@ -211,6 +226,12 @@ def main() -> None:
     )
     threshold = shipped.threshold_for(DEFAULT_TARGET)
     report = {"info": info, "threshold": threshold, **split_reports(prob, labels, eligible, split, threshold)}
+    if args.holdout_source:
+        held = is_natural & (split == "heldout")
+        report["heldout_source"] = {
+            "source": args.holdout_source,
+            **split_reports(prob[held], labels[held], eligible[held], split[held], threshold)["heldout"],
+        }
     out = (
         ROOT / "bench/results/train_verifier.json"
         if args.out == MODEL_DIR

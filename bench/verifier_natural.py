@@ -37,8 +37,18 @@ ORDINAL_SWAPS = {
     "third": "second", "3rd": "2nd", "next": "last", "newest": "oldest", "oldest": "newest",
 }  # fmt: skip
 RESTRICTIONS = (
-    "for kids", "in canada", "in the uk", "for women", "for beginners", "that is free", "in australia",
-    "before the war", "in europe", "on tv", "as a child", "in the 1990s",
+    "for kids",
+    "in canada",
+    "in the uk",
+    "for women",
+    "for beginners",
+    "that is free",
+    "in australia",
+    "before the war",
+    "in europe",
+    "on tv",
+    "as a child",
+    "in the 1990s",
 )
 
 
@@ -115,14 +125,25 @@ def ambigqa_pairs(rng: random.Random, holdout: str | None) -> list[Pair]:
         split = _split(head, holdout, "ambigqa")
         pairs += [Pair(head, q, 0, "constraint", "ambigqa", split) for q in rewrites]
         others = [(a, b) for k, a in enumerate(rewrites) for b in rewrites[k + 1 :]]
-        pairs += [Pair(a, b, 0, "constraint", "ambigqa", split) for a, b in rng.sample(others, min(3, len(others)))]
+        pairs += [
+            Pair(a, b, 0, "constraint", "ambigqa", split) for a, b in rng.sample(others, min(3, len(others)))
+        ]
     return pairs
 
 
 def hand_natural_pairs(holdout: str | None) -> list[Pair]:
-    rows = [json.loads(line) for line in (DATA / "hand_natural.jsonl").read_text().splitlines() if line.strip()]
+    rows = [
+        json.loads(line) for line in (DATA / "hand_natural.jsonl").read_text().splitlines() if line.strip()
+    ]
     return [
-        Pair(r["a"], r["b"], int(r["label"]), r["kind"], "hand_natural", _split(r["a"], holdout, "hand_natural"))
+        Pair(
+            r["a"],
+            r["b"],
+            int(r["label"]),
+            r["kind"],
+            "hand_natural",
+            _split(r["a"], holdout, "hand_natural"),
+        )
         for r in rows
     ]
 

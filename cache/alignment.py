@@ -20,7 +20,14 @@ import numpy as np
 
 from cache.encoder import EncodedQuestion
 from cache.guard import CHECKS, Question, parse, stem, swapped_around_relation
-from cache.lexicon import COURTESY_WORDS, FUNCTION_WORDS, INSTRUCTION_WORDS, NEGATIONS
+from cache.lexicon import (
+    AUXILIARIES,
+    COURTESY_WORDS,
+    FUNCTION_WORDS,
+    INSTRUCTION_WORDS,
+    NEGATIONS,
+    SEQUENCE_WORDS,
+)
 
 _QUESTION_WORDS = frozenset(["what", "which", "who", "whom", "whose", "when", "where", "why", "how"])
 
@@ -42,6 +49,8 @@ FEATURES = (
     "unmatched_plain_max", "unmatched_plain_min",  # unmatched content words: no typo, courtesy or instruction word
     "worst_match_typo_min", "worst_match_typo_max",  # worst content match, typo matches as 1, courtesy left out
     "relation_swapped",  # a shared word moved across a directional word ("from X to Y"), not just reordered
+    "sequence_differs",  # first / next / last / latest ... : not the same set on both sides (issue 40)
+    "polar_differs",  # one is a yes/no question ("Are bananas constipating?"), the other asks what/how/why
 )  # fmt: skip
 
 
@@ -62,6 +71,8 @@ class Words:
     last: dict[str, int]  # stem -> its last position
     once: dict[str, int]  # stem -> its position, for stems that occur once
     units: tuple[str, ...]  # the parsed units, sorted
+    sequence: frozenset[str]  # order words: first, next, last, latest, 2nd ...
+    polar: bool  # opens with an auxiliary verb and asks no wh-question: a yes/no question
 
 
 @lru_cache(maxsize=16_384)
@@ -77,7 +88,7 @@ def words_of(text: str, words: tuple[str, ...]) -> Words:
         tuple(stems[i] for i in positions if counts[stems[i]] == 1),
         tuple(i for i, w in enumerate(words) if i > 0 and w[:1].isupper()),
         {s: i for i, s in enumerate(stems)}, {s: i for i, s in enumerate(stems) if counts[s] == 1},
-        tuple(sorted(parsed.units)),
+        tuple(sorted(parsed.units)), frozenset(s for s in stems if s in SEQUENCE_WORDS), _polar(stems),
     )  # fmt: skip
 
 
@@ -124,6 +135,7 @@ def pair_features(a: EncodedQuestion, b: EncodedQuestion) -> np.ndarray:
         *(float(check(pa, pb)) for check in _EVIDENCE_CHECKS),
         *_leftovers(best_a, best_b, wa, wb),
         float(swapped_around_relation(pa, pb)),
+        float(wa.sequence != wb.sequence), float(wa.polar != wb.polar),
     ]  # fmt: skip
     return np.asarray(values, dtype=np.float32)
 
@@ -235,6 +247,11 @@ def _negations(stems: Sequence[str]) -> int:
 
 def _instructions(stems: Sequence[str]) -> set[str]:
     return {s for s in stems if s in INSTRUCTION_WORDS}
+
+
+def _polar(stems: Sequence[str]) -> bool:
+    """A yes/no question: its first word is an auxiliary ("is", "does", "can" ...) and no wh-word follows."""
+    return bool(stems) and stems[0] in AUXILIARIES and not any(s in _QUESTION_WORDS for s in stems)
 
 
 def _question_words(stems: Sequence[str]) -> frozenset[str]:

@@ -12,6 +12,9 @@ from functools import cached_property
 
 from cache.lexicon import (
     ANTONYMS,
+    CURRENCIES,
+    CURRENCY_PREFIXES,
+    CURRENCY_SYMBOLS,
     FUNCTION_WORDS,
     LEADING_VERBS,
     MULTIPLIERS,
@@ -25,6 +28,13 @@ from cache.lexicon import (
 
 _TOKEN = re.compile(r"\d+(?:[.,/:]\d+)*|[^\W\d_]+(?:'[^\W\d_]+)*|[.!?;]", re.UNICODE)
 _SENTENCE_END = frozenset(".!?;")
+_CURRENCY_SIGN = re.compile(
+    r"(?i)(?<![^\W\d_])("
+    + "|".join(CURRENCY_PREFIXES)
+    + r")?\$|["
+    + "".join(c for c in CURRENCY_SYMBOLS if c != "$")
+    + "]"
+)
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,7 @@ def parse(text: str) -> Question:
     return Question(
         words=words,
         numbers=tuple(_numbers(tokens)),
-        units=tuple(u for t in tokens if (u := _unit(t))),
+        units=_units(text, tokens),
         entities=tuple(_entities(raw)),
         times=frozenset(w for w in words if w in TIME_WORDS),
         negated=any(_is_negation(t.lower()) for t in tokens),
@@ -126,6 +136,18 @@ def _spoken_number(words: list[str]) -> list[str]:
 def _digits(token: str) -> str:
     token = re.sub(r"(?<=\d),(?=\d{3}\b)", "", token)
     return token.replace(",", ".")
+
+
+def _units(text: str, tokens: list[str]) -> tuple[str, ...]:
+    """Units named, in order; a currency counts once however it is written ("USD $800", "$800 dollars"),
+    from its word or code or from a sign ("£800" / "US$800" / "€5")."""
+    named = [u for t in tokens if (u := _unit(t))]
+    signs = [
+        CURRENCY_PREFIXES[m.group(1).lower()] if m.group(1) else CURRENCY_SYMBOLS[m.group(0)[-1]]
+        for m in _CURRENCY_SIGN.finditer(text)
+    ]
+    currencies = tuple(sorted({u for u in [*named, *signs] if u in CURRENCIES}))
+    return (*(u for u in named if u not in CURRENCIES), *currencies)
 
 
 def _unit(token: str) -> str | None:

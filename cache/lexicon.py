@@ -48,7 +48,36 @@ UNITS = {
     "mph": "mph", "kph": "kph", "psi": "psi", "bar": "bar", "acre": "acre", "hectare": "ha",
     "degree": "deg", "radian": "rad", "light-year": "ly", "light-minute": "lmin", "volt": "V", "amp": "A",
     "dollar": "USD", "euro": "EUR", "yen": "JPY", "percent": "%",
+    "usd": "USD", "eur": "EUR", "gbp": "GBP", "jpy": "JPY", "inr": "INR", "aud": "AUD",
+    "chf": "CHF", "cny": "CNY", "rmb": "CNY", "yuan": "CNY", "rupee": "INR", "rs": "INR", "sterling": "GBP",
+    "quid": "GBP", "peso": "MXN", "ruble": "RUB", "rouble": "RUB", "bitcoin": "BTC", "btc": "BTC",
 }  # fmt: skip
+CURRENCY_SYMBOLS = {
+    "$": "USD",
+    "£": "GBP",
+    "€": "EUR",
+    "¥": "JPY",
+    "₹": "INR",
+    "₽": "RUB",
+    "₩": "KRW",
+    "₿": "BTC",
+}
+CURRENCY_PREFIXES = {
+    "us": "USD",
+    "ca": "CAD",
+    "c": "CAD",
+    "a": "AUD",
+    "au": "AUD",
+    "nz": "NZD",
+    "hk": "HKD",
+    "s": "SGD",
+}
+# "US$5" / "C$5" / "A$5": a prefix before "$" names which dollar ("won" is left out: far more often a verb)
+CURRENCIES = (
+    frozenset(CURRENCY_SYMBOLS.values())
+    | frozenset(CURRENCY_PREFIXES.values())
+    | frozenset(_words("USD EUR GBP JPY INR CAD AUD CHF CNY MXN RUB BTC KRW"))
+)
 TIME_WORDS = frozenset(
     _words("""today tomorrow yesterday tonight overnight now currently morning afternoon evening night noon midnight
     daytime weekday weekdays weekend weekends monday tuesday wednesday thursday friday saturday sunday
@@ -92,3 +121,11 @@ COURTESY_WORDS = frozenset(
     _words("""thanks thank thx cheers pls plz question quick curious wondering wonder tell know help dear kindly
     sorry bother anyone idea appreciate advance happen""")
 )  # words that wrap a question without changing what it asks ("Quick question: …", "… Thanks!")
+SEQUENCE_WORDS = frozenset(
+    _words("""first last next previous prior latest earliest final initial second third fourth fifth 1st 2nd 3rd 4th
+    5th newest most_recent""")
+)  # words that pick one item of a sequence: "learn first" / "learn next" ask different things (issue 40)
+AUXILIARIES = frozenset(
+    _words("""is are was were am do doe does did can could should would will may might must has have had shall isn't
+    aren't wasn't weren't don't doesn't didn't can't couldn't shouldn't won't""")
+)  # a question that opens with one of these (and asks no wh-question) is a yes/no question

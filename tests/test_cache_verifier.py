@@ -127,6 +127,37 @@ def test_units_named_on_both_sides_are_an_exact_rule(encoder):
     assert not exact_conflict(inch, plain)  # one side names no unit: the verifier decides
 
 
+def test_currencies_are_units_however_they_are_written(encoder):
+    """Issue 40: "£800" and "USD $800" name other currencies (an exact rule); "$800" / "800 dollars" /
+    "USD 800" / "US$800" name one (the verifier decides)."""
+    pound, usd_sign, dollars, usd_code, us_dollar = encoder.encode(
+        [
+            "What is a good phone for under £800?",
+            "Which is the best phone under USD $800?",
+            "good phone under 800 dollars",
+            "good phone under USD 800",
+            "good phone under US$800",
+        ]
+    )
+    assert exact_conflict(pound, usd_sign)
+    assert not any(exact_conflict(usd_sign, other) for other in (dollars, usd_code, us_dollar))
+
+
+def test_order_words_and_yes_no_questions_are_features(encoder):
+    first, nxt, how, polar = encoder.encode(
+        [
+            "which instrument should i learn first",
+            "which instrument should i learn next",
+            "How does green tea help with sleep?",
+            "Does green tea keep you awake?",
+        ]
+    )
+    column = {name: i for i, name in enumerate(FEATURES)}
+    assert pair_features(first, nxt)[column["sequence_differs"]] == 1
+    assert pair_features(how, polar)[column["polar_differs"]] == 1
+    assert pair_features(first, first)[column["sequence_differs"]] == 0
+
+
 def test_onnx_trees_match_a_walk_of_the_shipped_arrays(verifier):
     weights = np.load(MODEL_DIR / "verifier.npz")
     trees = Trees(
