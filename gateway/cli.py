@@ -70,7 +70,7 @@ def _migrate(args: argparse.Namespace, rest: list[str]) -> int:
     from policies.migrate import main as migrate_main
 
     settings = load_settings()
-    return migrate_main(rest, settings.database_url, settings.policies.db_schema)
+    return migrate_main(rest, settings.database_url, settings.policies.db_schema, settings.policies.database)
 
 
 def _keys(args: argparse.Namespace, rest: list[str]) -> int:

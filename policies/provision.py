@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Protocol
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from policies.config import PoliciesSettings
@@ -14,6 +13,7 @@ from policies.db import create_engine, session_factory
 from policies.errors import NotFound
 from policies.migrate import upgrade_engine
 from policies.policy import Policy
+from policies.redis_connect import redis_py_client
 from policies.store import Store
 
 
@@ -27,7 +27,7 @@ class StoreSettings(Protocol):
 
 @asynccontextmanager
 async def open_store(settings: StoreSettings, migrate: bool = True) -> AsyncIterator[Store]:
-    engine = create_engine(settings.database_url, settings.policies.db_schema)
+    engine = create_engine(settings.database_url, settings.policies.db_schema, settings.policies.database)
     try:
         if migrate:
             await upgrade_engine(engine)
@@ -42,7 +42,7 @@ async def announce_change(settings: StoreSettings) -> None:
     warning says so, and the replicas pick it up on their periodic refresh (`refresh_interval_s`)."""
     if settings.redis_url is None:
         return
-    client = Redis.from_url(settings.redis_url)
+    client = redis_py_client(settings.redis_url, settings.policies.redis)
     try:
         await client.publish(settings.policies.redis_prefix + "changes", "reload")
     except (RedisError, OSError) as exc:

@@ -79,7 +79,7 @@ async def create_policy_services(
     cache_flush: CacheFlush | None = None,
 ) -> PolicyServices:
     database_url = connections.database_url
-    engine = create_engine(database_url, config.db_schema)
+    engine = create_engine(database_url, config.db_schema, config.database)
     if config.migrates_at_start(database_url):
         await upgrade_engine(engine)
     store = Store(session_factory(engine))

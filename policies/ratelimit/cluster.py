@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.exceptions import AskError, ConnectionError, MovedError, RedisError
 
-from policies.ratelimit.resp import RespPool, _copy, _retrieve
+from policies.ratelimit.resp import RespPool, _retrieve
 
 SLOTS = 16384
 SLOT_CACHE = 10_000
@@ -45,33 +45,31 @@ class ClusterPool:
         await asyncio.gather(*(pool.connect() for pool in self._masters()))
 
     async def call(self, *parts: str | bytes | int | float) -> Any:
-        return await self.send(*parts)
+        try:
+            return await self.send(*parts)
+        except (MovedError, AskError) as error:
+            return await self.redirect(error, parts)
 
     def send(self, *parts: str | bytes | int | float, lazy: bool = False) -> "asyncio.Future[Any]":
+        """To the master of the first key's slot; a MOVED or ASK reply is the caller's to pass to redirect
+        (resp.LuaScript does), so the hot path adds no future of its own."""
         key = _key_of(parts)
         slot = self._slot(key) if key is not None else 0
         if not self._slots:
             return asyncio.ensure_future(self._send_after_refresh(slot, parts))
-        first = self._nodes[self._slots[slot]].send(*parts, lazy=lazy)
-        result: asyncio.Future[Any] = first.get_loop().create_future()
-        first.add_done_callback(lambda done: self._redirect(done, result, parts))
-        return result
+        return self._nodes[self._slots[slot]].send(*parts, lazy=lazy)
 
-    def _redirect(self, done: "asyncio.Future[Any]", result: "asyncio.Future[Any]", parts: tuple) -> None:
-        error = None if done.cancelled() else done.exception()
-        if isinstance(error, MovedError | AskError):
-            address = (error.host, int(error.port))
-            if isinstance(error, MovedError):
+    def redirect(self, error: RedisError, parts: tuple) -> "asyncio.Future[Any]":
+        assert isinstance(error, MovedError | AskError)
+        address = (error.host, int(error.port))
+        if isinstance(error, MovedError):
+            if self._slots:
                 self._slots[error.slot_id] = address
-                self._refresh_soon()
-            pool = self._pool(address)
-            if isinstance(error, AskError):
-                pool.send("ASKING").add_done_callback(_retrieve)
-            pool.send(*parts).add_done_callback(lambda again: _copy(again, result))
-            return
-        if isinstance(error, ConnectionError):  # a node gone: a failover may have moved its slots
             self._refresh_soon()
-        _copy(done, result)
+        pool = self._pool(address)
+        if isinstance(error, AskError):
+            pool.send("ASKING").add_done_callback(_retrieve)
+        return pool.send(*parts)
 
     async def _send_after_refresh(self, slot: int, parts: tuple) -> Any:
         await self._refresh()
@@ -119,6 +117,7 @@ class ClusterPool:
         pool = self._nodes.get(address)
         if pool is None:
             pool = self._nodes[address] = self._node(*address)
+            pool.lost_hook = self._refresh_soon  # a node gone: a failover may have moved its slots
             for source in self._preloaded:
                 pool.preload(source)
         return pool

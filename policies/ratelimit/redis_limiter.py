@@ -15,7 +15,8 @@ from typing import Any
 
 from policies.metrics import REDIS_FAILURES
 from policies.ratelimit.buckets import Bucket, BucketState, Decision, Held, Replayed, Spend, holds_lease
-from policies.ratelimit.resp import LuaScript, Pool, _retrieve
+from policies.ratelimit.resp import Pool, _retrieve
+from policies.ratelimit.script import LuaScript
 
 log = logging.getLogger(__name__)
 _SCRIPTS = Path(__file__).parent

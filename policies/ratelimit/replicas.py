@@ -17,7 +17,8 @@ from pathlib import Path
 
 from redis.exceptions import RedisError
 
-from policies.ratelimit.resp import LuaScript, Pool
+from policies.ratelimit.resp import Pool
+from policies.ratelimit.script import LuaScript
 
 log = logging.getLogger(__name__)
 _SCRIPT = (Path(__file__).parent / "heartbeat.lua").read_text()

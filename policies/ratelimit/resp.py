@@ -14,7 +14,6 @@ the rest as ResponseError), so callers (the failover limiter) classify them like
 """
 
 import asyncio
-import hashlib
 import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -22,7 +21,12 @@ from typing import Any, Protocol
 
 import hiredis
 from redis._parsers.base import BaseParser
-from redis.exceptions import ConnectionError, InvalidResponse, NoScriptError, ReadOnlyError, RedisError
+from redis.exceptions import (
+    ConnectionError,
+    InvalidResponse,
+    ReadOnlyError,
+    RedisError,
+)
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from policies.redis_connect import parse_redis_url
@@ -162,6 +166,7 @@ class RespPool:
         self._ever_connected = False
         self._closed = False
         self._watching: asyncio.Task[None] | None = None
+        self.lost_hook: Callable[[], None] | None = None  # the cluster's: a node gone, ask for the slot map
         self.problem: BaseException | None = None  # why the last connection attempt failed (None: it did not)
 
     @classmethod
@@ -212,6 +217,8 @@ class RespPool:
     def _lost(self) -> None:
         if self._ever_connected and not self._closed:
             self._reconnect()
+            if self.lost_hook is not None:
+                self.lost_hook()
 
     def _reconnect(self) -> "asyncio.Task[_Connection]":
         if self._connecting is None or self._connecting.done():
@@ -282,6 +289,9 @@ class RespPool:
     def where(self) -> str:
         return f"{self._address[0]}:{self._address[1]}"
 
+    def redirect(self, error: RedisError, parts: tuple) -> "asyncio.Future[Any] | None":
+        return None  # one Redis: MOVED means it is a cluster node (connect.check_access says so at start)
+
     def close(self) -> None:
         self._closed = True
         for task in (self._connecting, self._watching):
@@ -350,52 +360,13 @@ class Pool(Protocol):
 
     def preload(self, source: str) -> None: ...
 
+    def redirect(self, error: RedisError, parts: tuple) -> "asyncio.Future[Any] | None":
+        """The command sent again where a MOVED or ASK reply says (Redis Cluster), or None."""
+        ...
+
     def close(self) -> None: ...
 
 
-class LuaScript:
-    """EVALSHA; the pool loads the script on each new connection, and when the server still does not
-    know it (SCRIPT FLUSH) the call is repeated as EVAL, which caches it again: one more round trip,
-    never a failed request."""
+from policies.ratelimit.script import LuaScript  # noqa: E402  (here too, for the callers of old)
 
-    def __init__(self, pool: Pool, source: str) -> None:
-        self._pool = pool
-        self._source = source
-        self._sha = hashlib.sha1(source.encode()).hexdigest()
-        pool.preload(source)
-
-    async def __call__(self, keys: list[str], args: list[Any]) -> Any:
-        return await self._reply(self._pool.send("EVALSHA", self._sha, len(keys), *keys, *args), keys, args)
-
-    def send(self, keys: list[str], args: list[Any], lazy: bool = False) -> "asyncio.Future[Any]":
-        """Queues the call at once (see RespPool.send); the future resolves to its reply. No task is made:
-        settlement sends one of these per request (lazy: sharing the next admission's round trip)."""
-        first = self._pool.send("EVALSHA", self._sha, len(keys), *keys, *args, lazy=lazy)
-        result: asyncio.Future[Any] = first.get_loop().create_future()
-
-        def evalsha_done(first: "asyncio.Future[Any]") -> None:
-            if not first.cancelled() and isinstance(first.exception(), NoScriptError):
-                again = self._pool.send("EVAL", self._source, len(keys), *keys, *args)
-                again.add_done_callback(lambda done: _copy(done, result))
-            else:
-                _copy(first, result)
-
-        first.add_done_callback(evalsha_done)
-        return result
-
-    async def _reply(self, first: "asyncio.Future[Any]", keys: list[str], args: list[Any]) -> Any:
-        try:
-            return await first
-        except NoScriptError:
-            return await self._pool.send("EVAL", self._source, len(keys), *keys, *args)
-
-
-def _copy(source: "asyncio.Future[Any]", target: "asyncio.Future[Any]") -> None:
-    if target.done():
-        return
-    if source.cancelled():
-        target.cancel()
-    elif (error := source.exception()) is not None:
-        target.set_exception(error)
-    else:
-        target.set_result(source.result())
+__all__ = ["LuaScript", "Pool", "RespPool", "encode"]
