@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.app import GatewayApp
 from policies.config import PoliciesSettings, RedisOptions
 from policies.ratelimit.buckets import Bucket, Limiter, Spend
 from policies.ratelimit.cluster import ClusterPool, key_slot
@@ -230,3 +231,36 @@ async def test_sentinel_finds_the_master_and_follows_a_failover(workdir):
             assert await admitted(limiters, [rpm("after", 5)], 12) == 5
         finally:
             await close(limiters)
+
+
+def gateway_over(server: Server, certs: Certificates, password: str = ACL_PASSWORD) -> GatewayApp:
+    from gateway.app import create_app
+    from tests.conftest import gateway_settings
+
+    policies = {"redis": {"tls_ca_file": str(certs.ca)}, "replicas": 1}
+    settings = gateway_settings("http://127.0.0.1:9", redis_url=tls_url(server, password=password),
+                                policies=policies, cache={"semantic_enabled": False, "store": "memory"})  # fmt: skip
+    return create_app(settings)
+
+
+def test_health_ready_reports_the_limiters_redis(tls_server, certs):
+    import httpx
+
+    from tests.fakes import ServerThread
+
+    with ServerThread(gateway_over(tls_server, certs)) as gateway:
+        ready = httpx.get(gateway.url + "/health/ready", timeout=10).json()
+    limiter = ready["rate_limiter"]
+    assert limiter["redis"] == "ok" and limiter["ready"] and limiter["where"] == f"127.0.0.1:{tls_server.port}"
+    assert ACL_PASSWORD not in str(ready)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # uvicorn exits its thread
+def test_the_gateway_does_not_start_when_redis_refuses_it(tls_server, certs):
+    from tests.fakes import ServerThread
+
+    app = gateway_over(tls_server, certs, password="not-the-password")
+    with pytest.raises(RuntimeError, match="did not start"), ServerThread(app):
+        pass
+    assert app.startup_problem is not None and "AuthenticationError" in app.startup_problem
+    assert "not-the-password" not in app.startup_problem

@@ -31,7 +31,7 @@ class ClusterPool:
         self._nodes: dict[Address, RespPool] = {}
         self._slots: list[Address] = []
         self._preloaded: list[str] = []
-        self._slot_of: dict[str, int] = {}
+        self._slot_of: dict[str | bytes, int] = {}
         self._refreshing: asyncio.Task[None] | None = None
         self.problem: BaseException | None = None
 
@@ -76,13 +76,12 @@ class ClusterPool:
         return await self._nodes[self._slots[slot]].send(*parts)
 
     def _slot(self, key: str | bytes) -> int:
-        text = key.decode() if isinstance(key, bytes) else key
-        tag = _hash_tag(text)
-        slot = self._slot_of.get(tag)
+        """By the key itself: the limiter names each bucket's keys once, so hits hash a cached str."""
+        slot = self._slot_of.get(key)
         if slot is None:
             if len(self._slot_of) >= SLOT_CACHE:
                 self._slot_of.clear()
-            slot = self._slot_of[tag] = key_slot(tag)
+            slot = self._slot_of[key] = key_slot(key.decode() if isinstance(key, bytes) else key)
         return slot
 
     def _refresh_soon(self) -> None:
