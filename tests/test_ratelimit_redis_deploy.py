@@ -205,6 +205,8 @@ async def test_cluster_follows_moved_replies(cluster):
 async def test_cluster_setting_must_match_the_server(cluster, tls_server, certs):
     with pytest.raises(RedisRefused, match="CLUSTER"):
         await build_limiter(settings(cluster=True, tls_ca_file=certs.ca), tls_url(tls_server))
+    with pytest.raises(RedisRefused, match="is a Redis Cluster node"):
+        await build_limiter(settings(), f"redis://127.0.0.1:{cluster[0].port}")
 
 
 async def test_sentinel_finds_the_master_and_follows_a_failover(workdir):

@@ -86,6 +86,9 @@ async def check_access(pool: Pool, probe: Probe) -> None:
     try:
         await pool.connect()
         await probe()
+        if not isinstance(pool, ClusterPool) and await _is_cluster_node(pool):
+            raise RedisRefused(f"the rate limiter's Redis at {pool.where} is a Redis Cluster node; set "
+                               "LLMGW_POLICIES__REDIS__CLUSTER=true")  # fmt: skip
     except (RedisError, OSError) as exc:
         if _refused(exc):
             raise RedisRefused(_refusal(pool, exc)) from exc
@@ -94,6 +97,15 @@ async def check_access(pool: Pool, probe: Probe) -> None:
             raise RedisRefused(f"the rate limiter's Redis at {pool.where}: TLS failed ({cause})") from exc
         log.warning("rate limiting: Redis at %s is unavailable at start (%s); the failover limiter answers "
                     "until it is back", pool.where, exc)  # fmt: skip
+
+
+async def _is_cluster_node(pool: Pool) -> bool:
+    """Whether CLUSTER INFO answers (any error, NOPERM included, says nothing: not a cluster, as far as known)."""
+    try:
+        await pool.call("CLUSTER", "INFO")
+    except (RedisError, OSError):
+        return False
+    return True
 
 
 def _refused(exc: BaseException) -> bool:
