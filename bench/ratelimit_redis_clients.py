@@ -135,20 +135,24 @@ async def run(args: argparse.Namespace, urls: dict[str, tuple[str, RedisOptions]
     for close in closers:
         await close()
     summary = {row: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for row, runs in results.items()}
+    for row, runs in results.items():  # the least disturbed round: this is a shared, loaded machine at times
+        summary[row]["best_cpu_us_per_request"] = min(r["cpu_us_per_request"] for r in runs)
     return {"summary": summary, "rounds": results}
 
 
 def report(summary: dict[str, dict[str, float]], args: argparse.Namespace) -> dict[str, Any]:
-    print(f"{'topology/client@callers':<32} {'CPU µs/req':>11} {'vs plain':>9} {'p50 ms':>8} {'p99 ms':>8}"
-          f"   (admit+settle, 6 buckets, median of {args.rounds} rounds × {args.requests}, {args.loop})")  # fmt: skip
-    ratios: dict[str, float] = {}
+    print(f"{'topology/client@callers':<32} {'CPU µs/req':>11} {'vs plain':>9} {'best':>6} {'vs plain':>9} "
+          f"{'p50 ms':>8} {'p99 ms':>8}   (admit+settle, 6 buckets, median and best of {args.rounds} rounds × "
+          f"{args.requests}, {args.loop})")  # fmt: skip
+    ratios: dict[str, dict[str, float]] = {}
     for row, values in summary.items():
         system, callers = row.split("@")
-        client = system.split("/")[1]
-        plain = summary[f"plain/{client}@{callers}"]["cpu_us_per_request"]
-        ratios[row] = values["cpu_us_per_request"] / plain
-        print(f"{row:<32} {values['cpu_us_per_request']:>11.0f} {ratios[row]:>8.2f}x {values['p50_ms']:>8.3f} "
-              f"{values['p99_ms']:>8.3f}")  # fmt: skip
+        plain = summary[f"plain/{system.split('/')[1]}@{callers}"]
+        median = values["cpu_us_per_request"] / plain["cpu_us_per_request"]
+        best = values["best_cpu_us_per_request"] / plain["best_cpu_us_per_request"]
+        ratios[row] = {"median": median, "best": best}
+        print(f"{row:<32} {values['cpu_us_per_request']:>11.0f} {median:>8.2f}x "
+              f"{values['best_cpu_us_per_request']:>6.0f} {best:>8.2f}x {values['p50_ms']:>8.3f} {values['p99_ms']:>8.3f}")  # fmt: skip
     verdict = {}
     for topology in ("plain", "tls-acl", "cluster"):
         for callers in (1, 16):
