@@ -1,8 +1,45 @@
 """Process-wide settings of this package, nested in the gateway settings (LLMGW_CACHE__<FIELD>)."""
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SemanticMode = Literal["off", "static", "verified"]
+
+
+class SemanticPolicy(BaseModel):
+    """How a tenant's semantic cache serves paraphrases (README, "Semantic cache"):
+    off      — never (the default: exact hits only);
+    static   — a candidate the verifier scores above the threshold of `semantic_min_precision` serves at
+               once (measured 0.96 precision on written paraphrases but 0.77 on natural question pairs);
+    verified — an answer serves a paraphrase only once labelled outcomes show, with 95 % confidence, that
+               hits at that verifier score are wrong at most `max_error` of the time (cache/verified.py).
+    `true` / `false` are read as `static` / `off` (policies written before modes existed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: SemanticMode = "off"
+    max_error: float = Field(
+        default=0.02,
+        ge=0.001,
+        le=0.5,
+        description="verified mode: the largest share of served semantic hits allowed to be wrong (δ)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return {"mode": "static" if value else "off"}
+        if isinstance(value, str):
+            lowered = value.strip().lower()
+            shorthand = {"true": "static", "false": "off", "1": "static", "0": "off"}
+            return {"mode": shorthand.get(lowered, lowered)}
+        return value
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
 
 
 class CachePolicy(BaseModel):
@@ -12,7 +49,10 @@ class CachePolicy(BaseModel):
 
     enabled: bool = True
     exact: bool = Field(default=True, description="look up identical requests")
-    semantic: bool = Field(default=True, description="look up paraphrases of the last user turn")
+    semantic: SemanticPolicy = Field(
+        default_factory=SemanticPolicy,
+        description="paraphrase lookups of the last user turn: {mode: off|static|verified, max_error}",
+    )
     similarity_threshold: float = Field(
         default=0.6,
         ge=0.0,
@@ -34,6 +74,30 @@ class CachePolicy(BaseModel):
         default=False, description="also cache requests without temperature 0 or a seed"
     )
     store_truncated: bool = Field(default=False, description="also store answers with finish_reason=length")
+
+
+class VerifiedSettings(BaseModel):
+    """Process-wide settings of verified mode (cache/verified.py, cache/labelling.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    confidence: float = Field(default=0.95, ge=0.5, lt=1.0, description="of each certified threshold")
+    answer_match: Literal["embedding", "exact"] = Field(
+        default="embedding",
+        description="how a fresh answer is compared with a stored one to label an outcome: MiniLM cosine "
+        "≥ answer_agreement (bench/answer_agreement.py validates it), or equal normalised text",
+    )
+    answer_agreement: float = Field(default=0.8, ge=0.0, le=1.0, description="cosine of agreeing answers")
+    label_candidates: int = Field(
+        default=2, ge=0, description="candidates of a lookup that did not serve labelled by its fresh answer"
+    )
+    shadow_rate: float = Field(
+        default=0.1, ge=0.0, le=1.0, description="share of verified hits also answered upstream to label them"
+    )
+    outcomes_per_namespace: int = Field(default=5000, ge=100)
+    outcomes_per_entry: int = Field(default=400, ge=10)
+    max_namespaces: int = Field(default=10_000, ge=1)
+    max_entries: int = Field(default=200_000, ge=1, description="entries whose own outcomes are kept")
 
 
 class CacheSettings(BaseModel):
@@ -93,4 +157,5 @@ class CacheSettings(BaseModel):
         default=1000, ge=1, description="longer last turns skip the semantic cache (embedding truncates)"
     )
     sweep_interval_s: float = Field(default=30.0, gt=0, description="drop expired vectors this often")
+    verified: VerifiedSettings = Field(default_factory=VerifiedSettings)
     defaults: CachePolicy = Field(default_factory=CachePolicy, description="used when no policy applies")

@@ -21,9 +21,10 @@ from cache.embedder import Embedder, SentenceEmbedder
 from cache.encoder import build_encoder
 from cache.redis_store import RedisStore
 from cache.service import CacheService
-from cache.shadow import ShadowChecker
+from cache.shadow import AnswerMatcher, ShadowChecker
 from cache.stages import ExactCacheStage, SemanticCacheStage
 from cache.store import CacheStore, MemoryStore
+from cache.verified_mode import VerifiedMode
 from core.context import Stage
 
 if TYPE_CHECKING:  # FAISS comes with the optional `semantic` extra
@@ -84,12 +85,14 @@ async def create_cache(
     if semantic and embedder is None:
         embedder = await load_embedder(settings, normalise_text=verifier is None or verifier.normalise_text)
     index = _index(settings, embedder) if semantic else None
-    shadow = (
-        ShadowChecker(embedder, settings.shadow_sample_rate, settings.shadow_agreement)
-        if semantic and embedder
-        else None
-    )
-    service = CacheService(settings, store, index, embedder if semantic else None, verifier, shadow)
+    shadow = verified = None
+    if semantic and embedder:
+        shadow = ShadowChecker(AnswerMatcher(embedder, "embedding", settings.shadow_agreement),
+                               settings.shadow_sample_rate)  # fmt: skip
+        v = settings.verified
+        matcher = AnswerMatcher(embedder, v.answer_match, v.answer_agreement)
+        verified = VerifiedMode(v, matcher, ShadowChecker(matcher, v.shadow_rate), store.get)
+    service = CacheService(settings, store, index, embedder if semantic else None, verifier, shadow, verified)
     await service.start()
     stages: list[Stage] = [ExactCacheStage(service)]
     if service.semantic:

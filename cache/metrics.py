@@ -29,3 +29,8 @@ for _label in ("agree", "disagree"):
     SHADOW_CHECKS.labels(_label)  # series exist from the start (rate() and the alert need them)
 for _label in ("header", "admin"):
     FEEDBACK.labels(_label)
+VERIFIED_OUTCOMES = Counter(
+    "llmgw_cache_verified_outcomes_total",
+    "Labelled outcomes of semantic candidates in verified mode, by source (explored, shadow, header, admin)",
+    ["source", "outcome"],
+)

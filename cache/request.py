@@ -40,7 +40,7 @@ def plan(ctx: RequestContext, defaults: CachePolicy) -> CacheRequest | None:
         key=exact_key(tenant, ctx.model, ctx.endpoint, ctx.body),
         lookup=not no_cache,
         store=not no_store,
-        parts=semantic_parts(tenant, ctx.model, ctx.endpoint, ctx.body) if policy.semantic else None,
+        parts=semantic_parts(tenant, ctx.model, ctx.endpoint, ctx.body) if policy.semantic.on else None,
     )
 
 

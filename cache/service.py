@@ -20,6 +20,7 @@ from cache.replay import replay_body, replay_stream
 from cache.request import CacheRequest
 from cache.shadow import ShadowChecker
 from cache.store import CacheStore
+from cache.verified_mode import Candidate, VerifiedMode
 from core.context import CacheNote, RequestContext
 from core.errors import OpenAIError
 from core.ids import next_request_id
@@ -39,6 +40,13 @@ class SemanticMatch:
     entry: CacheEntry
     similarity: float
     probability: float  # the verifier's
+    candidate: Candidate | None = None  # verified mode: what the decision was about
+
+
+@dataclass
+class SemanticLookup:
+    match: SemanticMatch | None
+    unserved: list[Candidate]  # verified mode: candidates not served, best first, to label
 
 
 class CacheService:
@@ -50,6 +58,7 @@ class CacheService:
         embedder: Embedder | None = None,
         verifier: "Verifier | None" = None,
         shadow: ShadowChecker | None = None,
+        verified: VerifiedMode | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -57,7 +66,8 @@ class CacheService:
         self.embedder = embedder
         self.verifier = verifier
         self.shadow = shadow
-        self._recent_hits: OrderedDict[str, str] = OrderedDict()  # request id -> entry key
+        self.verified = verified
+        self._recent_hits: OrderedDict[str, SemanticMatch] = OrderedDict()  # request id -> what it served
         self._sweeper: asyncio.Task[None] | None = None
         self._pending_stores: set[asyncio.Future[bool]] = set()
 
@@ -108,31 +118,46 @@ class CacheService:
             log.warning("cache: embedding failed; skipping the semantic cache", exc_info=True)
             return None
 
-    async def find_similar(self, request: CacheRequest) -> SemanticMatch | None:
-        """The most similar entry whose question the verifier accepts as asking the same thing."""
+    async def find_similar(self, request: CacheRequest) -> SemanticLookup:
+        """The most similar entry whose question the verifier accepts as asking the same thing (static
+        mode), or the best-scored one verified mode certifies, with the candidates left unserved."""
+        none = SemanticLookup(None, [])
         if not self.semantic or request.parts is None or request.encoded is None:
-            return None
+            return none
         assert self.index is not None and self.verifier is not None
+        semantic = request.policy.semantic
         neighbours = self.index.search(
             request.parts.namespace,
             request.encoded.vector,
             self.settings.candidates,
             request.policy.similarity_threshold,
         )
-        threshold = self.verifier.threshold_for(request.policy.semantic_min_precision)
+        verified = semantic.mode == "verified" and self.verified is not None
+        threshold = 2.0 if verified else self.verifier.threshold_for(request.policy.semantic_min_precision)
         candidates = [(n, q) for n in neighbours if (q := await self._stored_question(n.item)) is not None]
         # On the event loop: ~1.3 ms p50 of mostly Python (it would hold the GIL in a worker thread too),
         # while a hop to a thread cost ~4 ms p50 more on this loaded 2-core box (bench/README.md, "Caching").
         verdicts = self.verifier.judge_all([q for _, q in candidates], request.encoded, threshold)
-        for (neighbour, _), verdict in zip(candidates, verdicts, strict=True):
-            SEMANTIC_VERDICTS.labels("accepted" if verdict.accepted else "rejected").inc()
-            if not verdict.accepted:
+        scored = [
+            (Candidate(n.item.key, request.parts.namespace, n.similarity, v.probability), v.accepted)
+            for (n, _), v in zip(candidates, verdicts, strict=True)
+        ]
+        if verified:
+            assert self.verified is not None
+            scored = [(c, self.verified.decide(c, semantic.max_error).serve) for c, _ in scored]
+            scored.sort(key=lambda pair: -pair[0].probability)
+        unserved: list[Candidate] = []
+        for candidate, accepted in scored:
+            SEMANTIC_VERDICTS.labels("accepted" if accepted else "rejected").inc()
+            if not accepted:
+                unserved.append(candidate)
                 continue
-            entry = await self.get_exact(neighbour.item.key)
+            entry = await self.get_exact(candidate.key)
             if entry is not None:
-                return SemanticMatch(entry, neighbour.similarity, verdict.probability)
-            self.index.on_removed([neighbour.item.key])  # expired or evicted meanwhile
-        return None
+                match = SemanticMatch(entry, candidate.similarity, candidate.probability, candidate)
+                return SemanticLookup(match, unserved)
+            self.index.on_removed([candidate.key])  # expired or evicted meanwhile
+        return SemanticLookup(None, unserved if verified else [])
 
     async def _stored_question(self, item: "IndexedItem") -> EncodedQuestion | None:
         """Word vectors of a stored question: kept from when it was stored here, else encoded once now
@@ -144,23 +169,26 @@ class CacheService:
                 log.warning("cache: encoding a stored question failed", exc_info=True)
         return item.encoded
 
-    def remember_hit(self, request_id: str, key: str) -> None:
+    def remember_hit(self, request_id: str, match: SemanticMatch) -> None:
         """Semantic hits of the last RECENT_HITS requests, so feedback can name them by request id."""
         if request_id:
-            self._recent_hits[request_id] = key
+            self._recent_hits[request_id] = match
             while len(self._recent_hits) > RECENT_HITS:
                 self._recent_hits.popitem(last=False)
 
-    async def report_wrong(self, key: str, source: str) -> None:
+    async def report_wrong(self, match: SemanticMatch, source: str) -> None:
+        """A semantic hit was wrong: the entry goes, and verified mode learns a wrong outcome."""
         FEEDBACK.labels(source).inc()
-        await self.evict(key)
+        if self.verified is not None and match.candidate is not None:
+            self.verified.record(match.candidate, True, source)
+        await self.evict(match.entry.key)
 
     async def feedback(self, request_id: str) -> bool:
         """Admin API: the semantic hit served to this request was wrong. False when it is unknown here."""
-        key = self._recent_hits.pop(request_id, None)
-        if key is None:
+        match = self._recent_hits.pop(request_id, None)
+        if match is None:
             return False
-        await self.report_wrong(key, "admin")
+        await self.report_wrong(match, "admin")
         return True
 
     async def evict(self, key: str) -> None:
@@ -226,6 +254,8 @@ class CacheService:
             await asyncio.gather(*self._pending_stores, return_exceptions=True)
         if self.shadow is not None:
             await self.shadow.settle()
+        if self.verified is not None:
+            await self.verified.settle()
 
     def _entry(self, ctx: RequestContext, request: CacheRequest, answer: dict[str, Any]) -> CacheEntry:
         semantic = request.parts is not None and request.encoded is not None

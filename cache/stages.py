@@ -5,7 +5,7 @@ verifier accepts; a request with `x-cache-feedback: wrong` reports the semantic 
 wrong answer: that entry is evicted and counted, and a fresh answer is fetched (and cached)."""
 
 from cache.request import CacheRequest, plan
-from cache.service import CacheService
+from cache.service import CacheService, SemanticMatch
 from core.context import CacheNote, Handler, RequestContext
 from core.reply import Reply
 
@@ -42,22 +42,34 @@ class SemanticCacheStage:
         if request is None or request.parts is None or not self._service.semantic:
             return await call_next(ctx)
         request.encoded = await self._service.embed(request.parts.question)
-        if request.lookup:
-            match = await self._service.find_similar(request)
-            if match is not None and _reports_wrong(ctx):
-                await self._service.report_wrong(match.entry.key, "header")
-            elif match is not None:
-                reply = self._service.serve(ctx, match.entry, "semantic-hit")
-                if ctx.cache is not None:
-                    ctx.cache.similarity = match.similarity
-                reply.headers["x-cache-similarity"] = f"{match.similarity:.4f}"
-                reply.headers["x-cache-verifier"] = f"{match.probability:.4f}"
-                self._service.remember_hit(ctx.request_id, match.entry.key)
-                if self._service.shadow is not None:
-                    self._service.shadow.maybe_check(ctx, match.entry.answer, call_next)
-                return reply
-            ctx.cache = CacheNote("miss")  # looked, found nothing: a semantic miss for the metrics
-        return await call_next(ctx)
+        if not request.lookup:
+            return await call_next(ctx)
+        lookup = await self._service.find_similar(request)
+        match = lookup.match
+        if match is not None and _reports_wrong(ctx):
+            await self._service.report_wrong(match, "header")
+        elif match is not None:
+            return self._serve(ctx, match, call_next)
+        ctx.cache = CacheNote("miss")  # looked, found nothing: a semantic miss for the metrics
+        reply = await call_next(ctx)
+        if lookup.unserved and self._service.verified is not None:
+            await self._service.verified.label_with_reply(ctx, reply, lookup.unserved)
+        return reply
+
+    def _serve(self, ctx: RequestContext, match: SemanticMatch, call_next: Handler) -> Reply:
+        service = self._service
+        reply = service.serve(ctx, match.entry, "semantic-hit")
+        if ctx.cache is not None:
+            ctx.cache.similarity = match.similarity
+        reply.headers["x-cache-similarity"] = f"{match.similarity:.4f}"
+        reply.headers["x-cache-verifier"] = f"{match.probability:.4f}"
+        service.remember_hit(ctx.request_id, match)
+        verified = ctx.get(CacheRequest).policy.semantic.mode == "verified"  # type: ignore[union-attr]
+        if verified and service.verified is not None and match.candidate is not None:
+            service.verified.after_hit(ctx, match.candidate, match.entry, call_next)
+        elif service.shadow is not None:
+            service.shadow.maybe_check(ctx, match.entry.answer, call_next)
+        return reply
 
 
 def _reports_wrong(ctx: RequestContext) -> bool:

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from redis.asyncio import Redis
 
-from cache.config import CacheSettings
+from cache.config import CachePolicy, CacheSettings
 from cache.embedder import SentenceEmbedder
 from cache.encoder import build_encoder
 from cache.redis_store import RedisStore
@@ -18,7 +18,7 @@ from cache.vector_index import SemanticIndex
 from cache.verifier import load_verifier
 from tests.cache_helpers import Upstream, ctx_for, drain, pipeline
 
-SETTINGS = CacheSettings(sweep_interval_s=3600)
+SETTINGS = CacheSettings(sweep_interval_s=3600, defaults=CachePolicy(semantic="static"))
 
 
 @pytest.fixture(scope="module")

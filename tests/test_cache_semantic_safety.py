@@ -8,12 +8,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cache.config import CacheSettings
+from cache.config import CachePolicy, CacheSettings
 from cache.encoder import EncodedQuestion
 from cache.factory import create_cache
 from cache.metrics import FALSE_HIT_ESTIMATE, FEEDBACK, SHADOW_CHECKS
 from cache.service import CacheService
-from cache.shadow import ShadowChecker
+from cache.shadow import AnswerMatcher, ShadowChecker
 from cache.store import MemoryStore
 from cache.vector_index import SemanticIndex
 from cache.verifier import Verdict
@@ -71,7 +71,7 @@ async def service(
     accept: bool = True, shadow: ShadowChecker | None = None
 ) -> tuple[CacheService, SameVectorEmbedder]:
     embedder = SameVectorEmbedder()
-    settings = CacheSettings(sweep_interval_s=3600, index="flat")
+    settings = CacheSettings(sweep_interval_s=3600, index="flat", defaults=CachePolicy(semantic="static"))
     verifier = FixedVerifier(accept)
     cache = CacheService(settings, MemoryStore(), SemanticIndex(DIM, "flat"), embedder, verifier, shadow)  # type: ignore[arg-type]
     await cache.store.start(cache.index)
@@ -154,7 +154,7 @@ async def test_without_verifier_weights_semantic_caching_is_off(tmp_path, caplog
 
 async def test_the_online_false_hit_metric_moves_when_a_wrong_hit_is_served():
     embedder = SameVectorEmbedder()
-    shadow = ShadowChecker(embedder, sample_rate=0.5, agreement=0.8, draw=lambda: 0.0)
+    shadow = ShadowChecker(AnswerMatcher(embedder, "embedding", 0.8), sample_rate=0.5, draw=lambda: 0.0)
     cache, _ = await service(accept=True, shadow=shadow)
     cache.embedder = embedder
     upstream = ChangingUpstream()
