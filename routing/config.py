@@ -9,7 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-StrategyName = Literal["weighted_random", "least_outstanding", "peak_ewma", "prefix_affinity", "engine_score"]
+StrategyName = Literal[
+    "weighted_random", "round_robin", "least_outstanding", "peak_ewma", "prefix_affinity", "engine_score"
+]
 ConfidenceMethod = Literal["mean_logprob", "min_window", "learned", "router"]
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 

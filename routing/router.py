@@ -16,6 +16,7 @@ from routing.strategies import (
     LeastOutstanding,
     PeakEwmaP2C,
     PrefixAffinity,
+    RoundRobin,
     RouteRequest,
     Strategy,
     WeightedRandom,
@@ -66,6 +67,7 @@ class Router:
         s = self.settings
         return {
             "weighted_random": WeightedRandom(rng),
+            "round_robin": RoundRobin(),
             "least_outstanding": LeastOutstanding(rng, s.metrics_stale_s),
             "peak_ewma": PeakEwmaP2C(rng),
             "prefix_affinity": PrefixAffinity(

@@ -31,6 +31,18 @@ class WeightedRandom:
         return sorted(replicas, key=lambda r: self._rng.random() ** (1.0 / r.weight), reverse=True)
 
 
+class RoundRobin:
+    """Replicas in turn, whatever their load or cache: the baseline of trace replays (issue 43)."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def order(self, replicas: list[Replica], request: RouteRequest) -> list[Replica]:
+        start = self._next % len(replicas) if replicas else 0
+        self._next += 1
+        return replicas[start:] + replicas[:start]
+
+
 class LeastOutstanding:
     def __init__(self, rng: random.Random, stale_s: float) -> None:
         self._rng = rng
