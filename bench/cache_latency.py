@@ -75,7 +75,8 @@ def config(upstream: Process) -> dict[str, Any]:
     deployment = {"name": "fake", "base_url": upstream.url + "/v1", "model": "upstream-model"}
     database = f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='llmgw-bench-')}/llmgw.db"
     return {"master_key": KEY, "models": [{"name": MODEL, "deployments": [deployment]}], "database_url": database,
-            "observability": {"access_log": False}}  # fmt: skip
+            "observability": {"access_log": False},
+            "cache": {"defaults": {"semantic": {"mode": "static"}}}}  # fmt: skip  # off by default; env overrides
 
 
 def interleaved(client: httpx.Client, asked: list[str]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Semantic cache quality measured through the gateway's HTTP API, as an outside checker sees it.
 
-One fresh gateway per pair file (default settings: exact and semantic cache on, shipped encoder and
-verifier; bench/cache_latency.py's config) in front of the fake upstream, which echoes the question, so
+One fresh gateway per pair file (default settings but for the semantic cache, which is off by default and
+here in static mode: shipped encoder and verifier at the default semantic_min_precision; bench/cache_latency.py's
+config; `--env LLMGW_CACHE__DEFAULTS__SEMANTIC__MODE=off` for the true default) in front of the fake upstream, which echoes the question, so
 every question gets its own answer and the served answer names the entry that served it. Per file
 (jsonl rows {"a", "b", "label", "kind"}, as bench/semantic_cache_eval.py's load_set reads them):
   1. store — every distinct "a" once, sequentially (chat completion, one user message, temperature 0)

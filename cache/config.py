@@ -82,10 +82,12 @@ class VerifiedSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     confidence: float = Field(default=0.95, ge=0.5, lt=1.0, description="of each certified threshold")
-    answer_match: Literal["embedding", "exact"] = Field(
-        default="embedding",
-        description="how a fresh answer is compared with a stored one to label an outcome: MiniLM cosine "
-        "≥ answer_agreement (bench/answer_agreement.py validates it), or equal normalised text",
+    answer_match: Literal["exact", "embedding"] = Field(
+        default="exact",
+        description="how a fresh answer is compared with a stored one to label an outcome: equal text "
+        "(after case and whitespace; right for deterministic answers, and errs towards 'wrong'), or MiniLM "
+        "cosine ≥ answer_agreement (lets long answers agree, but also answers to look-alike questions: "
+        "not validated, README 'Semantic cache')",
     )
     answer_agreement: float = Field(default=0.8, ge=0.0, le=1.0, description="cosine of agreeing answers")
     label_candidates: int = Field(

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cache.answers import StreamCollector, is_storable
@@ -144,8 +144,9 @@ class CacheService:
         ]
         if verified:
             assert self.verified is not None
-            scored = [(c, self.verified.decide(c, semantic.max_error).serve) for c, _ in scored]
-            scored.sort(key=lambda pair: -pair[0].probability)
+            ranked = sorted((c for c, _ in scored), key=lambda c: -c.probability)
+            ranked = [replace(c, rank=rank) for rank, c in enumerate(ranked)]
+            scored = [(c, self.verified.decide(c, semantic.max_error).serve) for c in ranked]
         unserved: list[Candidate] = []
         for candidate, accepted in scored:
             SEMANTIC_VERDICTS.labels("accepted" if accepted else "rejected").inc()
@@ -180,7 +181,7 @@ class CacheService:
         """A semantic hit was wrong: the entry goes, and verified mode learns a wrong outcome."""
         FEEDBACK.labels(source).inc()
         if self.verified is not None and match.candidate is not None:
-            self.verified.record(match.candidate, True, source)
+            self.verified.record(match.candidate, True, source, served=True)
         await self.evict(match.entry.key)
 
     async def feedback(self, request_id: str) -> bool:

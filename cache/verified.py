@@ -178,16 +178,17 @@ class VerifiedLearner:
             threshold = min(threshold, entry.own.threshold(max_error))
         return Decision(score >= threshold, threshold)
 
-    def record(self, namespace: str, key: str, score: float, wrong: bool) -> None:
-        """One labelled outcome of entry `key` in `namespace`."""
-        pool = self._namespaces.get(namespace)
-        if pool is None:
-            pool = self._namespaces[namespace] = Outcomes(
-                self.settings.outcomes_per_namespace, self.settings.confidence
-            )
-            _trim(self._namespaces, self.settings.max_namespaces)
-        self._namespaces.move_to_end(namespace)
-        pool.add(score, wrong)
+    def record(self, namespace: str, key: str, score: float, wrong: bool, pooled: bool = True) -> None:
+        """One labelled outcome of entry `key` in `namespace` (`pooled`: also one of the namespace's)."""
+        if pooled:
+            pool = self._namespaces.get(namespace)
+            if pool is None:
+                pool = self._namespaces[namespace] = Outcomes(
+                    self.settings.outcomes_per_namespace, self.settings.confidence
+                )
+                _trim(self._namespaces, self.settings.max_namespaces)
+            self._namespaces.move_to_end(namespace)
+            pool.add(score, wrong)
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = EntryOutcomes(

@@ -32,6 +32,7 @@ class Candidate:
     namespace: str
     similarity: float
     probability: float
+    rank: int = 0  # by probability among this lookup's candidates: 0 is the one that would be served
 
 
 class VerifiedMode:
@@ -49,9 +50,12 @@ class VerifiedMode:
     def decide(self, candidate: Candidate, max_error: float) -> Decision:
         return self.learner.decide(candidate.namespace, candidate.key, candidate.probability, max_error)
 
-    def record(self, candidate: Candidate, wrong: bool, source: str) -> None:
+    def record(self, candidate: Candidate, wrong: bool, source: str, served: bool = False) -> None:
+        """An outcome counts for its entry; for its namespace only when it is of the candidate a lookup
+        serves or would serve (the best-scored), as the namespace's threshold is about those."""
         VERIFIED_OUTCOMES.labels(source, "wrong" if wrong else "right").inc()
-        self.learner.record(candidate.namespace, candidate.key, candidate.probability, wrong)
+        pooled = served or candidate.rank == 0
+        self.learner.record(candidate.namespace, candidate.key, candidate.probability, wrong, pooled)
 
     def after_hit(
         self, ctx: RequestContext, served: Candidate, cached: CacheEntry, call_next: Handler
@@ -59,7 +63,7 @@ class VerifiedMode:
         """Maybe re-asks upstream in the background, and learns from the comparison."""
         self._shadow.maybe_check(
             ctx, cached.answer, call_next, self.settings.shadow_rate,
-            lambda agreed: self.record(served, not agreed, "shadow"),
+            lambda agreed: self.record(served, not agreed, "shadow", served=True),
         )  # fmt: skip
 
     async def label_with_reply(self, ctx: RequestContext, reply: Reply, unserved: list[Candidate]) -> None:
