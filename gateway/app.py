@@ -24,6 +24,7 @@ from gateway.responses_api.routes import router as responses_router
 from gateway.responses_api.store import create_response_store
 from gateway.services import DatabaseUnusable, Services, start_services
 from gateway.settings import Settings, load_settings
+from gateway.ui.routes import install_ui
 
 log = logging.getLogger("llmgw.app")
 
@@ -107,6 +108,7 @@ def create_app(settings: Settings) -> GatewayApp:
     _add_info_routes(app)
     app.include_router(responses_router)
     app.include_router(messages_router)
+    install_ui(app, settings)  # the operator console at /ui (gateway/ui/), when an admin token is set
     install_openapi(app)
     app.add_middleware(RequestIdMiddleware)
     return app

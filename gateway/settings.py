@@ -19,6 +19,7 @@ from core.models import ModelConfig, default_models, deployment_clash
 from gateway.observability_config import ObservabilitySettings
 from gateway.responses_api.config import ResponsesSettings
 from gateway.tracing_config import TracingSettings
+from gateway.ui.config import UiSettings
 from policies.config import Connections, PoliciesSettings
 from routing.config import RoutingSettings
 
@@ -48,6 +49,7 @@ class Settings(BaseSettings):
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
+    ui: UiSettings = Field(default_factory=UiSettings)  # the operator console at /ui
 
     @classmethod
     def settings_customise_sources(

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.errors import OpenAIError, bad_request
 from core.models import ModelConfig, deployment_clash
+from policies.admin.console import console_routes
 from policies.admin.http import OpenAIErrorRoute, admin_guard
 from policies.admin.inputs import Moment, reject_nul
 from policies.admin.schemas import (
@@ -65,6 +66,7 @@ def create_admin_router(deps: AdminDeps) -> APIRouter:
     _key_routes(router, deps)
     _model_routes(router, deps)
     _usage_routes(router, deps)
+    console_routes(router, deps)  # the operator console's figures (gateway/ui/)
     return router
 
 
