@@ -1,0 +1,85 @@
+"""AIPerf's command line for a trace replay, and its results read back (issue 43; bench/trace_replay.py).
+
+AIPerf runs from its own venv (build/aiperf-venv: `python3 -m venv build/aiperf-venv &&
+build/aiperf-venv/bin/pip install aiperf==0.13.0`, the version pinned in pyproject's `trace` extra) and reads
+SmolLM2's tokenizer from build/smollm2-tokenizer (`python -m bench.trace_aiperf --export-tokenizer`).
+"""
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.harness import ROOT
+
+
+def aiperf_command(
+    args: argparse.Namespace, url: str, key: str, trace_file: Path, out: Path, seed: int
+) -> list[str]:
+    goodput = f"time_to_first_token:{args.slo_ttft_ms} inter_token_latency:{args.slo_itl_ms}"
+    return [
+        args.aiperf, "profile", "--model", "pool", "--url", url, "--endpoint-type", "completions", "--streaming",
+        "--input-file", str(trace_file), "--custom-dataset-type", "mooncake_trace", "--fixed-schedule",
+        "--isl-block-size", str(512 // args.length_div), "--tokenizer", args.tokenizer, "--api-key", key,
+        "--extra-inputs", "ignore_eos:true", "--extra-inputs", "temperature:0", "--use-legacy-max-tokens",
+        "--goodput", goodput, "--artifact-dir", str(out), "--ui-type", "none", "--random-seed", str(seed),
+        "--workers-max", "4", "--request-timeout-seconds", str(args.aiperf_timeout_s),
+    ]  # fmt: skip
+
+
+def _metric(summary: dict, tag: str, stat: str) -> float:
+    value = summary.get(tag) or {}
+    return float(value.get(stat) or 0.0) if isinstance(value, dict) else 0.0
+
+
+def read_aiperf(out: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    """The summary (ms, tok/s, goodput share) and the failed requests by HTTP status."""
+    found = sorted(out.rglob("profile_export_aiperf.json"))
+    if not found:
+        raise RuntimeError(f"no AIPerf summary under {out}")
+    data = json.loads(found[-1].read_text())
+    metrics = data.get("records") or data
+    requests = _metric(metrics, "request_count", "avg")
+    good = _metric(metrics, "good_request_count", "avg")
+    summary = {
+        "requests": requests,
+        "ttft_p50_ms": _metric(metrics, "time_to_first_token", "p50"),
+        "ttft_p90_ms": _metric(metrics, "time_to_first_token", "p90"),
+        "ttft_p99_ms": _metric(metrics, "time_to_first_token", "p99"),
+        "itl_p50_ms": _metric(metrics, "inter_token_latency", "p50"),
+        "itl_p90_ms": _metric(metrics, "inter_token_latency", "p90"),
+        "itl_p99_ms": _metric(metrics, "inter_token_latency", "p99"),
+        "e2e_p50_ms": _metric(metrics, "request_latency", "p50"),
+        "e2e_p90_ms": _metric(metrics, "request_latency", "p90"),
+        "e2e_p99_ms": _metric(metrics, "request_latency", "p99"),
+        "output_tok_s": _metric(metrics, "output_token_throughput", "avg"),
+        "total_tok_s": _metric(metrics, "total_token_throughput", "avg"),
+        "goodput_rps": _metric(metrics, "goodput", "avg"),
+        "goodput_share": good / requests if requests else 0.0,
+    }
+    errors: dict[str, int] = {}
+    for line in (
+        (found[-1].parent / "profile_export.jsonl").read_text().splitlines()
+        if (found[-1].parent / "profile_export.jsonl").exists()
+        else []
+    ):
+        record = json.loads(line)
+        error = record.get("error")
+        if error:
+            code = str(error.get("code") or error.get("type") or "other")
+            errors[code] = errors.get(code, 0) + 1
+    return summary, errors
+
+
+def export_tokenizer(folder: Path) -> None:
+    """SmolLM2's tokenizer.json (from the packaged GGUF) with a config transformers' AutoTokenizer reads."""
+    from bench.engine_routing import export_tokenizer as write_tokenizer_json
+
+    write_tokenizer_json(folder)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--export-tokenizer", default=str(ROOT / "build" / "smollm2-tokenizer"))
+    export_tokenizer(Path(parser.parse_args().export_tokenizer))

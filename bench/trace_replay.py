@@ -1,0 +1,214 @@
+"""Replay a production trace through AIPerf -> gateway -> engine pool, per routing strategy (issue 43).
+
+The load generator is AIPerf (PyPI `aiperf`, pinned in pyproject's `trace` extra; it lives in its own venv,
+build/aiperf-venv, because it pins pandas, prometheus-client, transformers and others that the project's
+.venv must not change under the other benches): its `mooncake_trace` loader synthesises each prompt from
+the hash ids (equal ids -> equal token blocks of `--isl-block-size` tokens, from SmolLM2's tokenizer) and
+its fixed schedule fires every request at its timestamp. This script only prepares its input (a session
+sample of the trace, lengths ÷ `--length-div` with the block ÷ the same, timestamps × a factor that sets the
+load) and reads its results; `max_tokens` = the trace's output length with `ignore_eos` (the engine honours
+both), so every answer has the trace's length.
+
+Load: each engine is calibrated first (batch 1, no cache: seconds per prompt token and per output token);
+the offered load is Σ(batch-1 work) ÷ (span × replicas), so 0.7 means the pool would be busy 70 % of the
+time serving requests one at a time (batching makes it less, prefix hits less again).
+
+Bounds (bench/trace_data.py): the slice's infinite-cache hit rate, and the greedy best assignment over the
+replicas with each engine's real KV capacity (its vllm:cache_config_info num_gpu_blocks × block_size).
+Each strategy gets a fresh gateway and its own AIPerf seed, so its prompt texts are new: no strategy
+inherits another's cache. Printed per load and strategy: TTFT p50/p90/p99, ITL p50/p90, e2e p50/p90,
+output and total tok/s, goodput share (TTFT and ITL SLO), the engines' prefix-cache hit rate (Δhits/Δqueries
+summed, and per replica) as a share of both bounds, 429/503 and other errors.
+
+    .venv/bin/python -m bench.trace_replay                 # CPU: 2 SmolLM2 engines, loads 0.7 and 1.2
+    .venv/bin/python -m bench.trace_replay --trace azure_conv --strategies round_robin engine_score
+"""
+
+import argparse
+import asyncio
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench import trace_data as td
+from bench.engine_routing import KEY, gateway_config, one_request, wait_ready
+from bench.engine_serving import EngineServer
+from bench.harness import ROOT, start_gateway, write_json
+from bench.trace_aiperf import aiperf_command, read_aiperf
+
+STRATEGIES = ["round_robin", "least_outstanding", "prefix_affinity", "engine_score"]
+CALIBRATION_PROMPT = " ".join(["policy ledger invoice region tenant quota replica shard"] * 48)  # ~400 tokens
+
+
+async def engine_info(engine: EngineServer) -> dict[str, float]:
+    """Counters plus the KV capacity (tokens) from vllm:cache_config_info."""
+    async with aiohttp.ClientSession() as http, http.get(f"{engine.url}/metrics") as response:
+        text = await response.text()
+    info: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            labels = dict(
+                part.split("=", 1) for part in line[line.index("{") + 1 : line.index("}")].split(",")
+            )
+            clean = {k: v.strip('"') for k, v in labels.items()}
+            info["kv_tokens"] = int(clean["num_gpu_blocks"]) * int(clean["block_size"])
+    return {**info, **await engine.counters()}
+
+
+async def calibrate(engines: list[EngineServer]) -> dict[str, float]:
+    """Batch-1 seconds per prompt token and per output token, each engine alone, medians of two."""
+    prefill, decode = [], []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        for engine in engines:
+            for i in range(3):  # the first one warms the engine up and is not counted
+                prompt = f"calibration {i} {engine.port}: {CALIBRATION_PROMPT}"
+                result = await one_request(session, engine.url, prompt, 24, model="m")
+                if i:
+                    prefill.append(result["ttft"] / max(result["prompt_tokens"], 1))
+                    decode.append((result["latency"] - result["ttft"]) / max(result["tokens"] - 1, 1))
+    prefill.sort(), decode.sort()
+    return {"s_per_prompt_token": prefill[len(prefill) // 2], "s_per_output_token": decode[len(decode) // 2]}
+
+
+def batch1_work(requests: list[td.TraceRequest], cal: dict[str, float]) -> float:
+    return sum(
+        r.input_length * cal["s_per_prompt_token"] + r.output_length * cal["s_per_output_token"]
+        for r in requests
+    )
+
+
+def error_counts(records: list[dict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in records:
+        code = str(record.get("status") or "other")
+        counts[code] = counts.get(code, 0) + 1
+    return counts
+
+
+async def run_one(
+    args: argparse.Namespace, engines: list[EngineServer], strategy: str, trace_file: Path, seed: int,
+    label: str,
+) -> dict[str, Any]:  # fmt: skip
+    gateway = start_gateway(gateway_config(engines, strategy))
+    try:
+        async with aiohttp.ClientSession(headers={"authorization": f"Bearer {KEY}"}) as session:
+            await wait_ready(session, gateway.url)
+        await asyncio.sleep(1.5)  # the first metrics scrape
+        before = [await engine_info(e) for e in engines]
+        out = Path(args.work_dir) / label / strategy
+        command = aiperf_command(args, gateway.url, KEY, trace_file, out, seed)
+        start = time.perf_counter()
+        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True,
+                                       timeout=args.aiperf_timeout_s)  # fmt: skip
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"aiperf failed ({done.returncode}): {done.stderr[-2000:]}{done.stdout[-2000:]}"
+            )
+        await asyncio.sleep(0.5)
+        after = [await engine_info(e) for e in engines]
+    finally:
+        gateway.stop()
+    summary, errors = read_aiperf(out)
+    replicas = []
+    for b, a in zip(before, after, strict=True):
+        hits = a.get("vllm:prefix_cache_hits_total", 0) - b.get("vllm:prefix_cache_hits_total", 0)
+        queries = a.get("vllm:prefix_cache_queries_total", 0) - b.get("vllm:prefix_cache_queries_total", 0)
+        done_requests = a.get("vllm:request_success_total", 0) - b.get("vllm:request_success_total", 0)
+        replicas.append({"hits": hits, "queries": queries, "requests": done_requests,
+                         "hit_rate": hits / queries if queries else 0.0})  # fmt: skip
+    hits, queries = sum(r["hits"] for r in replicas), sum(r["queries"] for r in replicas)
+    return {"strategy": strategy, "load": label, **summary, "errors": errors, "aiperf_wall_s": wall,
+            "hit_rate": hits / queries if queries else 0.0, "replicas": replicas}  # fmt: skip
+
+
+def print_table(rows: list[dict], bounds: dict, setup: dict) -> None:
+    print(f"\ntrace replay (AIPerf -> gateway -> {setup['replicas']} engines): {json.dumps(setup)}")
+    print(f"bounds: infinite cache {bounds['infinite']:.3f}, best assignment {bounds['best']:.3f}")
+    head = f"{'load':<5} {'strategy':<18} {'TTFT p50':>9} {'p90':>8} {'ITL p50':>8} {'e2e p90':>8} {'out tok/s':>9} "
+    print(head + f"{'goodput':>8} {'hit':>6} {'/best':>6} {'/inf':>6}  errors  per-replica requests")
+    for r in rows:
+        print(f"{r['load']:<5} {r['strategy']:<18} {r['ttft_p50_ms']:>7.0f}ms {r['ttft_p90_ms']:>6.0f}ms "
+              f"{r['itl_p50_ms']:>6.0f}ms {r['e2e_p90_ms']:>6.0f}ms {r['output_tok_s']:>9.1f} "
+              f"{r['goodput_share']:>8.2f} {r['hit_rate']:>6.3f} {r['hit_rate'] / max(bounds['best'], 1e-9):>6.2f} "
+              f"{r['hit_rate'] / max(bounds['infinite'], 1e-9):>6.2f}  {r['errors'] or '-'}  "
+              f"{[round(x['requests']) for x in r['replicas']]}")  # fmt: skip
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    trace = td.load(args.trace)
+    sample = td.scale(
+        td.sample_sessions(trace, args.span_s, args.one_in), args.length_div, 1.0, args.max_input
+    )
+    block = td.BLOCK_TOKENS // args.length_div
+    settings = dict(served_model_name="m", dtype=args.dtype, device=args.device, kv_cache_memory_mb=args.kv_mb,
+                    num_threads=args.threads, max_model_len=args.max_input + 256,
+                    max_num_batched_tokens=args.batched_tokens)  # fmt: skip
+    engines = [EngineServer(**settings) for _ in range(args.replicas)]
+    rows: list[dict] = []
+    try:
+        for engine in engines:
+            await engine.wait_ready()
+        cal = await calibrate(engines)
+        kv_tokens = min(int((await engine_info(e))["kv_tokens"]) for e in engines)
+        best = td.best_assignment_hit_rate(sample, args.replicas, kv_tokens // block, block)
+        bounds = {"infinite": td.infinite_cache_hit_rate(sample, block), "best": best["hit_rate"],
+                  "best_requests_per_replica": best["requests_per_replica"], "kv_tokens_per_replica": kv_tokens}  # fmt: skip
+        work = batch1_work(sample, cal)
+        span = (sample[-1].t_ms - sample[0].t_ms) / 1000
+        setup = {k: getattr(args, k) for k in ("trace", "span_s", "one_in", "length_div", "max_input", "replicas",
+                                               "kv_mb", "threads", "dtype", "device", "slo_ttft_ms", "slo_itl_ms")}  # fmt: skip
+        setup.update(td.describe(sample), calibration=cal, batch1_work_s=work, block_tokens=block)
+        print(f"slice: {setup}\nbounds: {bounds}", flush=True)
+        for load in args.loads:
+            factor = work / (load * span * args.replicas)
+            label = f"{load:g}"
+            trace_file = td.write_mooncake(
+                td.scale(sample, 1, factor), Path(args.work_dir) / f"trace_{label}.jsonl"
+            )
+            setup[f"time_factor_{label}"] = factor
+            for index, strategy in enumerate(args.strategies):
+                rows.append(await run_one(args, engines, strategy, trace_file, args.seed + index, label))
+                path = write_json(args.name, {"setup": setup, "bounds": bounds, "rows": rows})
+                print(f"load {label} {strategy}: done", flush=True)
+    finally:
+        for engine in engines:
+            engine.stop()
+    print_table(rows, bounds, setup)
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--trace", default="mooncake", choices=sorted(td.FILES))
+    parser.add_argument("--span-s", type=float, default=1800, help="trace seconds sampled from")
+    parser.add_argument("--one-in", type=int, default=60, help="keep one conversation in this many")
+    parser.add_argument("--length-div", type=int, default=16)
+    parser.add_argument("--max-input", type=int, default=1024, help="scaled prompts cut to this many tokens")
+    parser.add_argument("--loads", type=float, nargs="+", default=[0.7, 1.2])
+    parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="int4")
+    parser.add_argument("--kv-mb", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batched-tokens", type=int, default=256)
+    parser.add_argument("--slo-ttft-ms", type=float, default=2000)
+    parser.add_argument("--slo-itl-ms", type=float, default=200)
+    parser.add_argument("--seed", type=int, default=43)
+    parser.add_argument("--aiperf", default=str(ROOT / "build" / "aiperf-venv" / "bin" / "aiperf"))
+    parser.add_argument("--tokenizer", default=str(ROOT / "build" / "smollm2-tokenizer"))
+    parser.add_argument("--aiperf-timeout-s", type=float, default=900)
+    parser.add_argument("--work-dir", default="/tmp/trace_replay")
+    parser.add_argument("--name", default="trace_replay_cpu", help="results file name under bench/results")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
