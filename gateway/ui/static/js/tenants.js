@@ -113,7 +113,7 @@ function keysPanel(tenantId, keys, policies, policyOptions, rerender) {
         if (!confirm(`Rotate key ${k.prefix}: a new key is made and this one revoked?`)) return;
         state.secret = await admin.post('keys', { tenant_id: tenantId, name: k.name, policy_id: k.policy_id, expires_at: k.expires_at });
         await admin.post(`keys/${encodeURIComponent(k.id)}/revoke`);
-      })))) },
+      }))) },
   ], keys.map((k) => ({ ...k, __data: { key: k.id } })), { id: 'keys-table' }));
   return panel;
 }
