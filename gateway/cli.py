@@ -79,6 +79,12 @@ def _keys(args: argparse.Namespace, rest: list[str]) -> int:
     return keys_main(["keys", *rest], load_settings())
 
 
+def _plan(args: argparse.Namespace, rest: list[str]) -> int:
+    from routing.planning.cli import main as plan_main
+
+    return plan_main(rest)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llmgw",
@@ -105,6 +111,10 @@ def _parser() -> argparse.ArgumentParser:
     migrate.set_defaults(run=_migrate)
     keys = commands.add_parser("keys", help="virtual keys: `keys create|list|revoke`", add_help=False)
     keys.set_defaults(run=_keys)
+    plan = commands.add_parser(
+        "plan", help="capacity planning: KV bytes, sequences, replicas at an SLO", add_help=False
+    )
+    plan.set_defaults(run=_plan)
     return parser
 
 
