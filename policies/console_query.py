@@ -12,12 +12,15 @@ from typing import Any, Literal
 from sqlalchemy import case, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from policies.tables import UsageRow
+from policies.tables import ApiKeyRow, UsageRow
 
 SeriesGroup = Literal["tenant_id", "key_id", "model"]
 Bucket = Literal["hour", "day"]
 PERCENTILES = (("p50_latency_ms", 0.5), ("p95_latency_ms", 0.95))
 MAX_SERIES = 12  # the largest groups get a series each; the rest are summed as "(other)"
+
+
+_HIT = UsageRow.cache_status.in_(("hit", "semantic-hit"))
 
 
 def _window(start: datetime | None, end: datetime | None) -> list[Any]:
@@ -40,11 +43,17 @@ def _figures() -> list[Any]:
         func.coalesce(func.sum(case((UsageRow.cache_status == "semantic-hit", 1), else_=0)), 0).label(
             "semantic_hits"
         ),
+        func.coalesce(func.sum(case((_HIT, UsageRow.prompt_tokens), else_=0)), 0).label("hit_prompt_tokens"),
+        func.coalesce(func.sum(case((_HIT, UsageRow.completion_tokens), else_=0)), 0).label(
+            "hit_completion_tokens"
+        ),
     ]
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
-    for name in ("requests", "errors", "prompt_tokens", "completion_tokens", "exact_hits", "semantic_hits"):
+    names = ("requests", "errors", "prompt_tokens", "completion_tokens", "exact_hits", "semantic_hits",
+             "hit_prompt_tokens", "hit_completion_tokens")  # fmt: skip
+    for name in names:
         row[name] = int(row[name] or 0)
     row["cost_usd"] = float(row["cost_usd"] or 0.0)
     row["error_rate"] = row["errors"] / row["requests"] if row["requests"] else 0.0
@@ -55,36 +64,47 @@ async def overview(
     engine: AsyncEngine, start: datetime | None, end: datetime | None, prices: dict[str, tuple[float, float]]
 ) -> dict[str, Any]:
     """Totals and per-model figures over [start, end). `prices`: alias -> USD per input/output token, to
-    value cache hits (the tokens a hit answered, at the alias's price: what the upstream would have cost)."""
+    value cache hits (the tokens a hit answered, at the alias's price: what the upstream would have cost).
+    PostgreSQL reads the window once (GROUP BY ROLLUP: the models and the total together)."""
     window = _window(start, end)
     async with engine.connect() as conn:
-        models = [_clean(dict(r)) for r in (await conn.execute(_by_model(conn, window))).mappings().all()]
-        totals = _clean(dict((await conn.execute(_totals(conn, window))).mappings().one()))
-        if conn.dialect.name != "postgresql":
+        if conn.dialect.name == "postgresql":
+            rows = [dict(r) for r in (await conn.execute(_rollup(window))).mappings().all()]
+            totals = next((r for r in rows if r["model"] is None), None) or dict.fromkeys(
+                rows[0] if rows else []
+            )
+            models = [r for r in rows if r["model"] is not None]
+        else:
+            models = [dict(r) for r in (await conn.execute(_by_model(window))).mappings().all()]
+            totals = dict((await conn.execute(select(*_figures()).where(*window))).mappings().one())
             await _nearest_rank(conn, window, models, totals)
-        saved = await _cache_savings(conn, window, prices)
-    for row in models:
-        row["cache_saved_usd"] = saved.get(row["model"], 0.0)
-    totals["cache_saved_usd"] = sum(saved.values())
+    totals = totals if totals.get("requests") is not None else {**totals, "requests": 0}
     for row in [*models, totals]:
+        _clean(row)
+        price_in, price_out = prices.get(row.get("model") or "", (0.0, 0.0))
+        row["cache_saved_usd"] = (
+            row.pop("hit_prompt_tokens") * price_in + row.pop("hit_completion_tokens") * price_out
+        )
         for name, _ in PERCENTILES:
             row[name] = float(row.get(name) or 0.0)
-    return {"totals": totals, "models": models}
+    totals.pop("model", None)
+    totals["cache_saved_usd"] = sum(m["cache_saved_usd"] for m in models)
+    return {"totals": totals, "models": sorted(models, key=lambda m: m["model"])}
 
 
-def _percentile_columns(conn: AsyncConnection) -> list[Any]:
-    if conn.dialect.name != "postgresql":
-        return []
-    return [func.percentile_disc(p).within_group(UsageRow.latency_ms).label(name) for name, p in PERCENTILES]
+def _rollup(window: list[Any]) -> Any:
+    percentiles = [
+        func.percentile_disc(p).within_group(UsageRow.latency_ms).label(name) for name, p in PERCENTILES
+    ]
+    return (
+        select(UsageRow.model, *_figures(), *percentiles).where(*window).group_by(func.rollup(UsageRow.model))
+    )
 
 
-def _by_model(conn: AsyncConnection, window: list[Any]) -> Any:
-    columns = [UsageRow.model, *_figures(), *_percentile_columns(conn)]
-    return select(*columns).where(*window).group_by(UsageRow.model).order_by(UsageRow.model)
-
-
-def _totals(conn: AsyncConnection, window: list[Any]) -> Any:
-    return select(*_figures(), *_percentile_columns(conn)).where(*window)
+def _by_model(window: list[Any]) -> Any:
+    return (
+        select(UsageRow.model, *_figures()).where(*window).group_by(UsageRow.model).order_by(UsageRow.model)
+    )
 
 
 async def _nearest_rank(
@@ -98,26 +118,6 @@ async def _nearest_rank(
             k = max(math.ceil(p * row["requests"]), 1)
             query = select(UsageRow.latency_ms).where(*window, *extra).order_by(UsageRow.latency_ms)
             row[name] = (await conn.execute(query.offset(k - 1).limit(1))).scalar()
-
-
-async def _cache_savings(
-    conn: AsyncConnection, window: list[Any], prices: dict[str, tuple[float, float]]
-) -> dict[str, float]:
-    hits = UsageRow.cache_status.in_(("hit", "semantic-hit"))
-    query = (
-        select(
-            UsageRow.model,
-            func.coalesce(func.sum(UsageRow.prompt_tokens), 0),
-            func.coalesce(func.sum(UsageRow.completion_tokens), 0),
-        )
-        .where(*window, hits)
-        .group_by(UsageRow.model)
-    )
-    saved: dict[str, float] = {}
-    for model, prompt, completion in await conn.execute(query):
-        price_in, price_out = prices.get(model, (0.0, 0.0))
-        saved[model] = float(prompt) * price_in + float(completion) * price_out
-    return saved
 
 
 def _bucket(conn: AsyncConnection, bucket: Bucket) -> Any:
@@ -176,3 +176,13 @@ async def series(
 def _iso(value: Any) -> str:
     text = value.isoformat() if isinstance(value, datetime) else str(value)
     return text.replace(" ", "T")[:19] + "Z"
+
+
+async def active_key_counts(engine: AsyncEngine) -> dict[str, int]:
+    query = (
+        select(ApiKeyRow.tenant_id, func.count())
+        .where(ApiKeyRow.revoked_at.is_(None))
+        .group_by(ApiKeyRow.tenant_id)
+    )
+    async with engine.connect() as conn:
+        return {tenant: int(count) for tenant, count in await conn.execute(query)}

@@ -11,7 +11,7 @@ from fastapi import APIRouter
 
 from core.models import ModelConfig
 from policies.admin.inputs import Moment
-from policies.console_query import Bucket, SeriesGroup, overview, series
+from policies.console_query import Bucket, SeriesGroup, active_key_counts, overview, series
 
 
 def alias_prices(models: list[ModelConfig]) -> dict[str, tuple[float, float]]:
@@ -34,6 +34,11 @@ def console_routes(router: APIRouter, deps: Any) -> None:
         start, end = _naive_utc(start), _naive_utc(end)
         figures = await overview(deps.engine, start, end, alias_prices(deps.directory.models))
         return {"start": _iso(start), "end": _iso(end), **figures}
+
+    @router.get("/key-counts")
+    async def key_counts() -> dict[str, dict[str, int]]:
+        """Active (not revoked) keys per tenant: the console's tenant list, without listing every key."""
+        return {"data": await active_key_counts(deps.engine)}
 
     @router.get("/usage/series")
     async def get_series(

@@ -12,14 +12,13 @@ function todayStart() {
 }
 
 export async function tenantsPage(root, rerender) {
-  const [tenants, policies, keys, usage] = await Promise.all([
-    admin.get('tenants'), admin.get('policies'), admin.get('keys'),
+  const [tenants, policies, counts, usage] = await Promise.all([
+    admin.get('tenants'), admin.get('policies'), admin.get('key-counts'),
     admin.get('usage', { group_by: 'tenant_id', start: todayStart() }),
   ]);
   const policyById = Object.fromEntries(policies.map((p) => [p.id, p]));
   const spend = Object.fromEntries(usage.data.map((r) => [r.tenant_id, r.cost_usd]));
-  const keyCount = {};
-  for (const k of keys) if (!k.revoked_at) keyCount[k.tenant_id] = (keyCount[k.tenant_id] || 0) + 1;
+  const keyCount = counts.data;
   const policyOptions = (none) => [h('option', { value: '' }, none), ...policies.map((p) => h('option', { value: p.id }, p.name))];
 
   const status = h('p', { role: 'status' });
@@ -61,7 +60,8 @@ export async function tenantsPage(root, rerender) {
   draw();
 
   if (state.tenant && tenants.some((t) => t.id === state.tenant)) {
-    root.append(keysPanel(state.tenant, keys.filter((k) => k.tenant_id === state.tenant), policies, policyOptions, rerender));
+    const keys = await admin.get('keys', { tenant_id: state.tenant });  // that tenant's keys only
+    root.append(keysPanel(state.tenant, keys, policies, policyOptions, rerender));
   }
 }
 
