@@ -17,8 +17,10 @@ def aiperf_command(
     args: argparse.Namespace, url: str, key: str, trace_file: Path, out: Path, seed: int
 ) -> list[str]:
     goodput = f"time_to_first_token:{args.slo_ttft_ms} inter_token_latency:{args.slo_itl_ms}"
+    # AIPerf 0.13 cannot load a tokenizer from a local folder under HF_HUB_OFFLINE (it looks the path up
+    # as a Hub repo id in the cache); a local folder needs no network, so the variables are dropped for it
     return [
-        args.aiperf, "profile", "--model", "pool", "--url", url, "--endpoint-type", "completions", "--streaming",
+        "env", "-u", "HF_HUB_OFFLINE", "-u", "TRANSFORMERS_OFFLINE", args.aiperf, "profile", "--model", "pool", "--url", url, "--endpoint-type", "completions", "--streaming",
         "--input-file", str(trace_file), "--custom-dataset-type", "mooncake_trace", "--fixed-schedule",
         "--isl-block-size", str(512 // args.length_div), "--tokenizer", args.tokenizer, "--api-key", key,
         "--extra-inputs", "ignore_eos:true", "--extra-inputs", "temperature:0", "--use-legacy-max-tokens",

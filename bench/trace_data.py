@@ -96,8 +96,8 @@ def scale(
     for r in requests:
         length = max(1, round(r.input_length / length_div))
         ids = r.hash_ids
-        if ids:
-            length = min(length, len(ids) * block)
+        if ids:  # AIPerf needs (ids - 1) whole blocks and a last block of 1..block tokens
+            length = min(max(length, (len(ids) - 1) * block + 1), len(ids) * block)
         if max_input and length > max_input:
             keep = max(1, max_input // block) if ids else 0
             ids, length = ids[:keep], min(max_input, keep * block) if ids else max_input

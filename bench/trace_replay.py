@@ -35,8 +35,8 @@ from typing import Any
 import aiohttp
 
 from bench import trace_data as td
+from bench.engine_http import EngineServer
 from bench.engine_routing import KEY, gateway_config, one_request, wait_ready
-from bench.engine_serving import EngineServer
 from bench.harness import ROOT, start_gateway, write_json
 from bench.trace_aiperf import aiperf_command, read_aiperf
 
@@ -105,6 +105,12 @@ async def run_one(
         done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True,
                                        timeout=args.aiperf_timeout_s)  # fmt: skip
         wall = time.perf_counter() - start
+        if done.returncode != 0 and wall < 60:  # failed while starting its services (a loaded box): once more
+            print(f"aiperf failed to start, retrying: {done.stdout[-600:]}", flush=True)
+            start = time.perf_counter()
+            done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True,
+                                           timeout=args.aiperf_timeout_s)  # fmt: skip
+            wall = time.perf_counter() - start
         if done.returncode != 0:
             raise RuntimeError(
                 f"aiperf failed ({done.returncode}): {done.stderr[-2000:]}{done.stdout[-2000:]}"
@@ -154,7 +160,7 @@ async def main_async(args: argparse.Namespace) -> None:
         for engine in engines:
             await engine.wait_ready()
         cal = await calibrate(engines)
-        kv_tokens = min(int((await engine_info(e))["kv_tokens"]) for e in engines)
+        kv_tokens = min([int((await engine_info(e))["kv_tokens"]) for e in engines])
         best = td.best_assignment_hit_rate(sample, args.replicas, kv_tokens // block, block)
         bounds = {"infinite": td.infinite_cache_hit_rate(sample, block), "best": best["hit_rate"],
                   "best_requests_per_replica": best["requests_per_replica"], "kv_tokens_per_replica": kv_tokens}  # fmt: skip
@@ -162,7 +168,9 @@ async def main_async(args: argparse.Namespace) -> None:
         span = (sample[-1].t_ms - sample[0].t_ms) / 1000
         setup = {k: getattr(args, k) for k in ("trace", "span_s", "one_in", "length_div", "max_input", "replicas",
                                                "kv_mb", "threads", "dtype", "device", "slo_ttft_ms", "slo_itl_ms")}  # fmt: skip
-        setup.update(td.describe(sample), calibration=cal, batch1_work_s=work, block_tokens=block)
+        setup.update(
+            sample_stats=td.describe(sample), calibration=cal, batch1_work_s=work, block_tokens=block
+        )
         print(f"slice: {setup}\nbounds: {bounds}", flush=True)
         for load in args.loads:
             factor = work / (load * span * args.replicas)
