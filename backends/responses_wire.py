@@ -6,6 +6,7 @@ upstream's answer (object or event stream) back into a chat completion or chat c
 from typing import Any
 
 from backends.base import UpstreamError
+from core.completion import requested_completion_tokens
 
 _CARRIED = ("model", "temperature", "top_p", "parallel_tool_calls", "user", "seed", "stream",
             "prompt_cache_key", "safety_identifier", "service_tier", "top_logprobs")  # fmt: skip
@@ -22,8 +23,8 @@ def to_responses(chat: dict[str, Any]) -> dict[str, Any]:
     if system:
         body["instructions"] = "\n\n".join(system)
     body["input"] = [item for m in chat["messages"] if m["role"] != "system" for item in _items(m)]
-    if chat.get("max_tokens") or chat.get("max_completion_tokens"):
-        body["max_output_tokens"] = chat.get("max_completion_tokens") or chat["max_tokens"]
+    if asked := requested_completion_tokens(chat):
+        body["max_output_tokens"] = asked
     if chat.get("tools"):
         body["tools"] = [{"type": "function", **t["function"]} for t in chat["tools"]]
     choice = chat.get("tool_choice")

@@ -17,8 +17,8 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from backends.local_engine.config import EngineSettings  # noqa: E402
-from backends.local_engine.model_runner import ModelRunner  # noqa: E402
-from backends.local_engine.sequence import ScheduledSeq, Sequence  # noqa: E402
+from backends.local_engine.engine.model_runner import ModelRunner  # noqa: E402
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence  # noqa: E402
 from bench.harness import RESULTS  # noqa: E402
 
 CONTEXT = 256

@@ -101,11 +101,11 @@ def print_pivot(rows: list[ClientRow], labels: list[str]) -> None:
 def in_process_batch1(settings: dict) -> dict:
     """Batch-1 decode tok/s of the engine loop itself (no HTTP), same prompt and answer length."""
     from backends.local_engine.config import EngineSettings
-    from backends.local_engine.threads import configure_openmp
+    from backends.local_engine.engine.threads import configure_openmp
 
     configure_openmp(EngineSettings(**settings).adaptive_threads)  # before torch starts; no-op after
-    from backends.local_engine.sampling_params import SamplingParams
-    from backends.local_engine.serve import load_local_engine
+    from backends.local_engine.engine.sampling_params import SamplingParams
+    from backends.local_engine.server.serve import load_local_engine
 
     engine = load_local_engine(EngineSettings(**settings)).engine.engine
     ids = engine.runner.tokenizer.encode(prompts(1)[0])

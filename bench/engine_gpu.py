@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.sequence import ScheduledSeq, Sequence
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
 from bench.engine_gpu_models import (
     Ours,
     build_hf,
@@ -161,8 +161,8 @@ def _decode_logits(runner, ids: list[int], first: int) -> torch.Tensor:
 
 
 def section_kernels() -> None:
-    from backends.local_engine import attention_cuda
-    from backends.local_engine.quant import cuda_quant_kernel
+    from backends.local_engine.config import DEFAULT_KERNELS
+    from backends.local_engine.model import attention_cuda
     from bench.engine_gpu_kernels import check_kernels, pick_attention, pick_bf16_gemv, pick_quant
 
     results = check_kernels()
@@ -175,7 +175,7 @@ def section_kernels() -> None:
     record("kernels", "bf16 Triton GEMV at batch 1", os.environ["LLMGW_BF16_GEMV"])
     for fmt in ("int8", "int4"):
         variable = f"LLMGW_{fmt.upper()}_KERNEL"
-        os.environ[variable] = os.environ.get(variable) or pick_quant(results, fmt, cuda_quant_kernel(fmt))
+        os.environ[variable] = os.environ.get(variable) or pick_quant(results, fmt, getattr(DEFAULT_KERNELS, f"{fmt}_cuda_kernel"))
         record("kernels", f"{fmt} kernel used", os.environ[variable])
 
 

@@ -70,7 +70,9 @@ def f64_rotations(config, max_positions: int, device: torch.device) -> Tensor:
 
 @contextlib.contextmanager
 def patched(variant: str) -> Iterator[None]:
-    from backends.local_engine import fused_triton, rope, weights
+    from backends.local_engine.kernels.triton import fused as fused_triton
+    from backends.local_engine.loading import weights
+    from backends.local_engine.model import rope
 
     saved = (weights.ModelBuilder._stacked, fused_triton.add_rms_norm, fused_triton.silu_mul)
     saved_init = rope.RotaryTable.__init__

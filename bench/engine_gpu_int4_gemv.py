@@ -140,7 +140,7 @@ def check(device: str) -> float:
 
 
 def measure(name: str, n: int, k: int) -> dict:
-    from backends.local_engine.quant import Int4Linear
+    from backends.local_engine.kernels.quant import Int4Linear
 
     weight = torch.randn(n, k, device="cuda") * 0.02
     q, scale, low, _ = quantize(weight)

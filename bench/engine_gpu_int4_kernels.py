@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
-from backends.local_engine.int4_mma import CONFIGS, Int4MmaLinear, config_for
-from backends.local_engine.quant import Int4Linear, dequantize_int4, quantize_int4
+from backends.local_engine.kernels.cuda.int4_mma import CONFIGS, Int4MmaLinear, config_for
+from backends.local_engine.kernels.quant import Int4Linear
+from backends.local_engine.kernels.quantize import dequantize_int4, quantize_int4
 from bench.engine_gpu_int4_gemv import SHAPES
 from bench.engine_gpu_skinny import graph_us
 

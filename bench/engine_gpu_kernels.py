@@ -10,16 +10,17 @@ import os
 import torch
 import triton.testing
 
-from backends.local_engine import attention_cuda
-from backends.local_engine.attention_cuda import CudaAttentionMetadata
-from backends.local_engine.gemv_triton import gemv
-from backends.local_engine.int4_mma import Int4MmaLinear
-from backends.local_engine.kernels.reference import reference_paged_attention
-from backends.local_engine.quant import Int4Linear, dequantize_int4, quantize_int4, quantize_int8
-from backends.local_engine.quant_triton import int8_matmul
+from backends.local_engine.kernels.cuda.int4_mma import Int4MmaLinear
+from backends.local_engine.kernels.quant import Int4Linear
+from backends.local_engine.kernels.quantize import dequantize_int4, quantize_int4, quantize_int8
+from backends.local_engine.kernels.triton.gemv import gemv
+from backends.local_engine.kernels.triton.quant_own import int8_matmul
+from backends.local_engine.kernels.triton.reference import reference_paged_attention
+from backends.local_engine.model import attention_cuda
+from backends.local_engine.model.attention_cuda import CudaAttentionMetadata
 
 try:
-    import backends.local_engine.kernels as KERNELS
+    import backends.local_engine.kernels.triton as KERNELS
 except ImportError:  # pragma: no cover
     KERNELS = None
 

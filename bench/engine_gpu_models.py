@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from backends.local_engine.checkpoint import Checkpoint, TokenizerSource
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.hf_loader import model_config
-from backends.local_engine.model_runner import ModelRunner
+from backends.local_engine.engine.model_runner import ModelRunner
+from backends.local_engine.loading.checkpoint import Checkpoint, TokenizerSource
+from backends.local_engine.loading.hf import model_config
 
 _LLAMA3_ROPE = {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 8192}  # fmt: skip
@@ -111,9 +111,9 @@ class Ours:
 
 
 def build_ours(hf_model, name: str, dtype: str, max_num_seqs: int, kv_mb: int, **extra) -> Ours:
-    from backends.local_engine.device_sampler import DeviceSampler
-    from backends.local_engine.engine import LLMEngine
-    from backends.local_engine.sampler import probabilities
+    from backends.local_engine.engine.device_sampler import DeviceSampler
+    from backends.local_engine.engine.llm_engine import LLMEngine
+    from backends.local_engine.engine.sampler import probabilities
 
     settings = engine_settings(dtype, max_num_seqs, kv_mb, **extra)
     runner = ModelRunner(settings, checkpoint=checkpoint_of(hf_model, name))
@@ -126,7 +126,7 @@ def build_ours(hf_model, name: str, dtype: str, max_num_seqs: int, kv_mb: int, *
 
 def decode_bytes(runner: ModelRunner) -> int:
     """Weight bytes one decode step reads: all weights except an untied embedding table (one row read)."""
-    from backends.local_engine.weights import weight_bytes
+    from backends.local_engine.loading.weights import weight_bytes
 
     model = runner.model
     total = weight_bytes(model)

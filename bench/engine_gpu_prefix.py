@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from backends.local_engine import attention_cuda, cuda_runner
+from backends.local_engine.engine import cuda_runner
+from backends.local_engine.model import attention_cuda
 from bench.engine_gpu import copy_bandwidth, prefix_ttft, ttft
 from bench.engine_gpu_models import build_hf, build_ours, random_prompts
 from bench.engine_gpu_profile import kernel_table, replay_ms
@@ -101,7 +102,7 @@ def attention_sweep(tokens: int = 32, context: int = 1056, repeats: int = 32) ->
     import functools
     import itertools
 
-    from backends.local_engine.kernels.paged_attention import paged_attention
+    from backends.local_engine.kernels.triton.paged_attention import paged_attention
 
     heads, kv_heads, dim, page = 32, 8, 128, 16
     pages = -(-context // page)

@@ -81,9 +81,10 @@ def skinny_matmuls(rows_list: tuple[int, ...] = (1, 8, 16, 32)) -> dict:
     import torch.nn.functional as F
     import triton.testing
 
-    from backends.local_engine.gemv_triton import gemv
-    from backends.local_engine.quant import Int4Linear, quantize_int8
-    from backends.local_engine.quant_triton import int8_matmul
+    from backends.local_engine.kernels.quant import Int4Linear
+    from backends.local_engine.kernels.quantize import quantize_int8
+    from backends.local_engine.kernels.triton.gemv import gemv
+    from backends.local_engine.kernels.triton.quant_own import int8_matmul
     from bench.engine_gpu_skinny import SHAPES
 
     shapes = SHAPES["llama-8b"]
@@ -153,7 +154,7 @@ def top_kernels(engine, steps: int = 10, count: int = 12) -> dict:
     """torch.profiler over `steps` decode steps of one request: kernels by total device time."""
     from torch.profiler import ProfilerActivity, profile
 
-    from backends.local_engine.sampling_params import SamplingParams
+    from backends.local_engine.engine.sampling_params import SamplingParams
 
     engine.add_request(
         list(range(1, 129)), SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True)

@@ -1,4 +1,4 @@
-"""The skinny bf16 matmul (backends/local_engine/skinny_triton.py) against cuBLAS on the H200 (issue 17).
+"""The skinny bf16 matmul (backends/local_engine/kernels/triton/skinny.py) against cuBLAS on the H200 (issue 17).
 
     python3 -m bench.engine_gpu_skinny [--rows 32,2,8,16,64] [--engine llama-1b,llama-8b] [--out DIR]
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from backends.local_engine import skinny_triton as sk
+from backends.local_engine.kernels.triton import skinny as sk
 
 SHAPES = {  # projection -> (N, K)
     "llama-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
@@ -235,7 +235,7 @@ def confirm(table: dict, rows_list: list[int], results: dict) -> None:
 
 
 def engine_variant(hf, shape: str, variant: str, ids: list[int], reference: torch.Tensor) -> dict:  # noqa: ANN001
-    from backends.local_engine.cuda_runner import HostStep, padded_step
+    from backends.local_engine.engine.cuda_runner import HostStep, padded_step
     from bench.engine_gpu import prefix_ttft, run_closed_loop, teacher_forced_logits
     from bench.engine_gpu_models import build_ours, random_prompts
     from bench.engine_gpu_profile import replay_ms

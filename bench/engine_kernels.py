@@ -28,12 +28,12 @@ if "--dry-run" in sys.argv:
 import torch
 import torch.nn.functional as F
 
-from backends.local_engine.kernels import formats, reference
-from backends.local_engine.quant import quantize_int8
+from backends.local_engine.kernels.quantize import quantize_int8
+from backends.local_engine.kernels.triton import formats, reference
 from bench.harness import write_json
 
-attention = importlib.import_module("backends.local_engine.kernels.paged_attention")  # the package re-exports
-matmul = importlib.import_module("backends.local_engine.kernels.quant_matmul")  # functions of the same names
+attention = importlib.import_module("backends.local_engine.kernels.triton.paged_attention")  # the package re-exports
+matmul = importlib.import_module("backends.local_engine.kernels.triton.quant_matmul")  # functions of the same names
 
 SHAPES = {  # name: (N, K) of each linear layer of a Llama-3 shape, plus the output layer
     "8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),

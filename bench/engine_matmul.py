@@ -20,8 +20,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from backends.local_engine.cpu_kernels import Int8CpuLinear
-from backends.local_engine.quant import Int4Linear, make_linear
+from backends.local_engine.kernels.cpu.ops import Int8CpuLinear
+from backends.local_engine.kernels.quant import Int4Linear
+from backends.local_engine.kernels.select import make_linear
 from bench.harness import RESULTS
 
 LAYER_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]

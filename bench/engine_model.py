@@ -21,10 +21,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from backends.local_engine.config import EngineSettings  # noqa: E402
-from backends.local_engine.gguf_loader import packaged_model_path  # noqa: E402
-from backends.local_engine.model_runner import ModelRunner  # noqa: E402
-from backends.local_engine.quality import argmax_agreement, perplexity, teacher_forced_logits  # noqa: E402
-from backends.local_engine.sequence import ScheduledSeq, Sequence  # noqa: E402
+from backends.local_engine.engine.model_runner import ModelRunner  # noqa: E402
+from backends.local_engine.engine.quality import argmax_agreement, perplexity, teacher_forced_logits  # noqa: E402
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence  # noqa: E402
+from backends.local_engine.loading.gguf import packaged_model_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 QUALITY_TEXT = ROOT / "tests" / "data" / "quality_text.txt"

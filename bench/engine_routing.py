@@ -232,8 +232,8 @@ def random_model_folder(shape: str, folder: Path, tokenizer_dir: Path, dtype: st
 
 def export_tokenizer(folder: Path) -> None:
     """Write SmolLM2's tokenizer (from the packaged GGUF) as tokenizer.json, to carry to a GPU machine."""
-    from backends.local_engine.gguf_loader import load_gguf, packaged_model_path
-    from backends.local_engine.tokenizer import load_tokenizer
+    from backends.local_engine.loading.loader import load_gguf, packaged_model_path
+    from backends.local_engine.loading.tokenizer import load_tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     load_tokenizer(load_gguf(packaged_model_path()).tokenizer).backend.save(str(folder / "tokenizer.json"))

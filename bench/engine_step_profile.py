@@ -16,8 +16,8 @@ import time
 import torch
 
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.model_runner import ModelRunner
-from backends.local_engine.sequence import ScheduledSeq, Sequence
+from backends.local_engine.engine.model_runner import ModelRunner
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
 from bench.harness import RESULTS
 
 CONTEXT = 160

@@ -15,13 +15,13 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from backends.local_engine import structured  # noqa: E402
 from backends.local_engine.config import EngineSettings  # noqa: E402
-from backends.local_engine.detokenizer import IncrementalDetokenizer  # noqa: E402
-from backends.local_engine.engine import LLMEngine  # noqa: E402
-from backends.local_engine.model_runner import ModelRunner  # noqa: E402
-from backends.local_engine.protocol import sampling_params  # noqa: E402
-from backends.local_engine.sampler import probabilities  # noqa: E402
+from backends.local_engine.engine import structured  # noqa: E402
+from backends.local_engine.engine.detokenizer import IncrementalDetokenizer  # noqa: E402
+from backends.local_engine.engine.llm_engine import LLMEngine  # noqa: E402
+from backends.local_engine.engine.model_runner import ModelRunner  # noqa: E402
+from backends.local_engine.engine.sampler import probabilities  # noqa: E402
+from backends.local_engine.server.protocol import sampling_params  # noqa: E402
 from bench.harness import RESULTS  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}, "story": {"type": "string"}},

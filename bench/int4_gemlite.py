@@ -12,7 +12,7 @@ Triton autotunes each (rows, shape) on its first call, outside the timed graph.
 import torch
 from torch import Tensor, nn
 
-from backends.local_engine.quant import quantize_int4
+from backends.local_engine.kernels.quantize import quantize_int4
 
 
 class GemliteInt4Linear(nn.Module):

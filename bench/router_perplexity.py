@@ -47,7 +47,7 @@ class PromptScorer:
 
     def __init__(self, model: Path | None, step_tokens: int) -> None:
         from backends.local_engine.config import EngineSettings
-        from backends.local_engine.model_runner import ModelRunner
+        from backends.local_engine.engine.model_runner import ModelRunner
 
         torch.set_num_threads(1)
         settings = EngineSettings(model=model, dtype="fp32", num_threads=1, adaptive_threads=False,
@@ -66,7 +66,7 @@ class PromptScorer:
 
     def nll(self, prompts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(mean NLL per scored token, number of scored tokens) per prompt."""
-        from backends.local_engine.sequence import ScheduledSeq, Sequence
+        from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
 
         encoded = [self.ids(p) for p in prompts]
         means, counts = np.zeros(len(prompts)), np.zeros(len(prompts))

@@ -16,6 +16,7 @@ from contextlib import aclosing
 from typing import Any
 
 from backends.base import UpstreamError
+from core.completion import requested_completion_tokens
 from core.context import Handler, Policy, RequestContext
 from core.models import DeploymentConfig, cost_usd
 from core.reply import Reply
@@ -318,7 +319,7 @@ class _Run:
 
 
 def _client_cap(body: dict[str, Any]) -> int | float:
-    return body.get("max_completion_tokens") or body.get("max_tokens") or math.inf
+    return requested_completion_tokens(body) or math.inf
 
 
 def _finish(chunk: dict[str, Any]) -> str | None:

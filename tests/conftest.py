@@ -80,12 +80,12 @@ def verifier() -> "Verifier":
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build the CPU engine kernels (cpu_kernels.py: ~1 min the first time, then cached) before any test
+    """Build the CPU engine kernels (kernels/cpu/ops.py: ~1 min the first time, then cached) before any test
     starts an engine process that would build them under its own start-up timeout."""
     if not any("engine" in item.nodeid or "cpu_kernels" in item.nodeid for item in session.items):
         return
     try:
-        from backends.local_engine import cpu_kernels
+        from backends.local_engine.kernels.cpu import ops as cpu_kernels
     except ImportError:  # no torch: the engine tests skip themselves
         return
     cpu_kernels.available()

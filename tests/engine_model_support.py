@@ -6,9 +6,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from backends.local_engine.gguf_loader import packaged_model_path  # noqa: E402
-from backends.local_engine.model_runner import ModelRunner  # noqa: E402
-from backends.local_engine.sequence import ScheduledSeq, Sequence  # noqa: E402
+from backends.local_engine.engine.model_runner import ModelRunner  # noqa: E402
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence  # noqa: E402
+from backends.local_engine.loading.gguf import packaged_model_path  # noqa: E402
 
 
 class BumpAllocator:

@@ -10,12 +10,13 @@ import pytest
 import uvicorn
 from test_engine_serving_fakes import VOCAB, FakeDetokenizer, FakeRunner, fake_probs
 
-from backends.local_engine.async_engine import AsyncEngine
-from backends.local_engine.chat_template import ChatTemplate
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.engine import LLMEngine
-from backends.local_engine.metrics import EngineMetrics
-from backends.local_engine.server import LoadedEngine, ServedModel, create_app
+from backends.local_engine.engine.async_engine import AsyncEngine
+from backends.local_engine.engine.llm_engine import LLMEngine
+from backends.local_engine.loading.chat_template import ChatTemplate
+from backends.local_engine.server.metrics import EngineMetrics
+from backends.local_engine.server.served import LoadedEngine, ServedModel
+from backends.local_engine.server.server import create_app
 
 
 def fake_load(probs=fake_probs, vocab_size: int | None = None, **settings) -> LoadedEngine:  # noqa: ANN001, ANN003

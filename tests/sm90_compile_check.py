@@ -73,8 +73,8 @@ def _compile(label: str, kernel_fn: object, call: Callable[[], object]) -> dict:
 
 def main() -> None:
     driver.set_active(_Sm90Stub())
-    attention = importlib.import_module("backends.local_engine.kernels.paged_attention")
-    matmul = importlib.import_module("backends.local_engine.kernels.quant_matmul")
+    attention = importlib.import_module("backends.local_engine.kernels.triton.paged_attention")
+    matmul = importlib.import_module("backends.local_engine.kernels.triton.quant_matmul")
     kernels = matmul.quant_kernels
     heads, kv_heads, dim, block = 32, 8, 128, 16  # Llama-3 8B
     pool = torch.empty(2, 64 * block, kv_heads, dim, dtype=torch.bfloat16)

@@ -10,7 +10,7 @@ import openai
 import pytest
 from fake_engine_server import fake_load
 
-from backends.local_engine.server import create_app as create_engine_app
+from backends.local_engine.server.server import create_app as create_engine_app
 from core.models import DeploymentConfig, ModelConfig
 from gateway.app import create_app
 from tests.conftest import MASTER_KEY, gateway_settings

@@ -2,8 +2,8 @@
 
 import pytest
 
-from backends.local_engine.block_manager import BlockManager
-from backends.local_engine.sequence import Sequence
+from backends.local_engine.engine.block_manager import BlockManager
+from backends.local_engine.engine.sequence import Sequence
 
 BS = 4
 

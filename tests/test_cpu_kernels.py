@@ -1,6 +1,6 @@
-"""The x86 CPU kernels (cpu_kernels.py): int4 / int8 matmuls and the one-call int4 step (cpu_decode.py).
+"""The x86 CPU kernels (kernels/cpu/ops.py): int4 / int8 matmuls and the one-call int4 step (cpu_decode.py).
 
-Run wherever the CPU has AVX2 (LLMGW_INT4_CPU_KERNEL=auto, whatever the environment says: AVX-512 VNNI where the
+Run wherever the CPU has AVX2 (int4_cpu_kernel="auto": AVX-512 VNNI where the
 CPU has it, else AVX2; one test compares the two); skipped elsewhere or where the extension cannot be built.
 """
 
@@ -10,18 +10,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends.local_engine import cpu_kernels  # noqa: E402
-from backends.local_engine.checkpoint import Checkpoint, TokenizerSource  # noqa: E402
 from backends.local_engine.config import EngineSettings  # noqa: E402
-from backends.local_engine.model_config import ModelConfig  # noqa: E402
-from backends.local_engine.model_runner import ModelRunner  # noqa: E402
-from backends.local_engine.quant import dequantize_int4, quantize_int4, quantize_int8  # noqa: E402
-from backends.local_engine.sequence import ScheduledSeq, Sequence  # noqa: E402
+from backends.local_engine.engine.model_runner import ModelRunner  # noqa: E402
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence  # noqa: E402
+from backends.local_engine.kernels.cpu import ops as cpu_kernels  # noqa: E402
+from backends.local_engine.kernels.quantize import dequantize_int4, quantize_int4, quantize_int8  # noqa: E402
+from backends.local_engine.loading.checkpoint import Checkpoint, TokenizerSource  # noqa: E402
+from backends.local_engine.model.model_config import ModelConfig  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def kernels(monkeypatch):
-    monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "auto")
     cpu_kernels.available.cache_clear()
     if cpu_kernels.choice() == "torch" or shutil.which("c++") is None:
         pytest.skip("no AVX2 here, or no C++ compiler")
@@ -94,23 +93,17 @@ def test_the_vnni_tiles_give_the_avx2_tiles_bits():
 
 def test_choice_follows_the_cpu_and_the_setting(monkeypatch):
     monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: {"avx2", "fma", "f16c", "avx512f"})
-    monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "auto")
-    assert cpu_kernels.choice() == "avx2"
+    assert cpu_kernels.choice("auto") == "avx2"
     vnni = {"avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512vl", "avx512bw"}
     monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: vnni)
     assert cpu_kernels.choice() == "avx512vnni"
-    monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "avx2")
-    assert cpu_kernels.choice() == "avx2"
-    monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "avx512vnni")
-    assert cpu_kernels.choice() == "avx512vnni"
-    monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "torch")
-    assert cpu_kernels.choice() == "torch"
+    assert cpu_kernels.choice("avx2") == "avx2"
+    assert cpu_kernels.choice("avx512vnni") == "avx512vnni"
+    assert cpu_kernels.choice("torch") == "torch"
     monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: {"sse4_2"})
-    monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "avx2")
-    assert cpu_kernels.choice() == "torch"  # forced, but the CPU cannot run it
-    monkeypatch.setenv("LLMGW_INT4_CPU_KERNEL", "fast")
-    with pytest.raises(ValueError, match="LLMGW_INT4_CPU_KERNEL"):
-        cpu_kernels.choice()
+    assert cpu_kernels.choice("avx2") == "torch"  # forced, but the CPU cannot run it
+    with pytest.raises(ValueError, match="int4_cpu_kernel"):
+        cpu_kernels.choice("fast")
 
 
 def tiny_checkpoint(layers: int = 2, bias: bool = False) -> Checkpoint:
@@ -145,8 +138,9 @@ def tiny_checkpoint(layers: int = 2, bias: bool = False) -> Checkpoint:
 
 
 def tiny_runner(fused: bool, monkeypatch, bias: bool = False) -> ModelRunner:
-    monkeypatch.setenv("LLMGW_CPU_FUSED_DECODE", "1" if fused else "0")
-    settings = EngineSettings(dtype="int4", kv_cache_memory_mb=4, kv_cache_dtype="fp32", max_model_len=256)
+    settings = EngineSettings(
+        dtype="int4", kv_cache_memory_mb=4, kv_cache_dtype="fp32", max_model_len=256, cpu_fused_decode=fused
+    )
     runner = ModelRunner(settings, checkpoint=tiny_checkpoint(bias=bias))
     assert (runner.cpu_decoder is not None) == fused
     return runner

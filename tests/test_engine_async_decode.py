@@ -5,9 +5,9 @@ import pytest
 from test_engine_serving_fakes import FakeDetokenizer, FakeRunner, fake_probs, next_token
 
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.device_sampler import DeviceSampler
-from backends.local_engine.engine import LLMEngine
-from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.engine.device_sampler import DeviceSampler
+from backends.local_engine.engine.llm_engine import LLMEngine
+from backends.local_engine.engine.sampling_params import SamplingParams
 
 
 def engine(async_decode: bool, **settings) -> tuple[LLMEngine, FakeRunner]:

@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from backends.local_engine.attention import AttentionMetadata, build_metadata, paged_attention
-from backends.local_engine.gemma3.window import windowed
+from backends.local_engine.model.attention import AttentionMetadata, build_metadata, paged_attention
+from backends.local_engine.model.gemma3.window import windowed
 
 BLOCK_SIZE, HEADS, KV_HEADS, HEAD_DIM, NUM_BLOCKS = 4, 6, 2, 8, 16
 

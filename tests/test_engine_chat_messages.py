@@ -8,11 +8,12 @@ import fake_engine_server
 import httpx
 import pytest
 
-from backends.local_engine.chat_template import ChatTemplate, text_messages
-from backends.local_engine.gguf_loader import load_gguf, packaged_model_path
-from backends.local_engine.server import LoadedEngine, create_app
-from backends.local_engine.tokenizer import Tokenizer, load_tokenizer
-from backends.local_engine.tools import engine_chat
+from backends.local_engine.loading.chat_template import ChatTemplate, text_messages
+from backends.local_engine.loading.loader import load_gguf, packaged_model_path
+from backends.local_engine.loading.tokenizer import Tokenizer, load_tokenizer
+from backends.local_engine.server.served import LoadedEngine
+from backends.local_engine.server.server import create_app
+from backends.local_engine.server.tools import engine_chat
 from tests.fakes import ServerThread
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

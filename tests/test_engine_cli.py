@@ -67,7 +67,7 @@ def test_serve_refuses_a_bad_setting_from_the_environment_in_one_line(
 
 
 def test_serve_options_keep_their_types_and_zero_is_a_value() -> None:
-    from backends.local_engine.serve import settings_from
+    from backends.local_engine.server.serve import settings_from
 
     args = cli.build_parser().parse_args(
         ["serve", "--port", "65535", "--max-num-seqs", "0", "--dtype", "fp32"]

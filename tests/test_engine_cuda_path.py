@@ -12,20 +12,19 @@ import sys
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from backends.local_engine import attention_cuda  # noqa: E402
-from backends.local_engine.cuda_runner import CudaStepRunner, bucket_for, graph_buckets  # noqa: E402
-from backends.local_engine.fused_triton import add_rms_norm, rope_write_kv, silu_mul  # noqa: E402
-from backends.local_engine.quant import dequantize_int4, quantize_int4, quantize_int8  # noqa: E402
-from backends.local_engine.quant_triton import int4_matmul, int8_matmul, pack_int4  # noqa: E402
-from backends.local_engine.rope import RotaryTable, rotate_  # noqa: E402
-from backends.local_engine.sequence import ScheduledSeq, Sequence  # noqa: E402
+from backends.local_engine.engine.cuda_runner import CudaStepRunner, bucket_for, graph_buckets  # noqa: E402
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence  # noqa: E402
+from backends.local_engine.kernels.quantize import dequantize_int4, quantize_int4, quantize_int8  # noqa: E402
+from backends.local_engine.kernels.triton.fused import add_rms_norm, rope_write_kv, silu_mul  # noqa: E402
+from backends.local_engine.kernels.triton.quant_own import int4_matmul, int8_matmul, pack_int4  # noqa: E402
+from backends.local_engine.model import attention_cuda  # noqa: E402
+from backends.local_engine.model.rope import RotaryTable, rotate_  # noqa: E402
 from bench.engine_gpu_models import build_hf, build_ours, hf_logits  # noqa: E402
 from tests.triton_interpreter_support import DEVICE, INTERPRET  # first: sets up the interpreter on CPU
 
 if INTERPRET:  # kernels decorated before the interpreter was switched on (earlier test files) recompile
-    for _name in ("attention_triton", "gemv_triton", "quant_triton", "fused_triton", "kernels.paged_attention",
-                  "kernels.quant_matmul"):  # fmt: skip
-        _module = sys.modules.get(f"backends.local_engine.{_name}")
+    for _name in ("attention", "gemv", "quant_own", "fused", "paged_attention", "quant_matmul"):
+        _module = sys.modules.get(f"backends.local_engine.kernels.triton.{_name}")
         if _module is not None:
             importlib.reload(_module)
 
@@ -130,7 +129,7 @@ def test_fused_kernels_match_torch() -> None:
     gate_up = torch.randn(3, 64, generator=generator).to(DEVICE)
     assert rel(silu_mul(gate_up), torch.nn.functional.silu(gate_up[:, :32]) * gate_up[:, 32:]) < 1e-5
     config = build_hf("tiny", torch.device("cpu")).config
-    from backends.local_engine.hf_loader import model_config
+    from backends.local_engine.loading.hf import model_config
 
     table = RotaryTable(model_config(config.to_dict()), 64, torch.device(DEVICE))
     heads, kv_heads, dim = 4, 2, 32
@@ -162,7 +161,7 @@ def _gemv_weights(weight: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.T
 @pytest.mark.parametrize("fmt", ["float", "int8", "int4"])
 def test_fused_gemv_matches_the_unfused_ops(fmt: str) -> None:
     """gemv_triton's batch-1 extras (RMSNorm in, bias, SwiGLU, residual out) against plain torch."""
-    from backends.local_engine.gemv_triton import gemv
+    from backends.local_engine.kernels.triton.gemv import gemv
 
     generator = torch.Generator().manual_seed(len(fmt))
     x, residual, norm, bias = (
@@ -184,7 +183,7 @@ def test_fused_gemv_matches_the_unfused_ops(fmt: str) -> None:
 
 def test_batch1_decode_through_fused_gemvs_matches_transformers(model_pair) -> None:
     """One sequence decoding: the layers run gemv_forward (norms, SwiGLU and residual adds in the GEMVs)."""
-    from backends.local_engine.quant import ConcatLinear, DenseLinear
+    from backends.local_engine.kernels.quant import ConcatLinear, DenseLinear
 
     hf, runner = model_pair
     model, steps = runner.model, runner.cuda_steps
@@ -222,10 +221,10 @@ def test_batch1_decode_through_fused_gemvs_matches_transformers(model_pair) -> N
 def test_async_decode_through_the_step_runner_matches_plain_decode(model_pair) -> None:
     """Decode steps fed from the device's sampled tokens (pipeline.py) give the plain loop's greedy tokens."""
     from backends.local_engine.config import EngineSettings
-    from backends.local_engine.device_sampler import DeviceSampler
-    from backends.local_engine.engine import LLMEngine
-    from backends.local_engine.sampler import probabilities
-    from backends.local_engine.sampling_params import SamplingParams
+    from backends.local_engine.engine.device_sampler import DeviceSampler
+    from backends.local_engine.engine.llm_engine import LLMEngine
+    from backends.local_engine.engine.sampler import probabilities
+    from backends.local_engine.engine.sampling_params import SamplingParams
     from bench.engine_gpu_models import NullDetokenizer
 
     _, runner = model_pair
@@ -247,10 +246,10 @@ def test_async_decode_through_the_step_runner_matches_plain_decode(model_pair) -
 
 
 def test_int4_forward_wires_the_fused_layer_as_the_unfused_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """model.int4_forward (LLMGW_INT4_FUSED=1: norms, residual adds and SwiGLU inside int4_mma's kernel)
+    """model.int4_forward (the engine setting int4_fused: norms, residual adds and SwiGLU inside int4_mma's kernel)
     against fused_forward over the same int4_mma layers, prefill and decode. int4_mma's kernel is replaced by a
     torch reference of its semantics here (the kernel itself: tests/test_int4_mma_fused.py on a GPU)."""
-    from backends.local_engine import int4_mma
+    from backends.local_engine.kernels.cuda import int4_mma
     from tests.test_int4_mma_fused import reference_int4_mma
 
     hf = build_hf("tiny", torch.device(DEVICE))
@@ -259,7 +258,6 @@ def test_int4_forward_wires_the_fused_layer_as_the_unfused_one(monkeypatch: pyte
         runner.model, runner.kv_cache, runner.block_size, 4, 2048, 256
     )
     model = runner.model
-    monkeypatch.setenv("LLMGW_INT4_FUSED", "1")
     monkeypatch.setattr(int4_mma, "int4_mma_matmul", reference_int4_mma)
     for layer in model.layers:
         for name in ("qkv", "o_proj", "gate_up", "down"):

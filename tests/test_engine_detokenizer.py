@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 from tokenizers import SentencePieceBPETokenizer
 
-from backends.local_engine.detokenizer import IncrementalDetokenizer
-from backends.local_engine.gguf_loader import load_gguf, packaged_model_path
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.tokenizer import Tokenizer, load_tokenizer
+from backends.local_engine.engine.detokenizer import IncrementalDetokenizer
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.loading.loader import load_gguf, packaged_model_path
+from backends.local_engine.loading.tokenizer import Tokenizer, load_tokenizer
 
 TEXTS = [
     "Hello there, how are you today?",

@@ -5,16 +5,16 @@ import torch
 from test_engine_serving_fakes import FakeDetokenizer, FakeRunner, fake_probs, next_token
 
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.device_sampler import (
+from backends.local_engine.engine.device_sampler import (
     DeviceSampler,
     exponential_noise,
     penalize_dense,
     truncate_dense,
 )
-from backends.local_engine.engine import LLMEngine
-from backends.local_engine.sampler import penalize, truncate
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.sequence import Sequence
+from backends.local_engine.engine.llm_engine import LLMEngine
+from backends.local_engine.engine.sampler import penalize, truncate
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.engine.sequence import Sequence
 
 VOCAB = 50
 
@@ -102,7 +102,7 @@ def test_engine_samples_plain_steps_through_the_batched_sampler() -> None:
 
 @pytest.mark.parametrize("vocab", [49152, 128256, 1000, 130])
 def test_two_pass_argmax_matches_argmax_with_ties(vocab: int) -> None:
-    from backends.local_engine.device_sampler import argmax_rows
+    from backends.local_engine.engine.device_sampler import argmax_rows
 
     generator = torch.Generator().manual_seed(vocab)
     logits = torch.randn(3, vocab, generator=generator)

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.model_runner import ModelRunner
-from backends.local_engine.sequence import ScheduledSeq, Sequence
+from backends.local_engine.engine.model_runner import ModelRunner
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -127,8 +127,8 @@ def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
 def test_rotation_table_is_transformers_own(rope: dict) -> None:
     """cos/sin of every position equal transformers' bit for bit: fp32 logits then differ from HF's only by
     summation order (float64 angles put the 8B fp32 logits 1.26e-4 from HF's, bench/README.md)."""
-    from backends.local_engine.hf_loader import model_config
-    from backends.local_engine.rope import RotaryTable
+    from backends.local_engine.loading.hf import model_config
+    from backends.local_engine.model.rope import RotaryTable
 
     config = transformers.LlamaConfig(**SHAPE, head_dim=32, rope_parameters=rope)
     hf_rotary = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding(config)
@@ -140,8 +140,9 @@ def test_rotation_table_is_transformers_own(rope: dict) -> None:
 
 def test_fp32_on_cuda_keeps_projections_apart() -> None:
     """fp32 for CUDA runs q/k/v and gate/up as HF's separate matmuls (biases included), same values."""
-    from backends.local_engine.quant import ConcatLinear
-    from backends.local_engine.weights import WeightFormat, build_model
+    from backends.local_engine.kernels.quant import ConcatLinear
+    from backends.local_engine.loading.loader import build_model
+    from backends.local_engine.loading.weights import WeightFormat
     from bench.engine_gpu_models import build_hf, checkpoint_of
 
     hf = build_hf("tiny-qwen", torch.device("cpu"))

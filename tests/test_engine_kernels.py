@@ -1,4 +1,4 @@
-"""Triton kernels of the local engine (backends/local_engine/kernels) against torch references.
+"""Triton kernels of the local engine (backends/local_engine/kernels/triton) against torch references.
 
 On CPU the kernels run in Triton's interpreter (tests/triton_interpreter_support.kernel_module);
 with KERNEL_TEST_DEVICE=cuda the same cases run compiled on the GPU. Inputs are random (never zeros), outputs
@@ -14,28 +14,28 @@ from tests.triton_interpreter_support import DEVICE, kernel_module  # first: ski
 import pytest
 import torch
 
-from backends.local_engine.attention import build_metadata
-from backends.local_engine.attention import paged_attention as engine_attention
-from backends.local_engine.gemma3.window import windowed
-from backends.local_engine.kernels.formats import (
+from backends.local_engine.kernels.quantize import dequantize_int4, quantize_int4, quantize_int8
+from backends.local_engine.kernels.triton.formats import (
     int4_rows,
     int8_rows,
     pack_int4,
     quantize_int4_packed,
     unpack_int4,
 )
-from backends.local_engine.kernels.reference import (
+from backends.local_engine.kernels.triton.reference import (
     reference_int4_matmul,
     reference_int8_matmul,
     reference_paged_attention,
 )
-from backends.local_engine.quant import dequantize_int4, quantize_int4, quantize_int8
+from backends.local_engine.model.attention import build_metadata
+from backends.local_engine.model.attention import paged_attention as engine_attention
+from backends.local_engine.model.gemma3.window import windowed
 
-attention = kernel_module("backends.local_engine.kernels.paged_attention")
-kernel_module("backends.local_engine.kernels.quant_kernels")  # the programs quant_matmul launches
-matmul = kernel_module("backends.local_engine.kernels.quant_matmul")
-metadata = kernel_module("backends.local_engine.kernels.metadata")
-linear = kernel_module("backends.local_engine.kernels.linear")
+attention = kernel_module("backends.local_engine.kernels.triton.paged_attention")
+kernel_module("backends.local_engine.kernels.triton.quant_kernels")  # the programs quant_matmul launches
+matmul = kernel_module("backends.local_engine.kernels.triton.quant_matmul")
+metadata = kernel_module("backends.local_engine.kernels.triton.metadata")
+linear = kernel_module("backends.local_engine.kernels.triton.linear")
 
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 BLOCK_SIZE = 4

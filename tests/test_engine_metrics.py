@@ -12,7 +12,7 @@ from fake_engine_server import fake_load
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from backends.local_engine.server import create_app
+from backends.local_engine.server.server import create_app
 
 HISTOGRAMS = [
     "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:request_queue_time_seconds",

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.kv_cache import KVCache, slots_for
-from backends.local_engine.model_runner import ModelRunner
-from backends.local_engine.sequence import ScheduledSeq, Sequence
+from backends.local_engine.engine.model_runner import ModelRunner
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
+from backends.local_engine.model.kv_cache import KVCache, slots_for
 from tests.engine_model_support import BumpAllocator, greedy, hf_reference, run_step
 
 PROMPTS = [

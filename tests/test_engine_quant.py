@@ -6,17 +6,10 @@ import pytest
 import torch
 
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.model_runner import ModelRunner
-from backends.local_engine.quality import argmax_agreement, perplexity, teacher_forced_logits
-from backends.local_engine.quant import (
-    Fp16Linear,
-    Int4Linear,
-    Int8Linear,
-    cuda_inner_k_tiles,
-    dequantize_int4,
-    quantize_int4,
-    quantize_int8,
-)
+from backends.local_engine.engine.model_runner import ModelRunner
+from backends.local_engine.engine.quality import argmax_agreement, perplexity, teacher_forced_logits
+from backends.local_engine.kernels.quant import Fp16Linear, Int4Linear, Int8Linear, cuda_inner_k_tiles
+from backends.local_engine.kernels.quantize import dequantize_int4, quantize_int4, quantize_int8
 
 QUALITY_TEXT = Path(__file__).parent / "data" / "quality_text.txt"
 QUALITY_TOKENS = 512

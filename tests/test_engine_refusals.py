@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from backends.local_engine.protocol import sampling_params
+from backends.local_engine.server.protocol import sampling_params
 from core.errors import OpenAIError
 
 CHAT = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}]}

@@ -12,13 +12,14 @@ import pytest
 import torch
 from test_engine_serving_fakes import VOCAB, FakeDetokenizer, FakeRunner, fake_probs
 
-from backends.local_engine.async_engine import AsyncEngine, RequestFailed
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.engine import LLMEngine
-from backends.local_engine.request_checks import InvalidParam, check_params, without_nulls
-from backends.local_engine.sampler import probabilities
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.server import LoadedEngine, create_app
+from backends.local_engine.engine.async_engine import AsyncEngine, RequestFailed
+from backends.local_engine.engine.llm_engine import LLMEngine
+from backends.local_engine.engine.request_checks import InvalidParam, check_params, without_nulls
+from backends.local_engine.engine.sampler import probabilities
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.server.served import LoadedEngine
+from backends.local_engine.server.server import create_app
 from tests.fakes import ServerThread
 
 server = fake_engine_server.server  # the fixture
@@ -94,9 +95,9 @@ def test_top_k_off_or_past_the_vocabulary_is_served(server, top_k):
     assert response.status_code == 200, response.text
 
 
-def test_min_tokens_past_the_default_max_tokens_raises_it():
+def test_min_tokens_past_the_max_tokens_when_unset_raises_it():
     body = {"model": "fake", "prompt": "x", "min_tokens": 300}
-    from backends.local_engine.protocol import sampling_params
+    from backends.local_engine.server.protocol import sampling_params
 
     params = sampling_params("completions", body, 256)
     assert params.max_tokens == 300 and params.min_tokens == 300
@@ -231,8 +232,8 @@ def test_an_unexpected_error_while_adding_a_request_fails_that_request_alone():
 
 @pytest.mark.parametrize(("default", "expected"), [(5, 5), (None, 64 - 2)])
 def test_a_request_without_max_tokens_gets_the_settings_default_or_the_context_left(default, expected):
-    """default_max_tokens 5: five tokens; None: until the 64-token context is full (vLLM's chat default)."""
-    settings = {"max_model_len": 64, "default_max_tokens": default}
+    """max_tokens_when_unset 5: five tokens; None: until the 64-token context is full (vLLM's chat default)."""
+    settings = {"max_model_len": 64, "max_tokens_when_unset": default}
     with ServerThread(
         create_app(partial(fake_engine_server.fake_load, vocab_size=VOCAB, **settings))
     ) as running:

@@ -4,9 +4,9 @@ import math
 
 import torch
 
-from backends.local_engine.sampler import Sampler, penalize, probabilities
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.sequence import Sequence
+from backends.local_engine.engine.sampler import Sampler, penalize, probabilities
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.engine.sequence import Sequence
 
 VOCAB = 50
 

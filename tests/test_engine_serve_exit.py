@@ -13,8 +13,8 @@ import time
 import httpx
 import pytest
 
-from backends.local_engine.serve import serve
-from backends.local_engine.server import LoadedEngine
+from backends.local_engine.server.serve import serve
+from backends.local_engine.server.served import LoadedEngine
 
 
 def _free_port() -> int:

@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 import torch
 
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.sequence import ScheduledSeq
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.engine.sequence import ScheduledSeq
 
 VOCAB = 64
 EOS = 0

@@ -4,8 +4,8 @@ import pytest
 from test_engine_serving_fakes import EOS, FakeDetokenizer, FakeRunner, fake_probs, next_token
 
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.engine import LLMEngine
-from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.engine.llm_engine import LLMEngine
+from backends.local_engine.engine.sampling_params import SamplingParams
 
 
 def make_engine(num_blocks: int = 64, **overrides) -> tuple[LLMEngine, FakeRunner]:

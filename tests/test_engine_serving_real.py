@@ -8,10 +8,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("torch")
 
 from backends.local_engine.config import EngineSettings  # noqa: E402
-from backends.local_engine.detokenizer import IncrementalDetokenizer  # noqa: E402
-from backends.local_engine.engine import LLMEngine  # noqa: E402
-from backends.local_engine.sampler import probabilities  # noqa: E402
-from backends.local_engine.sampling_params import SamplingParams  # noqa: E402
+from backends.local_engine.engine.detokenizer import IncrementalDetokenizer  # noqa: E402
+from backends.local_engine.engine.llm_engine import LLMEngine  # noqa: E402
+from backends.local_engine.engine.sampler import probabilities  # noqa: E402
+from backends.local_engine.engine.sampling_params import SamplingParams  # noqa: E402
 
 SYSTEM = (
     "You are a careful assistant for a hardware store. Answer in one short sentence. Prices: hammer 12 "
@@ -22,7 +22,7 @@ CODE = "def area(width, height):\n    return width * height\n\ndef perimeter(wid
 
 @pytest.fixture(scope="module")
 def runner():
-    from backends.local_engine.model_runner import ModelRunner
+    from backends.local_engine.engine.model_runner import ModelRunner
 
     # fp32: int8 rounds activations to ~14 bits per row, which turns the float noise of different
     # attention paddings (prefix cache hit vs full prefill) into near-tie argmax flips
@@ -90,7 +90,7 @@ def test_speculative_greedy_output_is_identical_on_code_prose_and_lists(runner):
 
 @pytest.fixture(scope="module")
 def int4_runner():
-    from backends.local_engine.model_runner import ModelRunner
+    from backends.local_engine.engine.model_runner import ModelRunner
 
     runner = ModelRunner(EngineSettings(dtype="int4", kv_cache_memory_mb=64, max_model_len=512))
     if runner.cpu_decoder is None:

@@ -11,8 +11,9 @@ import pytest
 from fake_engine_server import fake_load
 from test_engine_serving_fakes import VOCAB
 
-from backends.local_engine.chat_template import ChatTemplate, text_messages
-from backends.local_engine.server import LoadedEngine, create_app
+from backends.local_engine.loading.chat_template import ChatTemplate, text_messages
+from backends.local_engine.server.served import LoadedEngine
+from backends.local_engine.server.server import create_app
 
 server, client = fake_engine_server.server, fake_engine_server.client  # the fixtures
 

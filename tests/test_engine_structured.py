@@ -12,11 +12,11 @@ pytest.importorskip("torch")
 pytest.importorskip("llguidance")
 
 from backends.local_engine.config import EngineSettings  # noqa: E402
-from backends.local_engine.detokenizer import IncrementalDetokenizer  # noqa: E402
-from backends.local_engine.engine import LLMEngine  # noqa: E402
-from backends.local_engine.protocol import sampling_params  # noqa: E402
-from backends.local_engine.sampler import probabilities  # noqa: E402
-from backends.local_engine.structured import grammars_for  # noqa: E402
+from backends.local_engine.engine.detokenizer import IncrementalDetokenizer  # noqa: E402
+from backends.local_engine.engine.llm_engine import LLMEngine  # noqa: E402
+from backends.local_engine.engine.sampler import probabilities  # noqa: E402
+from backends.local_engine.engine.structured import grammars_for  # noqa: E402
+from backends.local_engine.server.protocol import sampling_params  # noqa: E402
 from core.errors import OpenAIError  # noqa: E402
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
@@ -26,7 +26,7 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 
 @pytest.fixture(scope="module")
 def runner():
-    from backends.local_engine.model_runner import ModelRunner
+    from backends.local_engine.engine.model_runner import ModelRunner
 
     return ModelRunner(EngineSettings(dtype="fp32", kv_cache_memory_mb=64, max_model_len=512))
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.local_engine.threads import CpuShare, _busy_ticks, _own_ticks, configure_openmp
+from backends.local_engine.engine.threads import CpuShare, _busy_ticks, _own_ticks, configure_openmp
 
 STAT = (
     "cpu  {all} 0 0 0 0 0 0 0 0 0\ncpu0 {c0} 0 0 {i0} 0 0 0 0 0 0\ncpu1 {c1} 0 0 {i1} 0 0 0 0 0 0\nintr 1 2\n"

@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from backends.local_engine.checkpoint import TokenizerSource
-from backends.local_engine.gguf_loader import load_gguf, packaged_model_path
-from backends.local_engine.tokenizer import Tokenizer, load_tokenizer
+from backends.local_engine.loading.checkpoint import TokenizerSource
+from backends.local_engine.loading.loader import load_gguf, packaged_model_path
+from backends.local_engine.loading.tokenizer import Tokenizer, load_tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

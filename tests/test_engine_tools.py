@@ -18,11 +18,11 @@ pytest.importorskip("llguidance")
 import openai  # noqa: E402
 
 from backends.local_engine.config import EngineSettings  # noqa: E402
-from backends.local_engine.outputs import RequestOutput  # noqa: E402
-from backends.local_engine.protocol import Completion, sampling_params  # noqa: E402
-from backends.local_engine.serve import load_local_engine  # noqa: E402
-from backends.local_engine.server import create_app  # noqa: E402
-from backends.local_engine.tools import closed, tool_request, with_tools_prompt  # noqa: E402
+from backends.local_engine.engine.outputs import RequestOutput  # noqa: E402
+from backends.local_engine.server.protocol import Completion, sampling_params  # noqa: E402
+from backends.local_engine.server.serve import load_local_engine  # noqa: E402
+from backends.local_engine.server.server import create_app  # noqa: E402
+from backends.local_engine.server.tools import closed, tool_request, with_tools_prompt  # noqa: E402
 from core.errors import OpenAIError  # noqa: E402
 from tests.fakes import ServerThread  # noqa: E402
 

@@ -13,11 +13,11 @@ import torch
 from test_engine_serving_fakes import EOS, VOCAB, FakeDetokenizer, FakeRunner, fake_probs
 
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.engine import LLMEngine
-from backends.local_engine.outputs import RequestOutput
-from backends.local_engine.protocol import Completion
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.tools import tool_request
+from backends.local_engine.engine.llm_engine import LLMEngine
+from backends.local_engine.engine.outputs import RequestOutput
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.server.protocol import Completion
+from backends.local_engine.server.tools import tool_request
 
 server = fake_engine_server.server  # the fixture
 

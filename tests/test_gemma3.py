@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from backends.local_engine.attention import build_metadata
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.gemma3.window import band, windowed
-from backends.local_engine.model_runner import ModelRunner
+from backends.local_engine.engine.model_runner import ModelRunner
+from backends.local_engine.model.attention import build_metadata
+from backends.local_engine.model.gemma3.window import band, windowed
 from bench.gemma3_check import chunking, compare, run_chunks
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "gemma3_reference.json").read_text())

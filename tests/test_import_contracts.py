@@ -16,11 +16,16 @@ CONTRACTS = (
     "core imports no other package of the project",
     "the engine (backends.local_engine) imports only core",
     "no package imports gateway",
+    "the engine's rooms are layered",
+    "no import circle between the engine's modules",
 )
 VIOLATIONS = {  # one forbidden import per contract
     "core/_violation.py": "from routing.retry import backoff_s\n",
     "backends/local_engine/_violation.py": "from backends.base import UpstreamError\n",
     "cache/_violation.py": "import gateway.sse\n",
+    "backends/local_engine/kernels/_violation.py": "from backends.local_engine.engine import sequence\n",
+    "backends/local_engine/model/_circle_a.py": "from backends.local_engine.model import _circle_b\n",
+    "backends/local_engine/model/_circle_b.py": "from backends.local_engine.model import _circle_a\n",
 }
 
 

@@ -10,8 +10,8 @@ the kernel with the float64 product of the dequantized weight, for row counts on
 import pytest
 import torch
 
-from backends.local_engine.int4_mma import pack_codes, pack_scales, supports, unpack
-from backends.local_engine.quant import quantize_int4
+from backends.local_engine.kernels.cuda.int4_mma import pack_codes, pack_scales, supports, unpack
+from backends.local_engine.kernels.quantize import quantize_int4
 
 
 def input_of(step: int, j: int, t: int, column: int) -> int:
@@ -64,11 +64,11 @@ def test_packing_round_trips_codes_scales_and_zeros() -> None:
 
 
 def test_launch_shape_follows_the_weight_width(monkeypatch: pytest.MonkeyPatch) -> None:
-    from backends.local_engine.int4_mma import config_for
+    from backends.local_engine.kernels.cuda.int4_mma import config_for
 
     assert config_for(4096, 14336) == 3 and config_for(28672, 4096) == 0
-    monkeypatch.setenv("LLMGW_INT4_MMA_CONFIGS", "4096x14336:2,16x64:1")
-    assert config_for(4096, 14336) == 2 and config_for(4096, 4096) == 3
+    overrides = "4096x14336:2,16x64:1"  # the engine setting int4_mma_configs
+    assert config_for(4096, 14336, overrides) == 2 and config_for(4096, 4096, overrides) == 3
 
 
 def test_supports_only_the_kernels_shapes() -> None:
@@ -82,14 +82,13 @@ def test_supports_only_the_kernels_shapes() -> None:
 def test_kernel_matches_the_dequantized_weight(
     rows: int, config: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from backends.local_engine.int4_mma import Int4MmaLinear
+    from backends.local_engine.kernels.cuda.int4_mma import Int4MmaLinear
 
     torch.manual_seed(rows)
     n, k = 272, 1472  # 17 tiles, 23 steps: uneven over the 8 warps of a block
     weight = torch.randn(n, k, device="cuda") * 0.05
     bias = torch.randn(n, device="cuda")
-    monkeypatch.setenv("LLMGW_INT4_MMA_CONFIGS", f"{n}x{k}:{config}")
-    layer = Int4MmaLinear(weight, bias, 32)
+    layer = Int4MmaLinear(weight, bias, 32, configs=f"{n}x{k}:{config}")
     assert layer.config == config
     q, scale, zero = unpack(layer.codes.cpu(), layer.scales.cpu())  # the layer's own bf16 scales and zeros
     groups = (q.double().view(n, k // 32, 32) - 8) * scale.double()[..., None] + zero.double()[..., None]
@@ -105,9 +104,11 @@ def test_kernel_matches_the_dequantized_weight(
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernel runs on CUDA")
 def test_make_linear_picks_the_mma_kernel_from_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from backends.local_engine.int4_mma import Int4MmaLinear
-    from backends.local_engine.quant import Int4Linear, make_linear
+    from backends.local_engine.config import KernelSettings
+    from backends.local_engine.kernels.cuda.int4_mma import Int4MmaLinear
+    from backends.local_engine.kernels.quant import Int4Linear
+    from backends.local_engine.kernels.select import make_linear
 
-    monkeypatch.setenv("LLMGW_INT4_KERNEL", "mma")
-    assert isinstance(make_linear(torch.randn(256, 256, device="cuda"), None, "int4", 32), Int4MmaLinear)
-    assert isinstance(make_linear(torch.randn(200, 256, device="cuda"), None, "int4", 32), Int4Linear)
+    kernels = KernelSettings(int4_cuda_kernel="mma")
+    assert isinstance(make_linear(torch.randn(256, 256, device="cuda"), None, "int4", 32, kernels=kernels), Int4MmaLinear)
+    assert isinstance(make_linear(torch.randn(200, 256, device="cuda"), None, "int4", 32, kernels=kernels), Int4Linear)

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from backends.local_engine.int4_mma import (
+from backends.local_engine.kernels.cuda.int4_mma import (
     STORE_GATE_UP,
     STORE_PLAIN,
     STORE_SWIGLU,
@@ -76,7 +76,7 @@ def test_interleaved_rows_come_back_in_order_where_the_kernel_stores_them() -> N
 
 
 def test_gate_up_layer_packs_the_interleaved_codes() -> None:
-    from backends.local_engine.int4_mma import Int4MmaLinear
+    from backends.local_engine.kernels.cuda.int4_mma import Int4MmaLinear
 
     torch.manual_seed(3)
     weight = torch.randn(64, 128)
@@ -93,9 +93,9 @@ def test_gate_up_layer_packs_the_interleaved_codes() -> None:
 
 
 def test_model_takes_the_fused_int4_path_only_when_asked_and_able(monkeypatch: pytest.MonkeyPatch) -> None:
-    from backends.local_engine.int4_mma import Int4MmaLinear
-    from backends.local_engine.model import DecoderLayer, LlamaModel
-    from backends.local_engine.model_config import ModelConfig
+    from backends.local_engine.kernels.cuda.int4_mma import Int4MmaLinear
+    from backends.local_engine.model.llama import DecoderLayer, LlamaModel
+    from backends.local_engine.model.model_config import ModelConfig
 
     config = ModelConfig(
         vocab_size=32, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=2, num_kv_heads=1,
@@ -114,8 +114,7 @@ def test_model_takes_the_fused_int4_path_only_when_asked_and_able(monkeypatch: p
     def model(gate_up: bool) -> LlamaModel:
         return LlamaModel(config, None, [layer(gate_up)], torch.ones(64), None, 16)  # type: ignore[arg-type]
 
-    assert not model(True)._int4_fused()  # off by default
-    monkeypatch.setenv("LLMGW_INT4_FUSED", "1")
+    # gate/up is interleaved only where the engine setting int4_fused is on (select.make_linear)
     assert model(True)._int4_fused() and not model(False)._int4_fused()
 
 
@@ -139,7 +138,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 @cuda
 @pytest.mark.parametrize("rows", [1, 3, 8, 9, 33, 64, 100])
 def test_norm_and_residual_in_the_kernel(rows: int) -> None:
-    from backends.local_engine.int4_mma import Int4MmaLinear
+    from backends.local_engine.kernels.cuda.int4_mma import Int4MmaLinear
 
     torch.manual_seed(rows)
     n, k, eps = 272, 1472, 1e-5
@@ -167,7 +166,7 @@ def test_norm_and_residual_in_the_kernel(rows: int) -> None:
 @cuda
 @pytest.mark.parametrize("rows", [1, 5, 9, 64, 70])
 def test_gate_up_order_and_swiglu_in_the_kernel(rows: int) -> None:
-    from backends.local_engine.int4_mma import Int4MmaLinear
+    from backends.local_engine.kernels.cuda.int4_mma import Int4MmaLinear
 
     torch.manual_seed(10 + rows)
     inner, k, eps = 208, 1024, 1e-6
@@ -193,7 +192,7 @@ def test_gate_up_order_and_swiglu_in_the_kernel(rows: int) -> None:
 def test_programmatic_dependent_launch_changes_no_result() -> None:
     """A chain of int4_mma launches, each reading the previous output, with and without PDL, eager and as a
     CUDA graph: the same bits (the wait in the kernel orders every read of x and the residual)."""
-    from backends.local_engine.int4_mma import Int4MmaLinear
+    from backends.local_engine.kernels.cuda.int4_mma import Int4MmaLinear
 
     torch.manual_seed(7)
     k = 1024

@@ -24,7 +24,7 @@ import httpx
 import pytest
 import yaml
 
-from backends.local_engine.server import create_app as create_engine_app
+from backends.local_engine.server.server import create_app as create_engine_app
 from core.models import DeploymentConfig, ModelConfig
 from gateway.app import create_app
 from gateway.settings import Settings

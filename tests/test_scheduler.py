@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from backends.local_engine.block_manager import BlockManager
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.scheduler import Scheduler
-from backends.local_engine.sequence import Sequence, SequenceStatus
+from backends.local_engine.engine.block_manager import BlockManager
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.engine.scheduler import Scheduler
+from backends.local_engine.engine.sequence import Sequence, SequenceStatus
 
 BS = 4
 

@@ -1,4 +1,4 @@
-"""The skinny bf16 matmul (backends/local_engine/skinny_triton.py) against fp32/fp64 references.
+"""The skinny bf16 matmul (backends/local_engine/kernels/triton/skinny.py) against fp32/fp64 references.
 
 On CPU the kernel runs in Triton's interpreter (tests/triton_interpreter_support.kernel_module), whose
 fp32 -> bf16 cast truncates: an output element may then be one bf16 step (2^-7 relative) off the exact
@@ -14,7 +14,7 @@ from tests.triton_interpreter_support import DEVICE, kernel_module  # first: ski
 import pytest
 import torch
 
-skinny = kernel_module("backends.local_engine.skinny_triton")
+skinny = kernel_module("backends.local_engine.kernels.triton.skinny")
 Config = skinny.SkinnyConfig
 
 CASES = [  # rows, weight rows N, K, config (None: the interpreter's default on CPU, the table's on CUDA)
@@ -66,7 +66,7 @@ def test_split_k_is_deterministic(rows: int, n: int, k: int, config) -> None:
 def test_dense_linear_routes_2_to_64_rows_to_the_skinny_kernel(monkeypatch) -> None:
     """DenseLinear takes the skinny kernel for 2..skinny_rows rows when the table has a config for the
     shape, and F.linear where the table says cuBLAS (None) or beyond skinny_rows."""
-    from backends.local_engine.quant import DenseLinear
+    from backends.local_engine.kernels.quant import DenseLinear
 
     x, weight = _operands(6, 40, 96, 3)
     layer = DenseLinear(weight, None)

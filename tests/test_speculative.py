@@ -3,7 +3,12 @@
 import torch
 from scipy.stats import chisquare
 
-from backends.local_engine.speculative import AcceptanceGate, NgramProposer, verify_greedy, verify_sampled
+from backends.local_engine.engine.speculative import (
+    AcceptanceGate,
+    NgramProposer,
+    verify_greedy,
+    verify_sampled,
+)
 
 
 def test_proposes_continuation_of_longest_latest_match():

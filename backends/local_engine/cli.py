@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.engine.sampling_params import SamplingParams
 
 Handler = Callable[[argparse.Namespace], int]
 Configure = Callable[[argparse.ArgumentParser], None]
@@ -64,7 +64,7 @@ def _generate_arguments(parser: argparse.ArgumentParser) -> None:
 @command("generate", "Generate an answer to one prompt, offline, and print it.", _generate_arguments)
 def generate_command(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from backends.local_engine.model_runner import ModelRunner  # heavy import: only when used
+    from backends.local_engine.engine.model_runner import ModelRunner  # heavy import: only when used
 
     settings = EngineSettings(
         model=args.model,
@@ -90,9 +90,9 @@ def generate(runner, prompt_ids: list[int], params: SamplingParams, max_model_le
 
     The sequence is alone, so it simply owns the first blocks of the KV pool.
     """
-    from backends.local_engine.detokenizer import IncrementalDetokenizer
-    from backends.local_engine.sampler import Sampler
-    from backends.local_engine.sequence import ScheduledSeq, Sequence
+    from backends.local_engine.engine.detokenizer import IncrementalDetokenizer
+    from backends.local_engine.engine.sampler import Sampler
+    from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
 
     limit = min(max_model_len, runner.num_blocks * runner.block_size)
     if len(prompt_ids) >= limit:
@@ -128,7 +128,7 @@ def _stop_token_ids(eos_token_ids: tuple[int, ...], params: SamplingParams) -> s
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from backends.local_engine.serve import add_arguments
+    from backends.local_engine.server.serve import add_arguments
 
     add_arguments(parser)
 
@@ -137,7 +137,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     "serve", "Serve the OpenAI-compatible API (settings: --options or LLMGW_ENGINE__*).", _serve_arguments
 )
 def serve_command(args: argparse.Namespace) -> int:
-    from backends.local_engine.serve import run
+    from backends.local_engine.server.serve import run
 
     return run(args)
 

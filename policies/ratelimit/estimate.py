@@ -8,6 +8,7 @@ only decides admission near the limit.
 
 from typing import Any
 
+from core.completion import requested_completion_tokens
 from core.usage import estimate_prompt_tokens as prompt_tokens
 
 __all__ = ["completion_tokens", "prompt_tokens"]
@@ -16,5 +17,5 @@ __all__ = ["completion_tokens", "prompt_tokens"]
 def completion_tokens(endpoint: str, body: dict[str, Any], default: int) -> int:
     if endpoint == "embeddings":
         return 0
-    asked = body.get("max_completion_tokens") or body.get("max_tokens") or default
+    asked = requested_completion_tokens(body) or default
     return int(asked) * max(1, int(body.get("n") or 1))

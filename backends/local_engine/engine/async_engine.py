@@ -14,12 +14,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from backends.local_engine.outputs import RequestOutput
-from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.engine.outputs import RequestOutput
+from backends.local_engine.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from backends.local_engine.engine import LLMEngine
-    from backends.local_engine.sequence import Sequence
+    from backends.local_engine.engine.llm_engine import LLMEngine
+    from backends.local_engine.engine.sequence import Sequence
 
 log = logging.getLogger("llmgw.engine")
 

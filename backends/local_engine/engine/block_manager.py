@@ -14,7 +14,7 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from backends.local_engine.sequence import Sequence
+from backends.local_engine.engine.sequence import Sequence
 
 _ROOT_KEY = 0
 _ID_BYTES = array("q").itemsize  # bytes per token id in token_bytes

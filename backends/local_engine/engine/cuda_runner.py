@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from backends.local_engine.attention_cuda import CudaAttentionMetadata
-from backends.local_engine.kv_cache import KVCache
-from backends.local_engine.model import LlamaModel
-from backends.local_engine.sequence import ScheduledSeq
+from backends.local_engine.engine.sequence import ScheduledSeq
+from backends.local_engine.model.attention_cuda import CudaAttentionMetadata
+from backends.local_engine.model.kv_cache import KVCache
+from backends.local_engine.model.llama import LlamaModel
 
 _BUCKET_STEPS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
 # Small prefill / mixed steps replayed from graphs too: (tokens, sequences incl. one padding sequence).

@@ -11,7 +11,7 @@ Text is released only once it is final:
 
 from typing import Protocol
 
-from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.engine.sampling_params import SamplingParams
 
 _CONTEXT_TOKENS = 5  # previous tokens decoded together with new ones
 _MAX_PENDING = 6  # a UTF-8 character spans at most 4 byte tokens; give up waiting after this many

@@ -13,9 +13,9 @@ import random
 import torch
 from torch import Tensor
 
-from backends.local_engine.sampler import _SEED_MIX, _has_penalty, bias_index, held_back
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.sequence import Sequence
+from backends.local_engine.engine.sampler import _SEED_MIX, _has_penalty, bias_index, held_back
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.engine.sequence import Sequence
 
 _MASK64 = (1 << 64) - 1
 

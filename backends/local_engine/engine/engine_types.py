@@ -6,8 +6,8 @@ from typing import Any, Protocol
 
 import torch
 
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.sequence import ScheduledSeq, Sequence
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
 
 
 @dataclass

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from backends.local_engine.block_manager import BlockManager
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.engine_types import (
+from backends.local_engine.engine.block_manager import BlockManager
+from backends.local_engine.engine.engine_types import (
     Detokenizer,
     DetokenizerFactory,
     EngineCounters,
@@ -20,14 +20,19 @@ from backends.local_engine.engine_types import (
     SampleAsyncFn,
     SampleFn,
 )
-from backends.local_engine.logprobs import prompt_chunk_logprobs, token_logprob
-from backends.local_engine.outputs import RequestOutput, TokenLogprob, matched_stop
-from backends.local_engine.pipeline import PLACEHOLDER, InFlight, pipelinable
-from backends.local_engine.request_checks import check_params, check_token_ids
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.scheduler import Scheduler
-from backends.local_engine.sequence import ScheduledSeq, Sequence
-from backends.local_engine.speculative import AcceptanceGate, NgramProposer, verify_greedy, verify_sampled
+from backends.local_engine.engine.logprobs import prompt_chunk_logprobs, token_logprob
+from backends.local_engine.engine.outputs import RequestOutput, TokenLogprob, matched_stop
+from backends.local_engine.engine.pipeline import PLACEHOLDER, InFlight, pipelinable
+from backends.local_engine.engine.request_checks import check_params, check_token_ids
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.engine.scheduler import Scheduler
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
+from backends.local_engine.engine.speculative import (
+    AcceptanceGate,
+    NgramProposer,
+    verify_greedy,
+    verify_sampled,
+)
 
 
 @dataclass

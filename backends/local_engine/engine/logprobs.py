@@ -3,7 +3,7 @@ tokens it produced and, when asked, for the prompt's own tokens."""
 
 import torch
 
-from backends.local_engine.outputs import TokenLogprob
+from backends.local_engine.engine.outputs import TokenLogprob
 
 
 def token_logprob(logits: torch.Tensor, token_id: int, num_top: int) -> TokenLogprob:

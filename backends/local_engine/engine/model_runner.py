@@ -28,14 +28,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from backends.local_engine.attention import Layout, build_metadata
-from backends.local_engine.checkpoint import Checkpoint
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.cpu_decode import CpuDecoder
-from backends.local_engine.kv_cache import KVCache, kv_bytes_per_token, num_blocks_for_memory
-from backends.local_engine.sequence import ScheduledSeq
-from backends.local_engine.threads import CpuShare
-from backends.local_engine.weights import WeightFormat, build_model, weight_bytes
+from backends.local_engine.engine.sequence import ScheduledSeq
+from backends.local_engine.engine.threads import CpuShare
+from backends.local_engine.loading.checkpoint import Checkpoint
+from backends.local_engine.loading.loader import build_model
+from backends.local_engine.loading.weights import WeightFormat, weight_bytes
+from backends.local_engine.model.attention import Layout, build_metadata
+from backends.local_engine.model.cpu_decode import CpuDecoder
+from backends.local_engine.model.kv_cache import KVCache, kv_bytes_per_token, num_blocks_for_memory
 
 
 @dataclass
@@ -63,7 +64,7 @@ class ModelRunner:
         self.block_size = settings.block_size
         self.attention_layout = attention_layout
         if checkpoint is None:
-            from backends.local_engine.loader import load_checkpoint  # gguf / safetensors readers
+            from backends.local_engine.loading.loader import load_checkpoint  # gguf / safetensors readers
 
             checkpoint = load_checkpoint(settings.model)
         self.config = checkpoint.config
@@ -75,7 +76,7 @@ class ModelRunner:
             raise ValueError(
                 "Gemma 3 (sliding-window attention) runs on the CPU only for now; use device cpu"
             )
-        fmt = WeightFormat(settings.dtype, settings.int4_group_size, cuda=cuda)
+        fmt = WeightFormat(settings.dtype, settings.int4_group_size, cuda=cuda, kernels=settings)
         self.model = build_model(checkpoint, fmt, self.device, settings.max_model_len)
         self.weight_bytes = weight_bytes(self.model)
         auto = torch.bfloat16 if not cuda and settings.dtype != "fp32" else fmt.activation_dtype
@@ -88,9 +89,13 @@ class ModelRunner:
         )
         self.kv_cache = KVCache(self.config, self.num_blocks + cuda, self.block_size, kv_dtype, self.device)
         self.cuda_steps = None
-        self.cpu_decoder = None if cuda else CpuDecoder.build(self.model, self.kv_cache, self.block_size)
+        cpu_fused = not cuda and settings.cpu_fused_decode
+        self.cpu_decoder = CpuDecoder.build(self.model, self.kv_cache, self.block_size) if cpu_fused else None
         if cuda:
-            from backends.local_engine.cuda_runner import CudaStepRunner
+            from backends.local_engine.engine.cuda_runner import CudaStepRunner
+            from backends.local_engine.model import attention_cuda
+
+            attention_cuda.configure(settings.attention_kernel, settings.attention_max_splits)
 
             self.cuda_steps = CudaStepRunner(
                 self.model, self.kv_cache, self.block_size, settings.max_num_seqs, settings.max_model_len,
@@ -189,6 +194,6 @@ def _tokenizer(checkpoint: Checkpoint):  # -> tokenizer.Tokenizer | None
     source = checkpoint.tokenizer
     if source.tokenizer_json is None and not source.gguf_fields:
         return None  # an in-memory checkpoint without a tokenizer (benchmarks on random weights)
-    from backends.local_engine.tokenizer import load_tokenizer
+    from backends.local_engine.loading.tokenizer import load_tokenizer
 
     return load_tokenizer(source)

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from backends.local_engine.sampler import _has_penalty
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.sequence import ScheduledSeq
+from backends.local_engine.engine.sampler import _has_penalty
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.engine.sequence import ScheduledSeq
 
 PLACEHOLDER = 0  # stands in for a token that is still on the device
 

@@ -8,8 +8,8 @@ import math
 import torch
 from torch import Tensor
 
-from backends.local_engine.model_runner import ModelRunner
-from backends.local_engine.sequence import ScheduledSeq, Sequence
+from backends.local_engine.engine.model_runner import ModelRunner
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
 
 
 def teacher_forced_logits(runner: ModelRunner, token_ids: list[int], chunk: int = 256) -> Tensor:

@@ -9,19 +9,12 @@ past the server fails that request alone instead of a step of the loop.
 import math
 from typing import Any
 
-from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.errors import InvalidParam
 
 _REQUIRED = ("model", "messages", "prompt")  # null there is a mistake the validation names, not a default
 _INT64 = 2**63
-
-
-class InvalidParam(ValueError):
-    """A client-facing message and the request field it is about."""
-
-    def __init__(self, message: str, param: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-        self.code = code
+__all__ = ["InvalidParam", "check_params", "check_room", "check_token_ids", "without_nulls"]
 
 
 def without_nulls(body: dict[str, Any]) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.sequence import Sequence
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.engine.sequence import Sequence
 
 _SEED_MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: spreads (seed, position) over the seed space
 _CANDIDATES = 256  # tokens examined for top-p before falling back to a full sort of a row
@@ -176,8 +176,8 @@ def probabilities(
     """
     if any(
         p.constraint is not None for p in params
-    ):  # grammar-constrained rows (backends/local_engine/structured.py)
-        from backends.local_engine.structured import constrain  # llguidance loads only when used
+    ):  # grammar-constrained rows (backends/local_engine/engine/structured.py)
+        from backends.local_engine.engine.structured import constrain  # llguidance loads only when used
 
         logits = constrain(logits.float(), [p.constraint for p in params], outputs)
     processed = penalize(logits.float(), params, prompts, outputs)

@@ -10,8 +10,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from backends.local_engine.block_manager import BlockManager
-from backends.local_engine.sequence import ScheduledSeq, Sequence, SequenceStatus
+from backends.local_engine.engine.block_manager import BlockManager
+from backends.local_engine.engine.sequence import ScheduledSeq, Sequence, SequenceStatus
 
 
 @dataclass

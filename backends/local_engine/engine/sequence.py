@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from itertools import count
 
-from backends.local_engine.sampling_params import SamplingParams
+from backends.local_engine.engine.sampling_params import SamplingParams
 
 _ids = count()
 

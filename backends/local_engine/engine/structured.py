@@ -118,7 +118,7 @@ def constrain(logits: Tensor, constraints: list[JsonConstraint | None], outputs:
 
 
 def grammars_for(tokenizer: Any) -> Grammars | None:
-    """For the engine's tokenizer (backends/local_engine/tokenizer.py); None where llguidance cannot read it."""
+    """For the engine's tokenizer (backends/local_engine/loading/tokenizer.py); None where llguidance cannot read it."""
     backend = getattr(tokenizer, "backend", None)
     if backend is None or not tokenizer.eos_token_ids:
         return None

@@ -5,55 +5,52 @@ int8: symmetric, one scale per output channel. int4: asymmetric, one (scale, zer
 
 CPU kernels, chosen by bench/engine_matmul.py (SmolLM2-135M shapes, 1-32 rows, AVX2 EPYC): fbgemm's int8
 GEMM (`quantized.linear_dynamic`) is the fastest at every row count and its cost per row falls as rows are
-added. int4 runs cpu_kernels.py's int4 x int8 AVX2 kernel (2.5-4.8x torch's packed kernel at 1-32 rows on an
-AVX2 EPYC), else the packed `_weight_int4pack_mm_for_cpu` (bf16 activations; LLMGW_INT4_CPU_KERNEL=torch).
+added. int4 runs kernels/cpu/ops.py's int4 x int8 AVX2 kernel (2.5-4.8x torch's packed kernel at 1-32 rows on an
+AVX2 EPYC), else the packed `_weight_int4pack_mm_for_cpu` (bf16 activations; int4_cpu_kernel="torch").
 fbgemm quantizes the activations of a whole call with one (scale, zero point); `Int8Linear` first maps
 every row affinely onto exactly [-1, 1] (x = s * x' + c) and adds `c * W·1` back, so each row is quantized
 on its own range: quality stays per-row and a row's result does not depend on the rows batched with it
 (integer accumulation is exact), which keeps speculative verification identical to one-token decode.
-CUDA (bf16 activations): int8 runs the kernels/ package's Triton linear by default, or our own kernels
-(quant_triton.py / gemv_triton.py, fused into the batch-1 layer); int4 our tensor-core kernel (int4_mma.py),
-else torch's packed `_weight_int4pack_mm` (tinygemm). `cuda_quant_kernel` says which and why (measured on
-the H200).
+CUDA (bf16 activations): int8 runs kernels/triton's linear by default, or our own kernels (triton/quant_own.py
+/ triton/gemv.py, fused into the batch-1 layer); int4 our tensor-core kernel (cuda/int4_mma.py), else torch's
+packed `_weight_int4pack_mm` (tinygemm). select.py picks by the engine's KernelSettings (config.py says
+which won where, measured on the H200). The quantization math is quantize.py's.
 """
 
-import os
 import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from backends.local_engine.kernels.quantize import quantize_int4, quantize_int8
+
 _INT4_INNER_K_TILES = 8
 _INT4_K_TILE = 16
 
 
 class DenseLinear(nn.Module):
-    """F.linear; on CUDA in bf16 one-row inputs (batch-1 decode) use the Triton GEMV (gemv_triton.py),
-    which reads narrow weights faster than cuBLAS (LLMGW_BF16_GEMV=0 turns it off), and inputs of 2 up to
-    LLMGW_SKINNY_ROWS rows (default 64; 1 turns it off) the skinny Triton matmul (skinny_triton.py) for the
-    weight shapes where it measured faster than cuBLAS (`skinny_triton.config_for`; 8B prefill graph of a
-    prefix-cached request 5.15 -> 4.86 ms on the H200, bench/README.md)."""
+    """F.linear; on CUDA in bf16 one-row inputs (batch-1 decode) use the Triton GEMV (kernels/triton/gemv.py),
+    which reads narrow weights faster than cuBLAS (`gemv` False turns it off), and inputs of 2 up to
+    `skinny_rows` rows (1 turns it off) the skinny Triton matmul (triton/skinny.py) for the weight shapes
+    where it measured faster than cuBLAS (`skinny.config_for`; 8B prefill graph of a prefix-cached request
+    5.15 -> 4.86 ms on the H200, bench/README.md)."""
 
-    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor | None, gemv: bool = True, skinny_rows: int = 64) -> None:
         super().__init__()
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.bias = None if bias is None else nn.Parameter(bias.to(weight.dtype), requires_grad=False)
-        self.gemv = (
-            weight.is_cuda
-            and weight.dtype == torch.bfloat16
-            and os.environ.get("LLMGW_BF16_GEMV", "1") == "1"
-        )
-        self.skinny_rows = int(os.environ.get("LLMGW_SKINNY_ROWS", "64")) if self.gemv else 1
+        self.gemv = gemv and weight.is_cuda and weight.dtype == torch.bfloat16
+        self.skinny_rows = skinny_rows if self.gemv else 1
 
     def forward(self, x: Tensor) -> Tensor:
         if self.gemv and x.shape[0] == 1:
-            from backends.local_engine.gemv_triton import gemv
+            from backends.local_engine.kernels.triton.gemv import gemv
 
             out = gemv(x, self.weight)
             return out if self.bias is None else out + self.bias
         if 1 < x.shape[0] <= self.skinny_rows:
-            from backends.local_engine.skinny_triton import config_for, skinny_matmul
+            from backends.local_engine.kernels.triton.skinny import config_for, skinny_matmul
 
             config = config_for(x.shape[0], *self.weight.shape)
             if config is not None:
@@ -83,13 +80,6 @@ class ConcatLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.cat([part(x) for part in self.parts], -1)
-
-
-def quantize_int8(weight: Tensor) -> tuple[Tensor, Tensor]:
-    """Symmetric per-row int8: weight ≈ q * scale[:, None]."""
-    scale = weight.abs().amax(dim=1).clamp(min=1e-8) / 127.0
-    q = torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8)
-    return q, scale
 
 
 def fbgemm_pack_int8(q: Tensor, scale: Tensor) -> torch.ScriptObject:
@@ -162,7 +152,7 @@ class Int8Linear(nn.Module):
         if self.packed is not None:
             out = rowwise_int8_linear(x.float(), self.packed, self.row_sums).to(x.dtype)
         else:
-            from backends.local_engine.quant_triton import int8_matmul
+            from backends.local_engine.kernels.triton.quant_own import int8_matmul
 
             out = int8_matmul(x, self.q, self.scale)
         return out if self.bias is None else out + self.bias.to(x.dtype)
@@ -194,43 +184,22 @@ class Fp16Linear(nn.Module):
         return out if self.bias is None else out + self.bias
 
 
-def quantize_int4(weight: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
-    """Asymmetric grouped int4 → (q int32 [N, K] in 0..15, scales_and_zeros [K/group, N, 2])."""
-    out_features, in_features = weight.shape
-    if in_features % group_size:
-        raise ValueError(f"in_features {in_features} not divisible by int4 group size {group_size}")
-    groups = weight.reshape(out_features, in_features // group_size, group_size)
-    low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
-    scale = (high - low).clamp(min=1e-6) / 15.0
-    q = torch.round((groups - low) / scale).clamp(0, 15).to(torch.int32).reshape(out_features, in_features)
-    zero = low + scale * 8.0  # the kernels dequantize as (q - 8) * scale + zero
-    scales_and_zeros = torch.cat([scale, zero], dim=-1).transpose(0, 1).contiguous()
-    return q, scales_and_zeros
-
-
-def dequantize_int4(q: Tensor, scales_and_zeros: Tensor, group_size: int) -> Tensor:
-    out_features, in_features = q.shape
-    scale, zero = scales_and_zeros.transpose(0, 1).unsqueeze(-1).unbind(dim=2)
-    groups = (q.reshape(out_features, -1, group_size).float() - 8.0) * scale + zero
-    return groups.reshape(out_features, in_features)
-
-
 class Int4Linear(nn.Module):
     """The packed int4 kernel at every row count (CPU: `_weight_int4pack_mm_for_cpu`, bf16 activations).
 
-    CUDA: torch's `_weight_int4pack_mm` (tinygemm), or with LLMGW_INT4_KERNEL=triton the Triton kernels of
-    quant_triton.py / gemv_triton.py on nibble-packed bytes with bf16 (scale, min) per group; at batch 1 these
+    CUDA: torch's `_weight_int4pack_mm` (tinygemm), or with `triton` (int4_cuda_kernel="triton") the kernels of
+    kernels/triton/quant_own.py / kernels/triton/gemv.py on nibble-packed bytes with bf16 (scale, min) per group; at batch 1 these
     run inside the fused decode layer (model.py `gemv_forward`).
     """
 
-    def __init__(self, weight: Tensor, bias: Tensor | None, group_size: int) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor | None, group_size: int, triton: bool = False) -> None:
         super().__init__()
         q, scales_and_zeros = quantize_int4(weight.float(), group_size)
         self.group_size = group_size
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
-        self.triton = weight.is_cuda and cuda_quant_kernel("int4") == "triton"
+        self.triton = triton and weight.is_cuda
         if self.triton:
-            from backends.local_engine.quant_triton import pack_int4
+            from backends.local_engine.kernels.triton.quant_own import pack_int4
 
             scale, zero = scales_and_zeros.unbind(-1)  # [K / group, N] each; zero is min + 8 * scale
             self.register_buffer("packed", pack_int4(q))
@@ -241,7 +210,7 @@ class Int4Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.triton:
-            from backends.local_engine.quant_triton import int4_matmul
+            from backends.local_engine.kernels.triton.quant_own import int4_matmul
 
             out = int4_matmul(x, self.packed, self.scales_mins, self.group_size)
             return out if self.bias is None else out + self.bias.to(x.dtype)
@@ -273,60 +242,3 @@ def cuda_inner_k_tiles(in_features: int) -> int:
     raise ValueError(f"int4 on CUDA needs in_features divisible by 32, got {in_features}")
 
 
-def cuda_quant_kernel(dtype: str) -> str:
-    """Which kernel CUDA int8 / int4 layers use. LLMGW_INT8_KERNEL: "kernels" (the kernels/ package,
-    default: 8B batch 1 346 tok/s, 61 % of roofline, against 323 for the fused own GEMV; two A/B rounds in one
-    H200 call, bench/results/engine_gpu_profile_int8_ab.json) or "own" (quant_triton.py / gemv_triton.py).
-    LLMGW_INT4_KERNEL: "mma" (int4_mma.py, tensor cores; default: at 8B batch 1 408 tok/s against tinygemm's
-    301-308, 1.5x tinygemm per layer at 1 row and 2.9x at 8 rows, bench/results/engine_gpu_int4_kernels*.json; shapes it does not
-    take, or a machine where it does not build, use tinygemm), "tinygemm" (torch's packed kernel), "triton"
-    (quant_triton.py) or "kernels". Defaults: the fastest exact ones on the H200 (bench/README.md)."""
-    default = {"int8": "kernels", "int4": "mma"}[dtype]
-    return os.environ.get(f"LLMGW_{dtype.upper()}_KERNEL") or default
-
-
-def make_linear(
-    weight: Tensor, bias: Tensor | None, dtype: str, group_size: int, gate_up: bool = False
-) -> nn.Module:
-    """Build the layer for `dtype` from a float32 weight already on its target device. `gate_up`: the weight
-    is [gate; up] (int4_mma's layer stores it interleaved for its fused SwiGLU; others ignore it)."""
-    if dtype in ("int8", "int4") and weight.is_cuda and cuda_quant_kernel(dtype) == "kernels":
-        from backends.local_engine.kernels import TritonInt4Linear, TritonInt8Linear
-
-        if dtype == "int8":
-            return TritonInt8Linear(weight, bias)
-        return TritonInt4Linear(weight, bias, group_size)
-    if dtype == "int8":
-        return Int8Linear(weight, bias)
-    if dtype == "int4" and weight.is_cuda and cuda_quant_kernel(dtype) == "mma":
-        from backends.local_engine import int4_mma
-
-        if int4_mma.supports(*weight.shape, group_size) and int4_mma.available():
-            return int4_mma.Int4MmaLinear(
-                weight, bias, group_size, gate_up=gate_up and bias is None and int4_mma.fused_wanted()
-            )
-    if dtype == "int4" and not weight.is_cuda and cpu_int4_kernel(*weight.shape, group_size):
-        from backends.local_engine.cpu_kernels import Int4CpuLinear
-
-        return Int4CpuLinear(weight, bias, group_size)
-    if dtype == "int4":
-        return Int4Linear(weight, bias, group_size)
-    if dtype == "fp16":
-        return Fp16Linear(weight, bias)
-    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
-    return DenseLinear(weight.to(torch_dtype), bias)
-
-
-def cpu_int4_kernel(out_features: int, in_features: int, group_size: int) -> bool:
-    """Whether a CPU int4 layer of this shape runs cpu_kernels.py's kernel (else torch's packed one)."""
-    from backends.local_engine import cpu_kernels
-
-    return cpu_kernels.supports(out_features, in_features, group_size) and cpu_kernels.available()
-
-
-def cpu_int8_kernel(out_features: int, in_features: int) -> bool:
-    """Whether an int8 CPU layer of this shape can run cpu_kernels.py's int8 kernel (the int4 format's output
-    layer uses it where the int4 kernel is used)."""
-    from backends.local_engine import cpu_kernels
-
-    return cpu_kernels.supports(out_features, in_features, cpu_kernels.GROUP) and cpu_kernels.available()

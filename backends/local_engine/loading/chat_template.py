@@ -6,7 +6,7 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from backends.local_engine.request_checks import InvalidParam
+from backends.local_engine.errors import InvalidParam
 from core.errors import bad_request
 
 # ChatML, used when a checkpoint carries no template of its own.

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from backends.local_engine.model_config import ModelConfig
+from backends.local_engine.model.model_config import ModelConfig
 
 
 @dataclass

@@ -14,12 +14,12 @@ from gguf import GGUFReader
 from torch import Tensor
 from tqdm import tqdm
 
-from backends.local_engine.checkpoint import Checkpoint, TokenizerSource
-from backends.local_engine.gemma3.config import Gemma3Config, gemma3_config
-from backends.local_engine.gemma3.model import NORMS, Gemma3Layer, Gemma3Model
-from backends.local_engine.gguf_loader import dequantized, tokenizer_source
-from backends.local_engine.rope import interleave_rope_rows
-from backends.local_engine.weights import ModelBuilder, WeightFormat
+from backends.local_engine.loading.checkpoint import Checkpoint, TokenizerSource
+from backends.local_engine.loading.gguf import dequantized, tokenizer_source
+from backends.local_engine.loading.weights import ModelBuilder, WeightFormat
+from backends.local_engine.model.gemma3.config import Gemma3Config, gemma3_config
+from backends.local_engine.model.gemma3.model import NORMS, Gemma3Layer, Gemma3Model
+from backends.local_engine.model.rope import interleave_rope_rows
 
 _LAYER_NAMES = {
     "attn_norm": "input_norm",

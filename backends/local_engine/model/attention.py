@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from backends.local_engine.kv_cache import block_slots
+from backends.local_engine.model.kv_cache import block_slots
 
 Layout = Literal["auto", "per_seq", "padded"]
 SHORT_SPAN = 16  # decode + up to 15 speculative tokens
@@ -159,7 +159,7 @@ def paged_attention(q: Tensor, kv: Tensor, pool: Tensor, meta: AttentionMetadata
     CUDA steps carry attention_cuda.CudaAttentionMetadata and go to its kernel.
     """
     if not isinstance(meta, AttentionMetadata):
-        from backends.local_engine.attention_cuda import cuda_paged_attention
+        from backends.local_engine.model.attention_cuda import cuda_paged_attention
 
         return cuda_paged_attention(q, kv, pool, meta)
     pool.index_copy_(1, meta.slot_mapping, kv.transpose(0, 1).to(pool.dtype))

@@ -3,17 +3,16 @@
 A step's metadata is a handful of index tensors (block tables, context lengths, query offsets, slot
 mapping) that every layer shares; none of it depends on the contexts' contents, so a decode step with
 fixed-size buffers can be captured once in a CUDA graph and replayed (cuda_graphs.py). The kernel is
-the Triton one of `kernels/` when that package provides it, else the engine's own (attention_triton.py).
+the Triton one of `kernels/` when that package provides it, else the engine's own (kernels/triton/attention.py).
 The CPU path (attention.py) is unchanged.
 """
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from torch import Tensor
 
-from backends.local_engine.attention_triton import paged_attention_triton
+from backends.local_engine.kernels.triton.attention import paged_attention_triton
 
 AttentionKernel = Callable[[Tensor, Tensor, "CudaAttentionMetadata"], Tensor]  # (q, pool, meta) -> out
 
@@ -38,15 +37,12 @@ def _own_kernel(q: Tensor, pool: Tensor, meta: CudaAttentionMetadata) -> Tensor:
 def _kernels_package() -> AttentionKernel | None:
     """kernels/ (paged_decode for decode steps, paged_attention for mixed ones)."""
     try:
-        import backends.local_engine.kernels as module
+        import backends.local_engine.kernels.triton as module
     except ImportError:
         return None
     if not all(hasattr(module, name) for name in ("paged_attention", "paged_decode")):
         return None
 
-    # key tile of split-K mixed steps in 16-bit: 128 keys measured 12.8 against 64's 14.3 us a layer for a
-    # prefix-cached 32-token tail over 1056 keys on the H200 (bench/engine_gpu_prefix.py --attention-sweep)
-    split_block_n = int(os.environ.get("LLMGW_ATTENTION_SPLIT_BLOCK_N", "128"))
 
     def run(q: Tensor, pool: Tensor, meta: CudaAttentionMetadata) -> Tensor:
         scale = q.shape[-1] ** -0.5
@@ -57,7 +53,7 @@ def _kernels_package() -> AttentionKernel | None:
                 q, pool, meta.block_tables, meta.page_size, meta.context_lens, scale, num_splits=splits
             )
         splits = num_splits((q.shape[0] // 16 + seqs) * kv_heads)
-        block_n = split_block_n if splits > 1 and q.element_size() == 2 else 64
+        block_n = SPLIT_BLOCK_N if splits > 1 and q.element_size() == 2 else 64
         return module.paged_attention(
             q, pool, meta.block_tables, meta.page_size, meta.context_lens, meta.query_start, scale,
             num_splits=splits, block_n=block_n,
@@ -66,13 +62,22 @@ def _kernels_package() -> AttentionKernel | None:
     return run
 
 
-def num_splits(programs: int, target: int = 256, most: int = 8) -> int:
+# key tile of split-K mixed steps in 16-bit: 128 keys measured 12.8 against 64's 14.3 us a layer for a
+# prefix-cached 32-token tail over 1056 keys on the H200 (bench/engine_gpu_prefix.py --attention-sweep), and
+# the cached request 5.51 against 5.62 ms in the engine (bench/README.md), so the 64-key switch
+# (LLMGW_ATTENTION_SPLIT_BLOCK_N) is gone
+SPLIT_BLOCK_N = 128
+_MOST_SPLITS = [8]  # the engine setting attention_max_splits (`configure`)
+
+
+def num_splits(programs: int, target: int = 256, most: int | None = None) -> int:
     """Split-K count for a step of `programs` (query block, KV head) programs: a power of two, at most
     `most`, until about `target` programs run (the H200 has 132 SMs). It depends on shapes only, not on the
     context lengths, so a captured graph keeps it; splits left without keys cost an empty program. Steps
     with few query blocks over long contexts (a prefix-cached prompt's tail, small-batch decode) are
-    otherwise a few dozen programs walking every key tile in turn. LLMGW_ATTENTION_SPLITS=1 turns it off."""
-    limit = int(os.environ.get("LLMGW_ATTENTION_SPLITS", str(most)))
+    otherwise a few dozen programs walking every key tile in turn. `most` None: the engine setting
+    attention_max_splits (1 turns split-K off)."""
+    limit = _MOST_SPLITS[0] if most is None else most
     splits = 1
     while splits < limit and programs * splits < target:
         splits *= 2
@@ -87,12 +92,19 @@ _ACTIVE: list[AttentionKernel] = []
 
 
 def kernel() -> AttentionKernel:
-    """The `kernels/` package's kernel when it is importable, else the engine's own fallback;
-    LLMGW_ATTENTION_KERNEL=own|kernels forces one."""
+    """The kernel `configure` chose; unconfigured, kernels/triton's when importable, else the engine's own."""
     if not _ACTIVE:
-        forced = os.environ.get("LLMGW_ATTENTION_KERNEL")
-        _ACTIVE.append(use_kernel(forced) if forced else (_kernels_package() or _own_kernel))
+        _ACTIVE.append(_kernels_package() or _own_kernel)
     return _ACTIVE[0]
+
+
+def configure(attention_kernel: str = "auto", max_splits: int = 8) -> None:
+    """The engine settings attention_kernel ("auto", "kernels" or "own") and attention_max_splits, set by the
+    model runner when it starts on CUDA."""
+    _MOST_SPLITS[0] = max_splits
+    _ACTIVE.clear()
+    if attention_kernel != "auto":
+        use_kernel(attention_kernel)
 
 
 def use_kernel(name: str) -> AttentionKernel:

@@ -1,30 +1,29 @@
 """CPU int4 steps through every decoder layer in one C++ call.
 
 Why hand-written (issue 14): at batch 1 on the CPU the model's own work is small (SmolLM2-135M int4: ~2.6 ms
-of matmuls a token with cpu_kernels.py's kernel) and PyTorch's per-op cost is not: ~60 ATen ops a layer at 2-5 µs
+of matmuls a token with kernels/cpu/ops.py's kernel) and PyTorch's per-op cost is not: ~60 ATen ops a layer at 2-5 µs
 each, RMSNorm alone six ops, plus SDPA's setup (~100 µs a call on an AVX2 EPYC) — 20 of the 22 ms of a
 batch-1 step there (bench/README.md, "int4 on AVX2 CPUs"). cpu_decode.cpp runs the whole layer stack as plain
 loops: RMSNorm, the int4 matmuls (int4_cpu.cpp), RoPE, the K/V write into the paged pool, attention over each
 row's block table, SiLU, residual adds. The embedding, the final norm and the output layer stay in Python.
 
-Taken for every step when every layer's four projections run cpu_kernels.py's kernel (`CpuDecoder.build`).
+Taken for every step when every layer's four projections run kernels/cpu/ops.py's kernel (`CpuDecoder.build`).
 Attention converts each row chunk's context to float32 once per KV head and scores 8 keys per FMA chain.
 Every row goes through the same arithmetic whatever the step holds (per-row activation scales in the
 matmuls, a fixed order in attention, whatever the span's length or chunking), so a decode row, a speculative
 verification row and a prefill row of the same token give the same logits, bit for bit: speculative
 decoding keeps greedy output unchanged, and so do chunk boundaries.
-LLMGW_CPU_FUSED_DECODE=0 turns it off.
+The engine setting cpu_fused_decode=False turns it off.
 """
 
-import os
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from backends.local_engine import cpu_kernels
-from backends.local_engine.kv_cache import KVCache
-from backends.local_engine.model import LlamaModel
+from backends.local_engine.kernels.cpu import ops as cpu_kernels
+from backends.local_engine.model.kv_cache import KVCache
+from backends.local_engine.model.llama import LlamaModel
 
 
 class CpuDecoder:
@@ -44,8 +43,9 @@ class CpuDecoder:
 
     @classmethod
     def build(cls, model: torch.nn.Module, kv_cache: KVCache, block_size: int) -> "CpuDecoder | None":
-        """A decoder when the model can take this path here, else None."""
-        if os.environ.get("LLMGW_CPU_FUSED_DECODE", "1") == "0" or type(model) is not LlamaModel:
+        """A decoder when the model can take this path here, else None (the caller asks only when the
+        engine setting cpu_fused_decode is on)."""
+        if type(model) is not LlamaModel:
             return None
         if kv_cache.pool.is_cuda or kv_cache.pool.dtype not in (torch.bfloat16, torch.float32):
             return None

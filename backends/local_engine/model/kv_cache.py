@@ -8,7 +8,7 @@ their slots (slot mapping) and attention gathers a sequence's context through it
 import torch
 from torch import Tensor
 
-from backends.local_engine.model_config import ModelConfig
+from backends.local_engine.model.model_config import ModelConfig
 
 
 def kv_bytes_per_token(config: ModelConfig, dtype: torch.dtype) -> int:

@@ -2,24 +2,22 @@
 
 q/k/v and gate/up projections are fused into one matmul each at load time (see weights.py).
 On CUDA (steps carrying attention_cuda metadata) the layers run `fused_forward`: residual add + RMSNorm,
-RoPE + K/V write and SwiGLU are one Triton kernel each (fused_triton.py). One-token steps whose
+RoPE + K/V write and SwiGLU are one Triton kernel each (kernels/triton/fused.py). One-token steps whose
 projections all run the Triton GEMV (bf16, int8) take `gemv_forward` instead: six kernels a layer, the
 norms, SwiGLU and residual adds inside the GEMVs (8B batch-1 graph 4.54 → 4.32 ms on the H200,
-bench/README.md). With LLMGW_INT4_FUSED=1, steps of up to 64 tokens whose projections are all int4_mma
+bench/README.md). With the engine setting int4_fused, steps of up to 64 tokens whose projections are all int4_mma
 layers take `int4_forward`: six kernels a layer in the same way (int4_mma.cu's fused forms; correct on the
 H200 but slower there, 2.66 against 2.45 ms an 8B step, so off by default). The CPU path is unchanged.
 """
-
-import os
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from backends.local_engine.attention import AttentionMetadata, paged_attention
-from backends.local_engine.kv_cache import KVCache
-from backends.local_engine.model_config import ModelConfig
-from backends.local_engine.rope import RotaryTable, rotate_
+from backends.local_engine.model.attention import AttentionMetadata, paged_attention
+from backends.local_engine.model.kv_cache import KVCache
+from backends.local_engine.model.model_config import ModelConfig
+from backends.local_engine.model.rope import RotaryTable, rotate_
 
 
 class DecoderLayer(nn.Module):
@@ -61,8 +59,8 @@ class DecoderLayer(nn.Module):
         next_norm: Tensor,
     ) -> tuple[Tensor, Tensor]:  # fmt: skip
         """CUDA: (this layer's output normed by `next_norm`, the residual stream) from the normed input."""
-        from backends.local_engine.attention_cuda import attend  # triton loads only on CUDA
-        from backends.local_engine.fused_triton import add_rms_norm, rope_write_kv, silu_mul
+        from backends.local_engine.kernels.triton.fused import add_rms_norm, rope_write_kv, silu_mul
+        from backends.local_engine.model.attention_cuda import attend  # triton loads only on CUDA
 
         tokens = normed.shape[0]
         qkv = self.qkv(normed)
@@ -81,14 +79,12 @@ class DecoderLayer(nn.Module):
 
     def gemv_forward(
         self, residual: Tensor, positions: Tensor, rotations: Tensor, meta, kv_pool: Tensor, operands: list[tuple],
-        swiglu: bool = True,
     ) -> Tensor:  # fmt: skip
         """CUDA, one token: the residual stream in and out in six kernels. RMSNorms run inside the GEMVs
-        that read them, residual adds and SwiGLU in the GEMVs that produce them (gemv_triton.py); with
-        `swiglu` False, SwiGLU stays a kernel of its own (seven kernels)."""
-        from backends.local_engine.attention_cuda import attend
-        from backends.local_engine.fused_triton import rope_write_kv, silu_mul
-        from backends.local_engine.gemv_triton import gemv
+        that read them, residual adds and SwiGLU in the GEMVs that produce them (kernels/triton/gemv.py)."""
+        from backends.local_engine.kernels.triton.fused import rope_write_kv
+        from backends.local_engine.kernels.triton.gemv import gemv
+        from backends.local_engine.model.attention_cuda import attend
 
         (qkv_w, qkv_s, qkv_b), (o_w, o_s, o_b), (gu_w, gu_s, _), (down_w, down_s, _) = operands
         qkv = gemv(residual, qkv_w, qkv_s, bias=qkv_b, norm=self.input_norm, eps=self.eps)
@@ -96,15 +92,12 @@ class DecoderLayer(nn.Module):
         q = qkv.view(1, self.heads + 2 * self.kv_heads, self.head_dim)[:, : self.heads]
         attention = attend(q, kv_pool, meta).reshape(1, self.heads * self.head_dim)
         residual = gemv(attention, o_w, o_s, bias=o_b, residual=residual)
-        if swiglu:
-            mlp = gemv(residual, gu_w, gu_s, norm=self.post_norm, eps=self.eps, swiglu=True)
-        else:
-            mlp = silu_mul(gemv(residual, gu_w, gu_s, norm=self.post_norm, eps=self.eps))
+        mlp = gemv(residual, gu_w, gu_s, norm=self.post_norm, eps=self.eps, swiglu=True)
         return gemv(mlp, down_w, down_s, residual=residual)
 
     def int4_ready(self) -> bool:
         """Whether `int4_forward` can run this layer: bias-free int4_mma projections, gate/up interleaved."""
-        from backends.local_engine.int4_mma import STORE_GATE_UP, Int4MmaLinear
+        from backends.local_engine.kernels.cuda.int4_mma import STORE_GATE_UP, Int4MmaLinear
 
         linears = (self.qkv, self.o_proj, self.gate_up, self.down)
         return (
@@ -117,8 +110,8 @@ class DecoderLayer(nn.Module):
         self, residual: Tensor, positions: Tensor, rotations: Tensor, meta, kv_pool: Tensor
     ) -> Tensor:
         """CUDA, int4_mma layers: the bf16 residual stream in and out in six kernels, as `gemv_forward`."""
-        from backends.local_engine.attention_cuda import attend
-        from backends.local_engine.fused_triton import rope_write_kv
+        from backends.local_engine.kernels.triton.fused import rope_write_kv
+        from backends.local_engine.model.attention_cuda import attend
 
         tokens = residual.shape[0]
         qkv = self.qkv.fused(residual, norm=self.input_norm, eps=self.eps)
@@ -172,7 +165,7 @@ class LlamaModel(nn.Module):
         return F.rms_norm(residual, self.norm.shape, self.norm, self.config.rms_norm_eps)
 
     def _fused_forward(self, input_ids: Tensor, positions: Tensor, meta, kv_cache: KVCache) -> Tensor:
-        from backends.local_engine.fused_triton import add_rms_norm
+        from backends.local_engine.kernels.triton.fused import add_rms_norm
 
         eps = self.config.rms_norm_eps
         layers = list(self.layers)
@@ -185,9 +178,7 @@ class LlamaModel(nn.Module):
         if operands is not None:
             residual = self.embed(input_ids)
             for layer, kv_pool, ops in zip(layers, kv_cache.layers, operands, strict=True):
-                residual = layer.gemv_forward(
-                    residual, positions, self.rotary.rotations, meta, kv_pool, ops, self._gemv_swiglu
-                )
+                residual = layer.gemv_forward(residual, positions, self.rotary.rotations, meta, kv_pool, ops)
             return add_rms_norm(residual, None, self.norm, eps)[0]
         normed, residual = add_rms_norm(self.embed(input_ids), None, layers[0].input_norm, eps)
         norms = [layer.input_norm for layer in layers[1:]] + [self.norm]
@@ -199,21 +190,19 @@ class LlamaModel(nn.Module):
         return normed
 
     def _gemv_operands(self) -> list[list[tuple]] | None:
-        """Per layer, the operands of the fused batch-1 path (None when a layer cannot take it, or with
-        LLMGW_FUSED_GEMV=0; =2 keeps SwiGLU out of the GEMV). Looked up once: the weights do not move after load."""
+        """Per layer, the operands of the fused batch-1 path (None when a layer cannot take it). Looked up
+        once: the weights do not move after load. The unfused batch-1 step (8B graph 4.54 against 4.32 ms on
+        the H200, bench/README.md) is no longer a choice: the LLMGW_FUSED_GEMV switch is gone."""
         if not hasattr(self, "_gemv_cache"):
-            mode = os.environ.get("LLMGW_FUSED_GEMV", "1")
             found = [layer.gemv_operands() for layer in self.layers]
-            self._gemv_cache = found if mode != "0" and all(found) else None
-            self._gemv_swiglu = mode != "2"
+            self._gemv_cache = found if all(found) else None
         return self._gemv_cache
 
     def _int4_fused(self) -> bool:
-        """Whether short steps take `int4_forward` (LLMGW_INT4_FUSED=1 and every layer can); looked up once."""
+        """Whether short steps take `int4_forward`: every layer can, which only layers built with the engine
+        setting int4_fused can (gate/up interleaved); looked up once."""
         if not hasattr(self, "_int4_fused_cache"):
-            from backends.local_engine.int4_mma import fused_wanted
-
-            self._int4_fused_cache = fused_wanted() and all(layer.int4_ready() for layer in self.layers)
+            self._int4_fused_cache = all(layer.int4_ready() for layer in self.layers)
         return self._int4_fused_cache
 
     @torch.inference_mode()

@@ -5,7 +5,7 @@ import math
 import torch
 from torch import Tensor
 
-from backends.local_engine.model_config import ModelConfig
+from backends.local_engine.model.model_config import ModelConfig
 
 
 def inverse_frequencies(config: ModelConfig, device: torch.device | None = None) -> Tensor:

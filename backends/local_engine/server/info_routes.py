@@ -3,20 +3,18 @@
 
 import importlib.metadata
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from backends.local_engine.tokenize_api import detokenize, tokenize
+from backends.local_engine.server.served import LoadedEngine
+from backends.local_engine.server.tokenize_api import detokenize, tokenize
 from core.validation import parse_json
 
-if TYPE_CHECKING:
-    from backends.local_engine.server import LoadedEngine
-
 Ready = Callable[
-    [], "LoadedEngine"
+    [], LoadedEngine
 ]  # the loaded engine, or a 503 OpenAIError while loading or after a failure
 
 

@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from backends.local_engine.async_engine import RequestObserver, RequestTimes
+from backends.local_engine.engine.async_engine import RequestObserver, RequestTimes
 
 if TYPE_CHECKING:
-    from backends.local_engine.engine import LLMEngine
+    from backends.local_engine.engine.llm_engine import LLMEngine
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip

@@ -10,27 +10,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from backends.local_engine.outputs import RequestOutput, TokenLogprob
-from backends.local_engine.prompts import Prompt
-from backends.local_engine.refusals import JSON_MODES, refuse_what_cannot_be_honoured
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.tools import ToolRequest, tool_request
+from backends.local_engine.engine.outputs import RequestOutput, TokenLogprob
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.server.prompts import Prompt
+from backends.local_engine.server.refusals import JSON_MODES, refuse_what_cannot_be_honoured
+from backends.local_engine.server.tools import ToolRequest, tool_request
+from core.completion import requested_completion_tokens
 from core.errors import bad_request
 
 TokenText = Callable[[int], str]
 
 
 def sampling_params(
-    endpoint: str, body: dict[str, Any], default_max_tokens: int, grammars: Any = None
+    endpoint: str, body: dict[str, Any], max_tokens_when_unset: int, grammars: Any = None
 ) -> SamplingParams:
     """`grammars`: a structured.Grammars for this model's tokenizer, which makes JSON response formats possible."""
     refuse_what_cannot_be_honoured(body, json_modes=grammars is not None)
     tools = tool_request(body) if endpoint == "chat" else None
     stop = body.get("stop") or []
     min_tokens = body.get("min_tokens") or 0
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    max_tokens = requested_completion_tokens(body)
     if max_tokens is None:  # not given: enough for min_tokens (an explicit smaller one is a 400)
-        max_tokens = max(default_max_tokens, min_tokens)
+        max_tokens = max(max_tokens_when_unset, min_tokens)
     top_k = body.get("top_k") or 0
     return SamplingParams(
         max_tokens=max_tokens,
@@ -61,18 +62,18 @@ def _listed(value: Any) -> Any:
 
 
 def choice_params(
-    endpoint: str, body: dict[str, Any], default_max_tokens: int, grammars: Any = None
+    endpoint: str, body: dict[str, Any], max_tokens_when_unset: int, grammars: Any = None
 ) -> list[SamplingParams]:
     """The sampling parameters of each of the request's n choices. A seeded request's choices take seeds seed,
     seed + 1, ..., so they differ from each other and each is reproducible; a grammar-constrained choice gets
     its own matcher, which keeps the state of its own answer."""
-    first = sampling_params(endpoint, body, default_max_tokens, grammars)
+    first = sampling_params(endpoint, body, max_tokens_when_unset, grammars)
     choices = [first]
     for index in range(1, body.get("n") or 1):
         params = (
             first
             if first.constraint is None
-            else sampling_params(endpoint, body, default_max_tokens, grammars)
+            else sampling_params(endpoint, body, max_tokens_when_unset, grammars)
         )
         choices.append(replace(params, seed=None if first.seed is None else first.seed + index))
     return choices

@@ -16,8 +16,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from backends.local_engine.config import EngineSettings
-from backends.local_engine.server import LoadedEngine, ServedModel, create_app
-from backends.local_engine.threads import configure_openmp
+from backends.local_engine.engine.threads import configure_openmp
+from backends.local_engine.server.served import LoadedEngine, ServedModel
+from backends.local_engine.server.server import create_app
 
 log = logging.getLogger("llmgw.engine")
 ENV_PREFIX = "LLMGW_ENGINE__"
@@ -117,14 +118,14 @@ def serve(
 
 def load_local_engine(settings: EngineSettings) -> LoadedEngine:
     """Load the model, size the KV pool from the memory setting, and wire engine, metrics and tokenizer."""
-    from backends.local_engine.async_engine import AsyncEngine
-    from backends.local_engine.detokenizer import IncrementalDetokenizer
-    from backends.local_engine.engine import LLMEngine
-    from backends.local_engine.gguf_loader import packaged_model_path
-    from backends.local_engine.metrics import EngineMetrics
-    from backends.local_engine.model_runner import ModelRunner
-    from backends.local_engine.sampler import probabilities
-    from backends.local_engine.structured import grammars_for
+    from backends.local_engine.engine.async_engine import AsyncEngine
+    from backends.local_engine.engine.detokenizer import IncrementalDetokenizer
+    from backends.local_engine.engine.llm_engine import LLMEngine
+    from backends.local_engine.engine.model_runner import ModelRunner
+    from backends.local_engine.engine.sampler import probabilities
+    from backends.local_engine.engine.structured import grammars_for
+    from backends.local_engine.loading.gguf import packaged_model_path
+    from backends.local_engine.server.metrics import EngineMetrics
 
     runner = ModelRunner(settings)
     log_capacity(
@@ -137,7 +138,7 @@ def load_local_engine(settings: EngineSettings) -> LoadedEngine:
 
     sample_fn = sample_async_fn = None
     if runner.device.type == "cuda":
-        from backends.local_engine.device_sampler import DeviceSampler
+        from backends.local_engine.engine.device_sampler import DeviceSampler
 
         sampler = DeviceSampler()  # batched on the GPU: one host sync per step, or none (async decode)
         sample_fn, sample_async_fn = sampler.sample, sampler.sample_async

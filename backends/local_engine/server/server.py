@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -21,47 +20,26 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from backends.local_engine.async_engine import AsyncEngine, RequestFailed
-from backends.local_engine.info_routes import add_info_routes
-from backends.local_engine.metrics import EngineMetrics
-from backends.local_engine.outputs import RequestOutput
-from backends.local_engine.prompts import Prompt, prompts
-from backends.local_engine.protocol import Choices, choice_params
-from backends.local_engine.request_checks import (
+from backends.local_engine.engine.async_engine import AsyncEngine, RequestFailed
+from backends.local_engine.engine.outputs import RequestOutput
+from backends.local_engine.engine.request_checks import (
     InvalidParam,
     check_params,
     check_room,
     check_token_ids,
     without_nulls,
 )
-from backends.local_engine.sampling_params import SamplingParams
-from backends.local_engine.tools import engine_chat
+from backends.local_engine.engine.sampling_params import SamplingParams
+from backends.local_engine.server.info_routes import add_info_routes
+from backends.local_engine.server.prompts import Prompt, prompts
+from backends.local_engine.server.protocol import Choices, choice_params
+from backends.local_engine.server.served import LoadedEngine
+from backends.local_engine.server.tools import engine_chat
 from core.errors import OpenAIError, bad_request, model_not_found
 from core.sse import DONE, event
 from core.validation import parse_json, validate
 
 log = logging.getLogger("llmgw.engine")
-
-
-@dataclass
-class ServedModel:
-    """What the server needs besides the engine: the public name and the tokenizer's three jobs."""
-
-    name: str
-    encode_text: Callable[[str], list[int]]
-    encode_chat: Callable[..., list[int]]  # (messages, **template options) -> ids: prompts.chat_ids
-    token_text: Callable[[int], str]
-    grammars: Any = None  # structured.Grammars: JSON response formats by constrained decoding; None = refused
-    vocab_size: int | None = None  # token ids a logit_bias may name; None = not checked
-    decode: Callable[[list[int]], str] | None = None  # ids -> text, special tokens kept (/detokenize)
-    root: str | None = None  # the model as the server was given it (the model card's root; None: the name)
-
-
-@dataclass
-class LoadedEngine:
-    engine: AsyncEngine
-    model: ServedModel
-    metrics: EngineMetrics
 
 
 class EngineState:
@@ -145,8 +123,8 @@ async def _serve(request: Request, loaded: LoadedEngine, endpoint: str) -> Respo
     if body["model"] != loaded.model.name:
         raise model_not_found(body["model"])
     settings = loaded.engine.engine.settings
-    default_max_tokens = settings.default_max_tokens or settings.max_model_len  # None: the context decides
-    params = choice_params(endpoint, body, default_max_tokens, loaded.model.grammars)
+    when_unset = settings.max_tokens_when_unset or settings.max_model_len  # None: the context decides
+    params = choice_params(endpoint, body, when_unset, loaded.model.grammars)
     tools = None
     if endpoint == "chat":
         body, tools = engine_chat(body)

@@ -7,9 +7,9 @@ context limit. Clients use it to count tokens before they send (vLLM's body and 
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from backends.local_engine.prompts import Encoders, chat_ids
-from backends.local_engine.request_checks import InvalidParam, check_token_ids
-from backends.local_engine.tools import engine_chat
+from backends.local_engine.engine.request_checks import InvalidParam, check_token_ids
+from backends.local_engine.server.prompts import Encoders, chat_ids
+from backends.local_engine.server.tools import engine_chat
 from core.errors import bad_request, model_not_found
 from core.validation import validate
 

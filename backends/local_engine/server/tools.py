@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from backends.local_engine.chat_template import text_messages
+from backends.local_engine.loading.chat_template import text_messages
 from core.errors import bad_request
 
 _NO_PARAMETERS = {"type": "object", "properties": {}}

@@ -215,13 +215,12 @@ void int4_matmul(const float* x, int64_t M, int64_t K, const torch::Tensor& code
 
 }  // namespace
 
-// Releases the GIL for the scope (LLMGW_CPU_KERNELS_HOLD_GIL=1 keeps it, to measure the difference).
+// Releases the GIL for the scope. Holding it was measured slower with 1-32 clients (output tok/s 101-107 /
+// 210-214 / 251-261 / 259-266 against 121-122 / 225-342 / 300-355 / 279-335; bench/README.md, "Released the
+// GIL"), so that switch (LLMGW_CPU_KERNELS_HOLD_GIL) is gone.
 struct GilRelease {
-  std::optional<pybind11::gil_scoped_release> release;
-  GilRelease() {
-    static const bool hold = std::getenv("LLMGW_CPU_KERNELS_HOLD_GIL") != nullptr;
-    if (!hold) release.emplace();
-  }
+  pybind11::gil_scoped_release release;
+  GilRelease() {}
 };
 
 // "avx2" or "avx512vnni": the instruction set of every later call (this CPU must have it). Returns the previous.

@@ -16,10 +16,10 @@ The int4 format's output layer stays int8 (an int4 one costs +5.5 % perplexity o
 against +0.26 % with int8): int8_cpu.cpp, the same method with llama.cpp's Q8_0 x Q8_0 sign trick, one scale
 per weight row (`Int8CpuLinear`; 0.8-1.2 ms against fbgemm's 3.4 at 1 row, ~7 against 17.7 at 16 rows).
 
-Which kernel a CPU int4 layer uses (`LLMGW_INT4_CPU_KERNEL`): "auto" (default) takes these kernels on every CPU
+Which kernel a CPU int4 layer uses (the engine setting `int4_cpu_kernel`): "auto" (default) takes these kernels on every CPU
 with AVX2 and FMA, with AVX-512 VNNI tiles (`vpdpbusd`, same layout, bit-identical results) where the CPU has
 avx512_vnni, avx512vl and avx512bw; "avx2" keeps the AVX2 tiles, "avx512vnni" asks for VNNI, "torch" takes torch's
-packed kernel (then the one-call step of cpu_decode.py is off too). Measured: on a 2-core AVX2 EPYC the batch-1
+packed kernel (then the one-call step of model/cpu_decode.py is off too). Measured: on a 2-core AVX2 EPYC the batch-1
 step took 37.5 ms with torch's kernel, 6.8 ms with these kernels and the one-call step; on a 2-core Zen 4 EPYC the
 VNNI tiles take all int4 layers of a 16-row step in 10.8-12.4 ms against 14.2-15.5 with the AVX2 tiles and 25.0
 with torch's kernel (bench/README.md, "On an AVX-512 host"). Where the build fails or the shape does not fit
@@ -27,14 +27,13 @@ with torch's kernel (bench/README.md, "On an AVX-512 host"). Where the build fai
 """
 
 import functools
-import os
 import warnings
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from backends.local_engine.quant import quantize_int4, quantize_int8
+from backends.local_engine.kernels.quantize import quantize_int4, quantize_int8
 
 GROUP = 32
 TILE = 8
@@ -52,11 +51,11 @@ def _cpu_flags() -> set[str]:
     )
 
 
-def choice() -> str:
-    """ "avx512vnni", "avx2" or "torch" for CPU int4 layers on this machine (see the module docstring)."""
-    wanted = os.environ.get("LLMGW_INT4_CPU_KERNEL", "auto")
+def choice(wanted: str = "auto") -> str:
+    """ "avx512vnni", "avx2" or "torch" for CPU int4 layers on this machine, given the setting `wanted`
+    (KernelSettings.int4_cpu_kernel; see the module docstring)."""
     if wanted not in ("auto", "avx512vnni", "avx2", "torch"):
-        raise ValueError(f"LLMGW_INT4_CPU_KERNEL must be auto, avx512vnni, avx2 or torch, not {wanted!r}")
+        raise ValueError(f"int4_cpu_kernel must be auto, avx512vnni, avx2 or torch, not {wanted!r}")
     flags = _cpu_flags()
     if wanted == "torch" or not all(flag in flags for flag in _FLAGS):
         return "torch"
@@ -93,9 +92,9 @@ def _extension():  # noqa: ANN202
 
 
 @functools.cache
-def available() -> bool:
-    """Whether CPU int4 layers use this kernel here: chosen (`choice`) and built."""
-    isa = choice()
+def available(wanted: str = "auto") -> bool:
+    """Whether CPU int4 layers use this kernel here: chosen (`choice(wanted)`) and built."""
+    isa = choice(wanted)
     if isa == "torch":
         return False
     try:

@@ -1,4 +1,4 @@
-"""int4 weight-only linear layers on tensor cores for CUDA decode (`LLMGW_INT4_KERNEL=mma`).
+"""int4 weight-only linear layers on tensor cores for CUDA decode (the engine setting int4_cuda_kernel="mma").
 
 Why hand-written (issue 17): at 8B batch 1 torch's tinygemm (`_weight_int4pack_mm`) reads the int4
 projections at ~1.7 TB/s of the H200's 4.2, and GemLite's Triton GEMV measured the same (80.9 against
@@ -20,7 +20,7 @@ input inside the kernel, a residual added in its epilogue, and SwiGLU for the ga
 stored interleaved per 16-row tile (`interleave_gate_up`) so that one block holds a gate row and its up row.
 Correct on the H200 but slower (2026-12-05, bench/README.md "Eleventh session"): the 8B int4 batch-1 graph
 takes 2.66 ms with them against 2.45 without, as the norm work in every lane's main loop costs the GEMV more than
-the norm launches it saves; so model.py takes them only with LLMGW_INT4_FUSED=1. LLMGW_INT4_PDL=1 launches the
+the norm launches it saves; so model/llama.py takes them only with int4_fused=True. int4_pdl=True launches the
 kernel with programmatic dependent launch (sm_90+): each block prefetches its first steps of codes into L2,
 lets the next kernel start, then waits for the previous one before reading x. Slower still (2.69 ms with the
 fused layer), so off too.
@@ -32,30 +32,17 @@ projections): 56.3 µs at 1 row and 57.5 at 8 against tinygemm's 83.5 and 168.5;
 """
 
 import functools
-import os
 import warnings
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from backends.local_engine.quant import quantize_int4
+from backends.local_engine.kernels.quantize import quantize_int4
 
 GROUP = 32
 STORE_PLAIN, STORE_GATE_UP, STORE_SWIGLU = 0, 1, 2  # int4_mma.cu's output modes
 _SHIFTS = torch.tensor([[[4 * (h + 2 * kh) + 16 * e for e in (0, 1)] for kh in (0, 1)] for h in (0, 1)])
-
-
-def pdl_wanted(device: torch.device) -> bool:
-    """LLMGW_INT4_PDL=1 on an sm_90+ `device`: launch with programmatic dependent launch (off: slower on
-    the H200, bench/README.md)."""
-    return os.environ.get("LLMGW_INT4_PDL", "0") == "1" and torch.cuda.get_device_capability(device)[0] >= 9
-
-
-def fused_wanted() -> bool:
-    """LLMGW_INT4_FUSED=1: build gate/up interleaved and let model.py run `int4_forward` (off: slower on the
-    H200, bench/README.md)."""
-    return os.environ.get("LLMGW_INT4_FUSED", "0") == "1"
 
 
 def supports(out_features: int, in_features: int, group_size: int) -> bool:
@@ -104,9 +91,7 @@ def unpack(codes: Tensor, scales: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 def _extension():  # noqa: ANN202
     from torch.utils.cpp_extension import load_inline
 
-    if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-        major, minor = torch.cuda.get_device_capability()
-        os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    major, minor = torch.cuda.get_device_capability()  # this card's architecture only (torch then adds none)
     source = (Path(__file__).with_name("int4_mma.cu")).read_text()
     return load_inline(
         name="llmgw_int4_mma",
@@ -115,7 +100,7 @@ def _extension():  # noqa: ANN202
         "double eps, int64_t mode, bool pdl);",
         cuda_sources=source,
         functions=["int4_mma_matmul"],
-        extra_cuda_cflags=["-O3"],
+        extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"],
     )
 
 
@@ -127,7 +112,7 @@ def int4_mma_matmul(
     one-to-eight-row calls, (warps, loads in flight) = (8, 4), (16, 4), (8, 8), (16, 2), (4, 8).
     `norm` [K] bf16: multiply by RMSNorm(x) * norm instead of x; `residual` [M, N] bf16: added to the rounded
     product; `mode` STORE_GATE_UP / STORE_SWIGLU for interleaved gate/up rows: [gate | up], or silu(gate) * up
-    [M, N / 2]. `pdl` (sm_90+ only: the caller checks, as `pdl_wanted` does): programmatic dependent launch, the first weight loads issued
+    [M, N / 2]. `pdl` (sm_90+ only: the caller checks, as select.make_linear does): programmatic dependent launch, the first weight loads issued
     before the wait for the previous kernel in the stream (or graph) to finish."""
     return _extension().int4_mma_matmul(
         x.contiguous(), codes, scales, out_features, config, norm, residual, eps, mode, pdl
@@ -137,13 +122,13 @@ def int4_mma_matmul(
 CONFIGS = range(5)
 
 
-def config_for(out_features: int, in_features: int) -> int:
+def config_for(out_features: int, in_features: int, overrides: str = "") -> int:
     """Launch shape for 1-8 rows. Measured on the H200 over the Llama-3 8B shapes
     (bench/results/engine_gpu_int4_kernels.json): weights of <= 4096 rows (o, down) run best with 16 warps
     sharing K, two loads in flight each (config 3: o 5.95 µs against 6.71, down 15.1 against 16.5), wider
-    ones (qkv, gate_up) with 8 warps and four loads (config 0). LLMGW_INT4_MMA_CONFIGS="NxK:c,..." overrides."""
-    override = os.environ.get("LLMGW_INT4_MMA_CONFIGS", "")
-    for item in filter(None, override.split(",")):
+    ones (qkv, gate_up) with 8 warps and four loads (config 0). `overrides` "NxK:c,..." (the engine setting
+    int4_mma_configs) wins."""
+    for item in filter(None, overrides.split(",")):
         shape, config = item.split(":")
         if shape == f"{out_features}x{in_features}":
             return int(config)
@@ -164,9 +149,14 @@ def available() -> bool:
 class Int4MmaLinear(nn.Module):
     """Drop-in for quant.Int4Linear on CUDA when `supports` the shape; holds only the packed int4 bytes."""
 
-    def __init__(self, weight: Tensor, bias: Tensor | None, group_size: int, gate_up: bool = False) -> None:
+    def __init__(
+        self, weight: Tensor, bias: Tensor | None, group_size: int, gate_up: bool = False, pdl: bool = False,
+        configs: str = "",
+    ) -> None:  # fmt: skip
         """`gate_up`: `weight` is [gate; up]; its rows are stored interleaved (`interleave_gate_up`), the
-        output keeps the original order, and `fused(..., swiglu=True)` can apply SwiGLU in the kernel."""
+        output keeps the original order, and `fused(..., swiglu=True)` can apply SwiGLU in the kernel.
+        `pdl` (sm_90+ only: the caller checks): programmatic dependent launch. `configs`: `config_for`'s
+        overrides."""
         super().__init__()
         out_features, in_features = weight.shape
         if not supports(out_features, in_features, group_size):
@@ -176,13 +166,13 @@ class Int4MmaLinear(nn.Module):
         if gate_up and bias is not None:
             raise ValueError("int4_mma's gate/up layout takes no bias")
         self.mode = STORE_GATE_UP if gate_up else STORE_PLAIN
-        self.pdl = weight.is_cuda and pdl_wanted(weight.device)
+        self.pdl = pdl and weight.is_cuda
         if gate_up:
             weight = interleave_gate_up(weight)
         q, scales_and_zeros = quantize_int4(weight.float(), group_size)
         scale, zero = scales_and_zeros.unbind(-1)  # [K / group, N]; zero is min + 8 * scale
         self.out_features = out_features
-        self.config = config_for(out_features, in_features)
+        self.config = config_for(out_features, in_features, configs)
         self.register_buffer("codes", pack_codes(q))
         self.register_buffer("scales", pack_scales(scale.t(), zero.t()))
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)

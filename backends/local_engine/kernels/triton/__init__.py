@@ -27,7 +27,7 @@ Stable API (signatures kept once committed; new options only as keyword argument
 Importing this package imports triton. Plain-torch references: `kernels.reference`.
 """
 
-from backends.local_engine.kernels.formats import (
+from backends.local_engine.kernels.triton.formats import (
     int4_rows,
     int8_rows,
     matmul_bytes_flops,
@@ -35,16 +35,20 @@ from backends.local_engine.kernels.formats import (
     quantize_int4_packed,
     unpack_int4,
 )
-from backends.local_engine.kernels.linear import QuantizedEmbedding, TritonInt4Linear, TritonInt8Linear
-from backends.local_engine.kernels.metadata import KernelMetadata, build_kernel_metadata, kernel_attention
-from backends.local_engine.kernels.paged_attention import (
+from backends.local_engine.kernels.triton.linear import QuantizedEmbedding, TritonInt4Linear, TritonInt8Linear
+from backends.local_engine.kernels.triton.metadata import (
+    KernelMetadata,
+    build_kernel_metadata,
+    kernel_attention,
+)
+from backends.local_engine.kernels.triton.paged_attention import (
     attention_flops_bytes,
     choose_num_splits,
     paged_attention,
     paged_decode,
     write_kv,
 )
-from backends.local_engine.kernels.quant_matmul import (
+from backends.local_engine.kernels.triton.quant_matmul import (
     MatmulConfig,
     choose_config,
     int4_matmul,

@@ -8,7 +8,7 @@ Embedding lookups need no matmul: `int8_rows` / `int4_rows` dequantize only the 
 import torch
 from torch import Tensor
 
-from backends.local_engine.quant import quantize_int4
+from backends.local_engine.kernels.quantize import quantize_int4
 
 
 def pack_int4(q: Tensor) -> Tensor:

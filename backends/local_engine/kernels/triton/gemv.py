@@ -15,7 +15,6 @@ scale) or per group (int4: nibble-packed bytes, quant_triton.pack_int4, per-grou
 with A = sum(f x) and X = sum(x) over the row (int8) or the group (int4).
 """
 
-import os
 
 import torch
 from torch import Tensor
@@ -167,7 +166,7 @@ def _launch(kernel, n: int, interpret_config: dict, *args, **constants) -> None:
     def grid(meta: dict) -> tuple[int]:
         return (triton.cdiv(n, meta["BLOCK_N"]),)
 
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if triton.knobs.runtime.interpret:
         kernel.fn[grid(interpret_config)](*args, **constants, **interpret_config)
     else:
         kernel[grid](*args, **constants)

@@ -9,9 +9,9 @@ formats.int8_rows / int4_rows on the same buffers (`QuantizedEmbedding`).
 import torch
 from torch import Tensor, nn
 
-from backends.local_engine.kernels.formats import int4_rows, int8_rows, quantize_int4_packed
-from backends.local_engine.kernels.quant_matmul import MatmulConfig, int4_matmul, int8_matmul
-from backends.local_engine.quant import quantize_int8
+from backends.local_engine.kernels.quantize import quantize_int8
+from backends.local_engine.kernels.triton.formats import int4_rows, int8_rows, quantize_int4_packed
+from backends.local_engine.kernels.triton.quant_matmul import MatmulConfig, int4_matmul, int8_matmul
 
 
 class TritonInt8Linear(nn.Module):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from backends.local_engine.kernels.paged_attention import paged_attention, paged_decode, write_kv
+from backends.local_engine.kernels.triton.paged_attention import paged_attention, paged_decode, write_kv
 
 
 @dataclass

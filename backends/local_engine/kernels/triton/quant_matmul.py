@@ -27,7 +27,7 @@ import torch
 import triton
 from torch import Tensor
 
-from backends.local_engine.kernels import quant_kernels
+import backends.local_engine.kernels.triton.quant_kernels as quant_kernels
 
 GEMV_MAX_ROWS = 1
 
@@ -165,7 +165,7 @@ def _launch(
 
 
 # M = 1 on CUDA: (block_n, block_k, pipeline stages) tried per (N, K) on the first call (triton.autotune;
-# run it once before capturing a CUDA graph). Tiles of the gpu helper's gemv_triton.py, which streamed
+# run it once before capturing a CUDA graph). Tiles of the gpu helper's kernels/triton/gemv.py, which streamed
 # 1.5-2.3 TB/s on the 8B projections, plus the [32, 256] tile measured at 2.98 TB/s on the output layer.
 GEMV_TUNING = [(4, 1024, 1), (8, 512, 1), (8, 1024, 1), (16, 256, 1), (16, 512, 1), (32, 256, 1), (8, 1024, 3),
                (16, 512, 3), (32, 256, 3)]  # fmt: skip

@@ -7,13 +7,12 @@ the weight is widened once per call and cuBLAS runs. Block sizes are autotuned p
 The engine's own fallback; quant.py prefers the kernels of `kernels/` when present.
 """
 
-import os
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from backends.local_engine.gemv_triton import gemv
+from backends.local_engine.kernels.triton.gemv import gemv
 
 try:
     import triton
@@ -26,7 +25,7 @@ _INTERPRET_CONFIG = {"BLOCK_N": 16, "BLOCK_K": 64}  # Triton's interpreter (CPU 
 
 
 def _launch(kernel, grid, *args, **constants) -> None:  # noqa: ANN001 (Triton kernel objects)
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if triton.knobs.runtime.interpret:
         kernel.fn[grid(_INTERPRET_CONFIG)](*args, **constants, **_INTERPRET_CONFIG)
     else:
         kernel[grid](*args, **constants)

@@ -4,8 +4,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from backends.local_engine.kernels.formats import unpack_int4
-from backends.local_engine.quant import dequantize_int4
+from backends.local_engine.kernels.quantize import dequantize_int4
+from backends.local_engine.kernels.triton.formats import unpack_int4
 
 
 def reference_paged_attention(

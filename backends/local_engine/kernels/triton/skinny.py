@@ -1,6 +1,6 @@
 """bf16 matmul for skinny activations (2..64 rows) in Triton: streams the [N, K] weight once.
 
-At 2-64 rows a linear layer is bound by reading its weight, like the batch-1 GEMV (gemv_triton.py), but
+At 2-64 rows a linear layer is bound by reading its weight, like the batch-1 GEMV (kernels/triton/gemv.py), but
 there are too many rows for CUDA-core FMAs (32 rows: 32 FMAs per weight element, over the fp32 rate at the
 H200's 4.2 TB/s). Here the tensor cores do the arithmetic with the operands swapped: every program owns
 BLOCK_N weight rows (output columns) for all rows of x, and per K tile computes
@@ -16,7 +16,6 @@ cuBLAS's F.linear does (the summation order differs, so results may differ in th
 Block sizes per (rows bucket, N, K): `config_for` (measured on the H200, bench/engine_gpu_skinny.py).
 """
 
-import os
 from typing import NamedTuple
 
 import torch
@@ -199,7 +198,7 @@ def skinny_matmul(
         weight = weight.contiguous()
     if out is None:
         out = torch.empty(rows, n, dtype=x.dtype, device=x.device)
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    interpret = triton.knobs.runtime.interpret
     cfg = config or (_INTERPRET_CONFIG if interpret else config_for(rows, n, inner) or _DEFAULT)
     bm = max(cfg.block_m, row_bucket(rows))
     blocks = triton.cdiv(n, cfg.block_n)
@@ -209,7 +208,7 @@ def skinny_matmul(
         split, space = 1, (out, out)
     per_split = triton.cdiv(triton.cdiv(inner, split), cfg.block_k) * cfg.block_k
     split = triton.cdiv(inner, per_split)  # no empty split
-    pdl = cfg.pdl and not interpret and os.environ.get("LLMGW_SKINNY_PDL", "1") == "1"
+    pdl = cfg.pdl and not interpret
     launch = {} if interpret else {"num_warps": cfg.warps, "num_stages": cfg.stages, "launch_pdl": pdl}
     _skinny_kernel[(blocks, split)](
         x, weight, out, space[0], space[1], rows, n, inner, x.stride(0), weight.stride(0), out.stride(0),

@@ -3,7 +3,7 @@
 from dataclasses import dataclass, replace
 from typing import Any
 
-from backends.local_engine.model_config import ModelConfig
+from backends.local_engine.model.model_config import ModelConfig
 
 ARCHITECTURE = "gemma3"
 

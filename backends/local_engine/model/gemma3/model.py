@@ -1,6 +1,6 @@
 """Gemma 3 decoder over a flat batch of tokens with the engine's paged KV cache.
 
-Differences from the Llama family (backends/local_engine/model.py): embeddings scaled by sqrt(hidden);
+Differences from the Llama family (backends/local_engine/model/llama.py): embeddings scaled by sqrt(hidden);
 RMSNorm weights are (1 + w) (the GGUF already stores 1 + w, as llama.cpp's converter adds the 1); four
 norms per layer (before and after attention and MLP); RMSNorm on each query and key head (QK-norm);
 GeGLU MLP (tanh-approximated GELU); attention scaled by query_pre_attn_scalar; sliding-window layers
@@ -13,12 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from backends.local_engine.attention import AttentionMetadata, paged_attention
-from backends.local_engine.gemma3.config import Gemma3Config
-from backends.local_engine.gemma3.window import windowed
-from backends.local_engine.kv_cache import KVCache
-from backends.local_engine.model import Embedding, LlamaModel
-from backends.local_engine.rope import RotaryTable, rotate_
+from backends.local_engine.model.attention import AttentionMetadata, paged_attention
+from backends.local_engine.model.gemma3.config import Gemma3Config
+from backends.local_engine.model.gemma3.window import windowed
+from backends.local_engine.model.kv_cache import KVCache
+from backends.local_engine.model.llama import Embedding, LlamaModel
+from backends.local_engine.model.rope import RotaryTable, rotate_
 
 NORMS = ("input", "post_attention", "pre_feedforward", "post_feedforward", "q", "k")
 

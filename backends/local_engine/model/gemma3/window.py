@@ -13,7 +13,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from backends.local_engine.attention import AttentionMetadata, PaddedGroup, SeqSpan
+from backends.local_engine.model.attention import AttentionMetadata, PaddedGroup, SeqSpan
 
 
 def windowed(meta: AttentionMetadata, window: int) -> AttentionMetadata:

@@ -1,0 +1,1 @@
+"""The engine loop, scheduler, block manager, sequences, sampling and the model runner."""

@@ -1,0 +1,1 @@
+"""Kernels: quantized layers and their choice (select.py), CPU C++ (cpu/), CUDA (cuda/), Triton (triton/)."""

@@ -1,0 +1,1 @@
+"""CUDA C++ kernels (int4 on tensor cores), compiled on first use."""
