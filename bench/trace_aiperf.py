@@ -2,7 +2,7 @@
 
 AIPerf runs from its own venv (build/aiperf-venv: `python3 -m venv build/aiperf-venv &&
 build/aiperf-venv/bin/pip install aiperf==0.13.0`, the version pinned in pyproject's `trace` extra) and reads
-SmolLM2's tokenizer from build/smollm2-tokenizer (`python -m bench.trace_aiperf --export-tokenizer`).
+SmolLM2's tokenizer from an HF cache in build/hf-cache (`python -m bench.trace_aiperf`).
 """
 
 import argparse
@@ -12,17 +12,21 @@ from typing import Any
 
 from bench.harness import ROOT
 
+TOKENIZER_REPO = "HuggingFaceTB/SmolLM2-135M"  # the packaged GGUF's tokenizer is this repo's
+HF_CACHE = ROOT / "build" / "hf-cache"
+
 
 def aiperf_command(
     args: argparse.Namespace, url: str, key: str, trace_file: Path, out: Path, seed: int
 ) -> list[str]:
     goodput = f"time_to_first_token:{args.slo_ttft_ms} inter_token_latency:{args.slo_itl_ms}"
-    # AIPerf 0.13 cannot load a tokenizer from a local folder under HF_HUB_OFFLINE (it looks the path up
-    # as a Hub repo id in the cache); a local folder needs no network, so the variables are dropped for it
+    # AIPerf 0.13's prompt-decoding workers force HF_HUB_OFFLINE and then look the tokenizer up as a Hub repo
+    # in the HF cache, so a plain local folder fails there: the tokenizer is laid out as a cached Hub repo
+    # (export_tokenizer) and named by its repo id, offline throughout
     return [
-        "env", "-u", "HF_HUB_OFFLINE", "-u", "TRANSFORMERS_OFFLINE", args.aiperf, "profile", "--model", "pool", "--url", url, "--endpoint-type", "completions", "--streaming",
+        "env", "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", f"HF_HUB_CACHE={args.tokenizer}", args.aiperf, "profile", "--model", "pool", "--url", url, "--endpoint-type", "completions", "--streaming",
         "--input-file", str(trace_file), "--custom-dataset-type", "mooncake_trace", "--fixed-schedule",
-        "--isl-block-size", str(512 // args.length_div), "--tokenizer", args.tokenizer, "--api-key", key,
+        "--isl-block-size", str(512 // args.length_div), "--tokenizer", TOKENIZER_REPO, "--api-key", key,
         "--extra-inputs", "ignore_eos:true", "--extra-inputs", "temperature:0", "--use-legacy-max-tokens",
         "--goodput", goodput, "--artifact-dir", str(out), "--ui-type", "none", "--random-seed", str(seed),
         "--workers-max", "4", "--request-timeout-seconds", str(args.aiperf_timeout_s),
@@ -73,15 +77,23 @@ def read_aiperf(out: Path) -> tuple[dict[str, Any], dict[str, int]]:
     return summary, errors
 
 
-def export_tokenizer(folder: Path) -> None:
-    """SmolLM2's tokenizer.json (from the packaged GGUF) with a config transformers' AutoTokenizer reads."""
+def export_tokenizer(cache: Path = HF_CACHE) -> Path:
+    """SmolLM2's tokenizer.json (from the packaged GGUF) laid out as HF-cached snapshot of TOKENIZER_REPO,
+    with a tokenizer_config.json that transformers' AutoTokenizer reads."""
     from bench.engine_routing import export_tokenizer as write_tokenizer_json
 
-    write_tokenizer_json(folder)
-    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    repo = cache / ("models--" + TOKENIZER_REPO.replace("/", "--"))
+    snapshot = repo / "snapshots" / "llmgw-gguf"
+    write_tokenizer_json(snapshot)
+    (snapshot / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"})
+    )
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text("llmgw-gguf")
+    return snapshot
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--export-tokenizer", default=str(ROOT / "build" / "smollm2-tokenizer"))
-    export_tokenizer(Path(parser.parse_args().export_tokenizer))
+    parser.add_argument("--export-tokenizer", default=str(HF_CACHE), help="the HF cache folder to write")
+    print(export_tokenizer(Path(parser.parse_args().export_tokenizer)))

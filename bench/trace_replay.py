@@ -38,7 +38,7 @@ from bench import trace_data as td
 from bench.engine_http import EngineServer
 from bench.engine_routing import KEY, gateway_config, one_request, wait_ready
 from bench.harness import ROOT, start_gateway, write_json
-from bench.trace_aiperf import aiperf_command, read_aiperf
+from bench.trace_aiperf import HF_CACHE, aiperf_command, read_aiperf
 
 STRATEGIES = ["round_robin", "least_outstanding", "prefix_affinity", "engine_score"]
 CALIBRATION_PROMPT = " ".join(["policy ledger invoice region tenant quota replica shard"] * 48)  # ~400 tokens
@@ -211,7 +211,7 @@ def main() -> None:
     parser.add_argument("--slo-itl-ms", type=float, default=200)
     parser.add_argument("--seed", type=int, default=43)
     parser.add_argument("--aiperf", default=str(ROOT / "build" / "aiperf-venv" / "bin" / "aiperf"))
-    parser.add_argument("--tokenizer", default=str(ROOT / "build" / "smollm2-tokenizer"))
+    parser.add_argument("--tokenizer", default=str(HF_CACHE), help="HF cache with SmolLM2's tokenizer")
     parser.add_argument("--aiperf-timeout-s", type=float, default=900)
     parser.add_argument("--work-dir", default="/tmp/trace_replay")
     parser.add_argument("--name", default="trace_replay_cpu", help="results file name under bench/results")
