@@ -12,6 +12,7 @@ the largest arrival rate per replica that meets it, the replicas needed, what li
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from routing.planning.capacity import (
@@ -36,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--config", type=Path, help="a HF config.json")
     model.add_argument("--shape", help="layers,kv_heads,head_dim (instead of --config)")
     model.add_argument("--params", type=float, default=0.0, help="parameter count (with --shape)")
+    model.add_argument(
+        "--weights-gb", type=float, help="the weights' measured size, instead of params x dtype"
+    )
     model.add_argument(
         "--dtype", default=None, choices=sorted(DTYPE_BYTES), help="weights (default: config's, fp16)"
     )
@@ -82,6 +86,8 @@ def build(args: argparse.Namespace) -> dict:
         shape = ModelShape(layers, kv_heads, head_dim, kv, args.params, weights)
     else:
         raise SystemExit("llmgw plan: give --config or --shape")
+    if args.weights_gb:
+        shape = replace(shape, params=args.weights_gb * GB / shape.weight_dtype_bytes)
     base = GPUS[args.gpu]
     gpu = Gpu(
         args.gpu_memory_gb * GB if args.gpu_memory_gb else base.memory_bytes,
