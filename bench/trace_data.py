@@ -107,6 +107,11 @@ def scale(
     return out
 
 
+def retime(requests: list[TraceRequest], factor: float) -> list[TraceRequest]:
+    """Arrival times × factor (> 1 stretches, < 1 compresses); lengths and hash ids untouched."""
+    return [replace(r, t_ms=r.t_ms * factor) for r in requests]
+
+
 def write_mooncake(requests: list[TraceRequest], path: Path) -> Path:
     """AIPerf's `mooncake_trace` format: one JSON object per line (timestamp in ms)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -176,7 +176,7 @@ async def main_async(args: argparse.Namespace) -> None:
             factor = work / (load * span * args.replicas)
             label = f"{load:g}"
             trace_file = td.write_mooncake(
-                td.scale(sample, 1, factor), Path(args.work_dir) / f"trace_{label}.jsonl"
+                td.retime(sample, factor), Path(args.work_dir) / f"trace_{label}.jsonl"
             )
             setup[f"time_factor_{label}"] = factor
             for index, strategy in enumerate(args.strategies):

@@ -9,6 +9,7 @@ from bench.trace_data import (
     best_assignment_hit_rate,
     infinite_cache_hit_rate,
     load,
+    retime,
     scale,
     window,
     write_mooncake,
@@ -48,6 +49,8 @@ def test_scale_keeps_hash_ids_and_blocks(tmp_path: Path) -> None:
     assert scaled.hash_ids == tuple(range(14)) and scaled.input_length <= 14 * 32
     (cut,) = scale(trace, length_div=16, time_factor=1.0, max_input=100)
     assert cut.hash_ids == (0, 1, 2) and cut.input_length == 96
+    (later,) = retime([scaled], 0.5)
+    assert (later.t_ms, later.input_length, later.hash_ids) == (1000, 422, scaled.hash_ids)
     row = json.loads(write_mooncake([scaled], tmp_path / "t.jsonl").read_text())
     assert row == {"timestamp": 2000, "input_length": 422, "output_length": 31, "hash_ids": list(range(14))}
 
