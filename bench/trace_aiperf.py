@@ -59,9 +59,9 @@ def read_aiperf(out: Path) -> tuple[dict[str, Any], dict[str, int]]:
         "e2e_p90_ms": _metric(metrics, "request_latency", "p90"),
         "e2e_p99_ms": _metric(metrics, "request_latency", "p99"),
         "output_tok_s": _metric(metrics, "output_token_throughput", "avg"),
-        "total_tok_s": _metric(metrics, "total_token_throughput", "avg"),
+        "total_tok_s": (_metric(metrics, "total_isl", "avg") + _metric(metrics, "total_osl", "avg"))
+        / max(_metric(metrics, "benchmark_duration", "avg"), 1e-9),
         "goodput_rps": _metric(metrics, "goodput", "avg"),
-        "goodput_share": good / requests if requests else 0.0,
     }
     errors: dict[str, int] = {}
     for line in (
@@ -74,6 +74,8 @@ def read_aiperf(out: Path) -> tuple[dict[str, Any], dict[str, int]]:
         if error:
             code = str(error.get("code") or error.get("type") or "other")
             errors[code] = errors.get(code, 0) + 1
+    sent = requests + sum(errors.values())  # AIPerf's request_count counts the answered ones
+    summary["goodput_share"] = good / sent if sent else 0.0  # share of all requests that met the SLO
     return summary, errors
 
 

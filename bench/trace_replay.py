@@ -37,7 +37,7 @@ import aiohttp
 from bench import trace_data as td
 from bench.engine_http import EngineServer
 from bench.engine_routing import KEY, gateway_config, one_request, wait_ready
-from bench.harness import ROOT, start_gateway, write_json
+from bench.harness import RESULTS, ROOT, start_gateway, write_json
 from bench.trace_aiperf import HF_CACHE, aiperf_command, read_aiperf
 
 STRATEGIES = ["round_robin", "least_outstanding", "prefix_affinity", "engine_score"]
@@ -215,7 +215,23 @@ def main() -> None:
     parser.add_argument("--aiperf-timeout-s", type=float, default=900)
     parser.add_argument("--work-dir", default="/tmp/trace_replay")
     parser.add_argument("--name", default="trace_replay_cpu", help="results file name under bench/results")
-    asyncio.run(main_async(parser.parse_args()))
+    parser.add_argument("--reread", action="store_true",
+                        help="no run: read AIPerf's files under --work-dir again into the results, print the table")  # fmt: skip
+    args = parser.parse_args()
+    if args.reread:
+        reread(args)
+        return
+    asyncio.run(main_async(args))
+
+
+def reread(args: argparse.Namespace) -> None:
+    """The results file rebuilt from AIPerf's own artifacts (kept under --work-dir), e.g. after a parser fix."""
+    data = json.loads((RESULTS / f"{args.name}.json").read_text())
+    for row in data["rows"]:
+        summary, errors = read_aiperf(Path(args.work_dir) / row["load"] / row["strategy"])
+        row.update(summary, errors=errors)
+    write_json(args.name, data)
+    print_table(data["rows"], data["bounds"], data["setup"])
 
 
 if __name__ == "__main__":
