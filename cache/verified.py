@@ -21,10 +21,11 @@ error); it passes when the one-sided Clopper-Pearson upper bound on the error ra
 (none: nothing serves). Fixed-sequence testing needs no multiplicity correction: the chance that any
 passed level's true error exceeds δ is at most 1 − confidence.
 
-A candidate serves when its score is (1) above every score at which its own entry was ever wrong, and
-(2) at or above the threshold certified by its namespace's outcomes, or by its own entry's outcomes
-alone (an entry that answers many phrasings alike earns a lower threshold of its own; one that was
-wrong never serves at or below that score again). An entry with too little evidence therefore serves
+A candidate serves when its score is (1) above its entry's veto: the highest score at which the entry
+was wrong while wrong more often than δ among its own outcomes scored at least that, and (2) at or
+above the threshold certified by its namespace's outcomes, or by its own entry's outcomes alone (an
+entry that answers many phrasings alike earns a lower threshold of its own; one that was mostly wrong
+at a score never serves at or below it while that record stands). An entry with too little evidence therefore serves
 only above its namespace's certified threshold, and a new namespace serves nothing until it has
 n_min(δ) outcomes: 150 for δ = 0.02, 299 for 0.01, 59 for 0.05.
 
@@ -149,8 +150,28 @@ class Outcomes:
 
 @dataclass
 class EntryOutcomes:
+    """One entry's own outcomes, and per δ the score at or below which its own record forbids it."""
+
     own: Outcomes
-    worst_wrong: float = -math.inf  # the highest score at which this entry was wrong
+    _vetoes: dict[float, float] = field(default_factory=dict)
+
+    def add(self, score: float, wrong: bool) -> None:
+        self.own.add(score, wrong)
+        self._vetoes.clear()
+
+    def veto(self, max_error: float) -> float:
+        """The highest score at which this entry was wrong while, counting its outcomes scored at least
+        that, it was wrong more often than max_error (-inf: none). One look-alike that scored high among
+        many right paraphrases does not close an entry; an entry mostly wrong at a score does."""
+        cached = self._vetoes.get(max_error)
+        if cached is None:
+            scores = np.fromiter(self.own.scores, dtype=np.float64, count=len(self.own.scores))
+            wrong = np.fromiter(self.own.wrong, dtype=np.int64, count=len(self.own.wrong))
+            order = np.argsort(-scores, kind="stable")
+            errors, counts = np.cumsum(wrong[order]), np.arange(1, scores.size + 1)
+            bad = (wrong[order] == 1) & (errors > max_error * counts)
+            cached = self._vetoes[max_error] = float(scores[order][bad].max()) if bad.any() else -math.inf
+        return cached
 
 
 @dataclass(frozen=True)
@@ -173,8 +194,9 @@ class VerifiedLearner:
         threshold = pool.threshold(max_error) if pool is not None else NOTHING
         entry = self._entries.get(key)
         if entry is not None:
-            if score <= entry.worst_wrong:
-                return Decision(False, max(threshold, entry.worst_wrong))
+            veto = entry.veto(max_error)
+            if score <= veto:
+                return Decision(False, max(threshold, veto))
             threshold = min(threshold, entry.own.threshold(max_error))
         return Decision(score >= threshold, threshold)
 
@@ -196,9 +218,7 @@ class VerifiedLearner:
             )
             _trim(self._entries, self.settings.max_entries)
         self._entries.move_to_end(key)
-        entry.own.add(score, wrong)
-        if wrong:
-            entry.worst_wrong = max(entry.worst_wrong, score)
+        entry.add(score, wrong)
 
     def forget(self, namespace: str | None = None) -> None:
         """Drops the outcomes of one namespace (None: all), e.g. when its entries are flushed."""
