@@ -34,6 +34,7 @@ State is in this process (each replica learns on its own: more conservative, nev
 
 import math
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -114,6 +115,12 @@ class Outcomes:
     def __post_init__(self) -> None:
         self.scores, self.wrong = deque(maxlen=self.limit), deque(maxlen=self.limit)
 
+    def track(self, max_errors: Iterable[float]) -> "Outcomes":
+        """Starts the looks for these δ now, before a decision asks for them."""
+        for max_error in max_errors:
+            self._certificates.setdefault(max_error, Certificate())
+        return self
+
     def add(self, score: float, wrong: bool) -> None:
         self.scores.append(score)
         self.wrong.append(wrong)
@@ -187,9 +194,11 @@ class VerifiedLearner:
         self.settings = settings
         self._namespaces: OrderedDict[str, Outcomes] = OrderedDict()
         self._entries: OrderedDict[str, EntryOutcomes] = OrderedDict()
+        self._max_errors: set[float] = set()  # every δ a decision has asked for: new outcomes track them
 
     def decide(self, namespace: str, key: str, score: float, max_error: float) -> Decision:
         """Whether the entry `key` may serve a question it scores `score` for, at error bound max_error."""
+        self._max_errors.add(max_error)
         pool = self._namespaces.get(namespace)
         threshold = pool.threshold(max_error) if pool is not None else NOTHING
         entry = self._entries.get(key)
@@ -205,20 +214,19 @@ class VerifiedLearner:
         if pooled:
             pool = self._namespaces.get(namespace)
             if pool is None:
-                pool = self._namespaces[namespace] = Outcomes(
-                    self.settings.outcomes_per_namespace, self.settings.confidence
-                )
+                pool = self._namespaces[namespace] = self._outcomes(self.settings.outcomes_per_namespace)
                 _trim(self._namespaces, self.settings.max_namespaces)
             self._namespaces.move_to_end(namespace)
             pool.add(score, wrong)
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._entries[key] = EntryOutcomes(
-                Outcomes(self.settings.outcomes_per_entry, self.settings.confidence)
-            )
+            entry = self._entries[key] = EntryOutcomes(self._outcomes(self.settings.outcomes_per_entry))
             _trim(self._entries, self.settings.max_entries)
         self._entries.move_to_end(key)
         entry.add(score, wrong)
+
+    def _outcomes(self, limit: int) -> Outcomes:
+        return Outcomes(limit, self.settings.confidence).track(self._max_errors)
 
     def forget(self, namespace: str | None = None) -> None:
         """Drops the outcomes of one namespace (None: all), e.g. when its entries are flushed."""
