@@ -51,6 +51,8 @@ def test_plan_limits_and_replicas() -> None:
     assert plan(shape, 80 * GB, steps, heavy, gpus_per_replica=4).replicas == 4
     tight = Workload(**{**light.__dict__, "itl_slo_s": 0.035})
     assert plan(shape, 80 * GB, steps, tight, gpus_per_replica=4).limited_by == "itl_slo"
+    slow = plan(shape, 80 * GB, StepModel(0.03, 1 / 2.3e12, 0.001), light, gpus_per_replica=4)
+    assert slow.max_rate_per_replica == 0 and slow.replicas == 0 and slow.notes  # 4,000 tokens x 1 ms > 2 s
     cached = Workload(**{**light.__dict__, "hit_rate": 0.5})
     assert plan(shape, 80 * GB, steps, cached, 4).max_rate_per_replica > one.max_rate_per_replica
 

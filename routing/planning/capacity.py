@@ -205,5 +205,7 @@ def plan(
     )  # fmt: skip
     if rate < 1 / busy * 0.999 and limited != "itl_slo":
         limited = "ttft_slo"
-    return Plan(per_token, per_token * context, shape.weight_bytes, fit, batch, step, rate, max(replicas, 1),
+    if rate <= 0:
+        notes.append("no arrival rate meets the SLO on this replica: replicas is 0 (none suffices)")
+    return Plan(per_token, per_token * context, shape.weight_bytes, fit, batch, step, rate, replicas,
                 for_memory, limited, notes)  # fmt: skip
