@@ -12,7 +12,7 @@ in compose's dependency order and runs each service's own health check. Then, th
    requests keep being answered after the kill.
 
 Marked slow (deselect with -m "not slow"); skipped where podman is missing. FLEET_KEEP=1 leaves the fleet up.
-About 3-4 minutes on 2 cores with the images cached (the first build: ~5 minutes more, torch and apt).
+About 5.5 minutes on 2 cores shared with other jobs, images cached (the first build: ~6 minutes more, torch, apt).
 """
 
 import asyncio
