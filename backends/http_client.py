@@ -1,6 +1,6 @@
 """A small keep-alive HTTP/1.1 client on asyncio protocols and the httptools parser.
 
-Chosen by measurement (bench/README.md): per request it costs a fraction of aiohttp's CPU and a tenth
+Chosen by measurement (studies/README.md): per request it costs a fraction of aiohttp's CPU and a tenth
 of httpx's. It does only what the gateway needs: POST/GET with a body, a pool of keep-alive connections
 per origin, connect and read timeouts, streamed response bodies, and closing the connection when the
 caller stops reading (so the upstream sees the cancellation).

@@ -18,8 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+from bench.cascade_common import embed_minilm, write, write_live
 from bench.cross_task import (
     candidate_rows,
     load_heldout,
@@ -79,17 +78,6 @@ class RouterFiles:
     @property
     def replay_mode(self) -> str:
         return f"replay-{self.tag}" if self.tag else "replay"
-
-
-def embed_minilm(prompts: list[str]) -> np.ndarray:
-    """The serving encoder's sentence vectors (cache/encoder.py: MiniLM, first 128 tokens, ONNX when
-    available), so a router trained here sees the embeddings the gateway computes. Cached by the caller."""
-    from cache.encoder import build_encoder
-
-    print(f"embedding {len(prompts)} prompts with MiniLM (cached afterwards)...", file=sys.stderr)
-    encoder = build_encoder(None, threads=min(os.cpu_count() or 1, 2))
-    batches = [encoder.vectors(prompts[i : i + 32]) for i in range(0, len(prompts), 32)]
-    return np.concatenate(batches) if batches else np.zeros((0, encoder.dim), np.float32)
 
 
 def compute_heldout(
@@ -168,18 +156,6 @@ def replay(per_group: int | None = None, files: RouterFiles = RouterFiles()) -> 
               f"        {row[UNSEEN]:.3f} [{mlow:.3f}, {mhigh:.3f}]")  # fmt: skip
     write(files.replay_mode, {"rows": public(heldout + unseen), "rule": rule, "choices_per_task": chosen,
                               "router": str(files.router.relative_to(REPO)), "candidates": candidates})  # fmt: skip
-
-
-def write(mode: str, payload: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"cascade_eval_{mode}.json"
-    path.write_text(json.dumps(payload, indent=2))
-    print(f"\nwrote {path}")
-
-
-def write_live(result: dict) -> None:
-    """bench/results/cascade_eval_live.json for TriviaQA, cascade_eval_live_<set>.json for the others."""
-    write("live" if result.get("set", "trivia_qa") == "trivia_qa" else f"live_{result['set']}", result)
 
 
 def main() -> None:

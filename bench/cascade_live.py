@@ -23,19 +23,13 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import yaml
 
+from bench.cascade_common import RECORD, load_record, record_path  # noqa: F401 (RECORD: the TriviaQA record)
 from bench.routellm_data import RESULTS
 from bench.trivia_data import SETS, is_correct, load_questions, prompt
 from routing.confidence import choice_logprobs, choice_margins
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
-
-RECORD = RESULTS / "cascade_live_record.json"
-
-
-def record_path(name: str = "trivia_qa") -> Path:
-    """The live record of a question set (TriviaQA keeps the original file name)."""
-    return RECORD if name == "trivia_qa" else RESULTS / f"cascade_live_record_{name}.json"
 
 
 async def record_model(args: argparse.Namespace, alias: str, questions: list[dict]) -> dict[str, dict]:
@@ -106,16 +100,6 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
     return saved
 
 
-def load_record(name: str = "trivia_qa") -> dict[str, Any]:
-    """The saved record, each answer re-graded by the current checker (the grading is not frozen in it)."""
-    saved = json.loads(record_path(name).read_text())
-    questions = {q["id"]: q for q in load_questions(name)}
-    for answers in saved["answers"].values():
-        for qid, answer in answers.items():
-            answer["correct"] = is_correct(questions[qid], answer["text"])
-    return saved
-
-
 def main(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(prog="cascade_eval live")
     parser.add_argument("--gateway", default="http://127.0.0.1:8731")
@@ -143,6 +127,6 @@ def main(argv: list[str]) -> dict:
 if __name__ == "__main__":
     import sys
 
-    from bench.cascade_eval import write_live
+    from bench.cascade_common import write_live
 
     write_live(main(sys.argv[1:]))

@@ -3,7 +3,7 @@
 `llama-server` is started the way issue 14 quotes it (`-np 16 -t 2`) and driven by bench/engine_serving.py's
 own client, the same OpenAI-style streamed requests it sends to `llmgw engine serve` (llama-server reads
 `max_tokens`, `ignore_eos` and `temperature` 0 = greedy from the same body). `llama-bench` gives its
-in-process decode speed. How to build both: bench/README.md ("llama.cpp beside the engine").
+in-process decode speed. How to build both: studies/README.md ("llama.cpp beside the engine").
 """
 
 import json

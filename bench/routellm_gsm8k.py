@@ -43,7 +43,7 @@ def build(responses: Path, contaminated: Path, out: Path = RECORDS) -> int:
 
 def gsm8k_rows(router: Path = ROUTER) -> list[dict]:
     """Random, the length heuristic and the router's APGR rows on GSM8K (bootstrap replicates kept)."""
-    from bench.cascade_eval import embed_minilm
+    from bench.cascade_common import embed_minilm
     from bench.cross_task import other_task_data
 
     records = load_gsm8k()

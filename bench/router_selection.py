@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.decomposition import PCA
 
+from bench.cascade_common import fit, fit_within_subject
 from bench.routing_curves import routing_curve
-from bench.train_router import fit, fit_within_subject
 from routing.features import MULTIPLE_CHOICE_FEATURES, TEXT_FEATURES
 from routing.learned import GainModel, LogisticModel, TextRouter
 

@@ -7,13 +7,13 @@
 Reads the live record (bench/results/cascade_live_record.json, made by `bench.cascade_eval live`), takes
 the answer's own token signals from routing.learned.answer_features (COLUMNS: mean/min token logprob, the
 first token's logprob and top-1 − top-2 margin, the mean margin) and fits an L2 logistic regression (C = 1,
-fixed: nothing is tuned). The shipped file is fit on every question; the figures in bench/README.md come from
+fixed: nothing is tuned). The shipped file is fit on every question; the figures in studies/README.md come from
 the same fit done leave-one-quiz-site-out (bench/cascade_curves.py), so no question is scored by a model that
 saw its site, and from the TriviaQA fit scored unchanged on basic_skills.
 
 Answer and prompt length, the other two answer_features, are left out since the ninth session: they describe
 a task's prompt and answer format, not the answer's quality, and the model that used them ranked SmolLM2's
-basic_skills answers backwards (AUROC 0.438, bench/README.md).
+basic_skills answers backwards (AUROC 0.438, studies/README.md).
 """
 
 import argparse
@@ -21,9 +21,8 @@ import json
 
 import numpy as np
 
-from bench.cascade_live import load_record, record_path
+from bench.cascade_common import fit, load_record, record_path
 from bench.routellm_data import RESULTS
-from bench.train_router import fit
 from bench.trivia_data import SETS, group, load_questions, prompt
 from routing.config import MODELS_DIR
 from routing.learned import ANSWER_FEATURES, AnswerModel, answer_features

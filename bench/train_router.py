@@ -13,44 +13,9 @@ import json
 import os
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression, Ridge
 
+from bench.cascade_common import fit, fit_within_subject  # noqa: F401 (the router's fitting, kept importable here)
 from bench.routellm_data import RESULTS
-from routing.learned import LogisticModel
-
-
-def fit(features: np.ndarray, labels: np.ndarray, c: float, uses_logprobs: bool) -> LogisticModel:
-    """Standardise, then L2-regularised logistic regression predicting labels == 1 (small is good)."""
-    mean = features.mean(axis=0)
-    scale = features.std(axis=0) + 1e-6
-    model = LogisticRegression(C=c, max_iter=2000).fit((features - mean) / scale, labels)
-    return LogisticModel(
-        model.coef_[0].astype(np.float32), float(model.intercept_[0]), mean, scale, uses_logprobs
-    )
-
-
-def fit_within_subject(
-    features: np.ndarray, weak: np.ndarray, strong: np.ndarray, subjects: np.ndarray, c: float
-) -> LogisticModel:
-    """The gain (strong − weak) fitted on within-subject differences only: features and gains centred per
-    subject, ridge (alpha = 1/c), so between-subject differences (what an embedding learns) take no part.
-    Stored as a LogisticModel for P(the weak answer is good enough): a 1-d logistic fit of "escalating
-    would not gain" on the gain score sets its scale and bias (scale forced negative: more gain, less
-    confidence), so the ranking is the gain score's."""
-    mean = features.mean(axis=0)
-    scale = features.std(axis=0) + 1e-6
-    z = (features - mean) / scale
-    gain = strong - weak
-    z_within, gain_within = z.copy(), gain.astype(np.float64).copy()
-    for subject in np.unique(subjects):
-        rows = subjects == subject
-        z_within[rows] -= z[rows].mean(axis=0)
-        gain_within[rows] -= gain[rows].mean()
-    coef = Ridge(alpha=1.0 / c, fit_intercept=False).fit(z_within, gain_within).coef_
-    score = z @ coef
-    calib = LogisticRegression(max_iter=1000).fit(score[:, None] / (score.std() + 1e-9), gain <= 0)
-    slope = min(float(calib.coef_[0, 0]), -1e-3) / (score.std() + 1e-9)
-    return LogisticModel((coef * slope).astype(np.float32), float(calib.intercept_[0]), mean, scale, False)
 
 
 def choose_c(train_x: np.ndarray, train_y: np.ndarray, score: "callable", seed: int = 0) -> float:  # type: ignore[valid-type]

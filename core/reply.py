@@ -11,7 +11,7 @@ The stream is read through one wrapper (`_drive`) that counts usage, calls the t
 however the stream ends: normally (200), with an OpenAIError (its status), with another error (500),
 cancelled or closed early (499), or dropped unread (499, from a finaliser), so a concurrency slot can
 never leak until its lease expires. An async generator, with a finaliser for the unread case: as fast
-per chunk as a class with `__anext__` (0.71 vs 0.72 µs, bench/README.md, "One end-of-reply hook").
+per chunk as a class with `__anext__` (0.71 vs 0.72 µs, studies/README.md, "One end-of-reply hook").
 """
 
 import asyncio

@@ -2,7 +2,7 @@
 
 uvicorn writes a response's status line and headers, then its body, with two `transport.write()` calls,
 and uvloop sends each at once: two syscalls, and on loopback each one wakes the peer. Measured with
-py-spy under wrk (bench/README.md, "Gateway overhead"), those two writes were ~24 % of the gateway's
+py-spy under wrk (studies/README.md, "Gateway overhead"), those two writes were ~24 % of the gateway's
 CPU per request. `CoalescingTransport` holds what is written during one step of the loop and writes it
 with one call at the next step (`loop.call_soon`): headers and body leave together, and a streamed
 chunk still leaves within one loop iteration. Everything else is uvicorn's own code.

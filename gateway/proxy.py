@@ -1,6 +1,6 @@
 """The hot path: POST /v1/{chat/completions,completions,embeddings} as a bare ASGI handler.
 
-It skips the framework's routing and middleware stack (measured in bench/README.md), reads the body
+It skips the framework's routing and middleware stack (measured in studies/README.md), reads the body
 with a size limit, runs the pipeline, and writes JSON or SSE. Everything else goes to FastAPI.
 """
 

@@ -72,7 +72,7 @@ class UsageWriter:
 
         Records that arrive while it writes wait for the next flush: under steady load a loop "until the
         buffer is empty" never ends, and writes batches of the few records each write lets in (measured:
-        ~6 per INSERT at 1,000 requests/s: 11-20 % of the CPU per request at 1 connection, bench/README.md).
+        ~6 per INSERT at 1,000 requests/s: 11-20 % of the CPU per request at 1 connection, studies/README.md).
         """
         async with self._writing:
             pending = len(self._buffer)

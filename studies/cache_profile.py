@@ -18,8 +18,8 @@ searched in an HNSW index and its candidates judged, each part timed on its own:
 
 Only APIs that main has too are used, so the same script profiles either tree (A/B: PYTHONPATH).
 
-    python -m bench.cache_profile [--requests 150] [--fill 300] [--name NAME]
-Writes bench/results/cache_profile[_NAME].json.
+    python -m studies.cache_profile [--requests 150] [--fill 300] [--name NAME]
+Writes studies/results/cache_profile[_NAME].json.
 """
 
 import argparse
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from bench.cache_latency import percentiles, questions, sample
-from bench.harness import write_json
+from studies import write_json
 
 
 def _timed(fn: Any, *args: Any) -> tuple[float, Any]:

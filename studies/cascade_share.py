@@ -1,6 +1,6 @@
 """A fixed confidence threshold against `escalate_share`, replayed on the four recorded live cascades.
 
-    .venv/bin/python -m bench.cascade_share        # → table, bench/results/cascade_share.json
+    .venv/bin/python -m studies.cascade_share        # → table, studies/results/cascade_share.json
 
 The gateway's `auto` cascade (bench/cascade_live.yaml) escalates when the shipped learned confidence (fit on
 TriviaQA) is below 0.08. Its share of escalations, and so its cost, depends on the traffic. With
@@ -18,13 +18,13 @@ import sys
 
 import numpy as np
 
+from bench.cascade_common import escalations
 from bench.cascade_curves import outcomes
 from bench.cascade_live import learned_threshold, load_record
-from bench.routellm_data import RESULTS
 from bench.train_cascade_confidence import transferred
 from bench.trivia_data import load_questions
 from routing.config import ConfidenceConfig
-from routing.escalation import EscalationShare
+from studies import RESULTS
 
 SETS = ("trivia_qa", "entity_questions", "basic_skills", "lambada")
 SHARES = (0.2, 0.4, 0.6)
@@ -37,20 +37,6 @@ def load(name: str) -> dict[str, np.ndarray]:
     _, weak, strong, cost_s, cost_l = outcomes(saved, questions)
     score = transferred(questions, saved["answers"][saved["small"]])  # TriviaQA: the set the model was fit on
     return {"score": score, "weak": weak, "strong": strong, "cost_s": cost_s, "cost_l": cost_l}
-
-
-def escalations(scores: np.ndarray, rule: ConfidenceConfig) -> np.ndarray:
-    """The gateway's decisions on `scores` in the order given: True where the cascade escalates. With
-    `escalate_share`, the threshold is decided before each score joins the window, as in routing/cascade.py."""
-    window = None
-    if rule.escalate_share is not None:
-        window = EscalationShare(rule.escalate_share, rule.share_window, rule.share_warmup, rule.threshold)
-    mask = np.zeros(len(scores), dtype=bool)
-    for i, value in enumerate(scores):
-        mask[i] = value < (rule.threshold if window is None else window.threshold())
-        if window is not None:
-            window.record(float(value))
-    return mask
 
 
 def replay(data: dict[str, np.ndarray], order: np.ndarray, share: float | None, fixed: float) -> dict:

@@ -5,7 +5,7 @@ with 256 tokens of context), and prints tokens/s. A budget is good once a bigger
 prefill throughput (it only lengthens the step that decodes wait for); max_num_seqs likewise where
 decode throughput stops growing.
 
-    .venv/bin/python -m bench.engine_budget [--threads 1] [--dtype int8]
+    .venv/bin/python -m studies.engine_budget [--threads 1] [--dtype int8]
 """
 
 import argparse
@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from backends.local_engine.config import EngineSettings  # noqa: E402
 from backends.local_engine.engine.model_runner import ModelRunner  # noqa: E402
 from backends.local_engine.engine.sequence import ScheduledSeq, Sequence  # noqa: E402
-from bench.harness import RESULTS  # noqa: E402
+from studies import RESULTS  # noqa: E402
 
 CONTEXT = 256
 

@@ -1,6 +1,6 @@
 """Where our fp32 logits part from HF's (issue 17, correctness): engine variants against one HF fp32 model.
 
-    python3 -m bench.engine_gpu_fp32 [--shapes llama-8b,llama-1b] [--variants f64rope,fused,default,...]
+    python3 -m studies.engine_gpu_fp32 [--shapes llama-8b,llama-1b] [--variants f64rope,fused,default,...]
 
 bench/engine_gpu.py's `correct` section measures one number (max |logit - HF|, fp32, teacher-forced
 prefill and decode graphs). This script measures it for variants of our fp32 forward pass, each built
@@ -144,7 +144,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="llama-8b,llama-1b")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    parser.add_argument("--out", default=os.environ.get("OUT", "studies/results"))
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -1,6 +1,6 @@
 """A batch-1 int4 GEMV on plain 2-D nibble tiles, against tinygemm (issue 17: int4 at 8B is 34.6 % of roofline).
 
-    python3 -m bench.engine_gpu_int4_gemv [--out DIR]          # CUDA; TRITON_INTERPRET=1 checks it on the CPU
+    python3 -m studies.engine_gpu_int4_gemv [--out DIR]          # CUDA; TRITON_INTERPRET=1 checks it on the CPU
 
 Not used by the engine: a measured prototype. The engine's int4 runs torch's tinygemm
 (`_weight_int4pack_mm`, ~1.0-1.5 TB/s on the 8B projections); an earlier Triton GEMV on [rows, groups, bytes]
@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from bench.engine_gpu_skinny import graph_us  # fn(i) launched for i over a list, in one graph
+from studies.gpu_timing import graph_us  # fn(i) launched for i over a list, in one graph
 
 GROUP = 32
 CHUNK = 8 * GROUP
@@ -169,7 +169,7 @@ def measure(name: str, n: int, k: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    parser.add_argument("--out", default=os.environ.get("OUT", "studies/results"))
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     results: dict = {

@@ -1,9 +1,9 @@
 """int4 kernels on the Llama-3 8B projections (issue 17: int4 at 8B batch 1): tinygemm, GemLite, ours.
 
-    python3 -m bench.engine_gpu_int4_kernels [--rows 1,2,4,16] [--kinds tinygemm,mma,gemlite] [--configs] [--out DIR]
+    python3 -m studies.engine_gpu_int4_kernels [--rows 1,2,4,16] [--kinds tinygemm,mma,gemlite] [--configs] [--out DIR]
 
 Every layer is built from the same weight: `quant.Int4Linear` (torch's tinygemm), `int4_mma.Int4MmaLinear`
-(our tensor-core kernel) and, where the `gemlite` package is installed, `bench.int4_gemlite` (GemLite's
+(our tensor-core kernel) and, where the `gemlite` package is installed, `studies.int4_gemlite` (GemLite's
 Triton kernels). Each is checked against the float64 product with the dequantized weight (relative error
 of the whole output), then timed as a launch's share of a CUDA graph cycling through >= 512 MiB of weight
 copies. With --configs, ours is also timed in each launch shape (`int4_mma.CONFIGS`) at <= 8 rows and the
@@ -21,8 +21,8 @@ import torch
 from backends.local_engine.kernels.cuda.int4_mma import CONFIGS, Int4MmaLinear, config_for
 from backends.local_engine.kernels.quant import Int4Linear
 from backends.local_engine.kernels.quantize import dequantize_int4, quantize_int4
-from bench.engine_gpu_int4_gemv import SHAPES
-from bench.engine_gpu_skinny import graph_us
+from studies.engine_gpu_int4_gemv import SHAPES
+from studies.gpu_timing import graph_us
 
 GROUP = 32
 
@@ -33,7 +33,7 @@ def build(kind: str, weight: torch.Tensor) -> torch.nn.Module:
         return Int4Linear(weight, None, GROUP)
     if kind == "mma":
         return Int4MmaLinear(weight, None, GROUP)
-    from bench.int4_gemlite import GemliteInt4Linear
+    from studies.int4_gemlite import GemliteInt4Linear
 
     return GemliteInt4Linear(weight, None, GROUP)
 
@@ -83,7 +83,7 @@ def main() -> None:
     parser.add_argument("--rows", default="1,2,4,16")
     parser.add_argument("--kinds", default="tinygemm,mma,gemlite")
     parser.add_argument("--configs", action="store_true", help="time each launch shape of ours at <= 8 rows")
-    parser.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    parser.add_argument("--out", default=os.environ.get("OUT", "studies/results"))
     args = parser.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
     kinds = [kind for kind in args.kinds.split(",") if kind != "gemlite" or _has_gemlite()]

@@ -1,7 +1,7 @@
 """Where a prefix-cached request's time to first token goes on the GPU (issue 17), per variant.
 
-    python3 -m bench.engine_gpu_prefix [--shapes llama-8b,llama-1b] [--variants default,cublas] [--seqs 32,128]
-        [--rounds 4] [--out bench/results]
+    python3 -m studies.engine_gpu_prefix [--shapes llama-8b,llama-1b] [--variants default,cublas] [--seqs 32,128]
+        [--rounds 4] [--out studies/results]
 
 bench/engine_gpu.py's measure (a 1024-token prefix cached, a new 32-token tail; cold: a new prefix each time)
 split into its parts: the host before the prefill graph runs (request admission, prefix lookup, scheduling,
@@ -26,7 +26,8 @@ from backends.local_engine.engine import cuda_runner
 from backends.local_engine.model import attention_cuda
 from bench.engine_gpu import copy_bandwidth, prefix_ttft, ttft
 from bench.engine_gpu_models import build_hf, build_ours, random_prompts
-from bench.engine_gpu_profile import kernel_table, replay_ms
+from studies.engine_gpu_profile import kernel_table
+from studies.gpu_timing import replay_ms
 
 VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
@@ -191,7 +192,7 @@ def main() -> None:
     parser.add_argument("--seqs", default="32,128")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--attention-sweep", action="store_true", help="also time attention configs")
-    parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--out", default="studies/results")
     args = parser.parse_args()
     results: dict = {"device": torch.cuda.get_device_name(), "copy_GBps": copy_bandwidth() / 1e9, "rows": {}}
     out = Path(args.out) / "engine_gpu_prefix.json"

@@ -1,6 +1,6 @@
 """Where a batch-1 decode step and a prefix-cached prefill step go on the GPU (issue 17), per variant.
 
-    python3 -m bench.engine_gpu_profile [--shapes llama-8b,llama-1b] [--variants fused,unfused,...] [--out DIR]
+    python3 -m studies.engine_gpu_profile [--shapes llama-8b,llama-1b] [--variants fused,unfused,...] [--out DIR]
 
 A variant is a set of environment switches read when the engine is built (CUDA graphs are captured then):
   fused      the defaults: batch-1 layers in six kernels (norms, SwiGLU, residual adds inside the GEMVs),
@@ -32,6 +32,7 @@ import torch
 
 from bench.engine_gpu import batch1_decode, copy_bandwidth, prefix_ttft
 from bench.engine_gpu_models import build_hf, build_ours, decode_bytes
+from studies.gpu_timing import SHAPES, replay_ms
 
 VARIANTS = {
     "fused": {},
@@ -58,26 +59,13 @@ SWITCHES = (
 )
 
 
-def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 200) -> float:
-    """Mean GPU time of one replay over `repeats` back-to-back replays (events around all)."""
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / repeats
-
-
 def skinny_matmuls(rows_list: tuple[int, ...] = (1, 8, 16, 32)) -> dict:
     """GB/s of cuBLAS (F.linear) and our kernels on the 8B projections at a few rows, weights rotated over
     copies that together exceed the L2: bf16 cuBLAS and GEMV, int8 (quant_triton.int8_matmul: the GEMV at
     one row), int4 on the Triton layout (int4_matmul) and on torch's tinygemm layout. Bytes are the weight's
     bytes (int4: nibbles + bf16 scale and min per group of 32). `do_bench` flushes the L2 before every call,
     so each call also pays its launch and a dirty-L2 write-back: these rates are below a forward pass's
-    (bench/engine_gpu_skinny.py times back-to-back launches in a graph, as the engine runs them)."""
+    (studies/engine_gpu_skinny.py times back-to-back launches in a graph, as the engine runs them)."""
     import torch.nn.functional as F
     import triton.testing
 
@@ -85,7 +73,6 @@ def skinny_matmuls(rows_list: tuple[int, ...] = (1, 8, 16, 32)) -> dict:
     from backends.local_engine.kernels.quantize import quantize_int8
     from backends.local_engine.kernels.triton.gemv import gemv
     from backends.local_engine.kernels.triton.quant_own import int8_matmul
-    from bench.engine_gpu_skinny import SHAPES
 
     shapes = SHAPES["llama-8b"]
     table: dict = {}
@@ -224,7 +211,7 @@ def main() -> None:
     parser.add_argument("--int4-variants", default="fused,tinygemm")
     parser.add_argument("--max-seqs", type=int, default=4, help="engine max_num_seqs (decode graph buckets)")
     parser.add_argument("--matmuls", action="store_true", help="also time skinny matmuls of the 8B shapes")
-    parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--out", default="studies/results")
     args = parser.parse_args()
     bandwidth = copy_bandwidth()
     results: dict = {"device": torch.cuda.get_device_name(), "copy_GBps": bandwidth / 1e9, "rows": {}}

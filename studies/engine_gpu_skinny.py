@@ -1,6 +1,6 @@
 """The skinny bf16 matmul (backends/local_engine/kernels/triton/skinny.py) against cuBLAS on the H200 (issue 17).
 
-    python3 -m bench.engine_gpu_skinny [--rows 32,2,8,16,64] [--engine llama-1b,llama-8b] [--out DIR]
+    python3 -m studies.engine_gpu_skinny [--rows 32,2,8,16,64] [--engine llama-1b,llama-8b] [--out DIR]
 
 1. Sweep: for each Llama-3 8B / 1B projection (qkv, o, gate_up, down, lm_head) and each row count, F.linear
    (cuBLAS) and every candidate tile config (and K split) of the Triton kernel. A time is one launch's share
@@ -24,7 +24,6 @@ import gc
 import json
 import multiprocessing
 import os
-import statistics
 import time
 from pathlib import Path
 
@@ -32,13 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from backends.local_engine.kernels.triton import skinny as sk
+from studies.gpu_timing import SHAPES, graph_us, replay_ms
 
-SHAPES = {  # projection -> (N, K)
-    "llama-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
-                 "lm_head": (128256, 4096)},
-    "llama-1b": {"qkv": (3072, 2048), "o": (2048, 2048), "gate_up": (16384, 2048), "down": (2048, 8192),
-                 "lm_head": (128256, 2048)},
-}  # fmt: skip
 BASE = [  # (BLOCK_N, BLOCK_K, warps, stages)
     (16, 256, 1, 4), (16, 256, 2, 4), (16, 512, 2, 3), (16, 512, 2, 4), (16, 1024, 4, 3),
     (32, 128, 2, 5), (32, 256, 2, 4), (32, 256, 4, 4), (32, 256, 4, 6), (32, 512, 4, 3), (32, 512, 4, 4),
@@ -112,27 +106,6 @@ def precompile(configs: set[tuple], workers: int = 12) -> list[str]:
     chunks = [items[i::workers] for i in range(workers)]
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         return [line for part in pool.map(_compile, chunks) for line in part]
-
-
-def graph_us(fn, weights: list[torch.Tensor], calls: int, replays: int = 7) -> float:  # noqa: ANN001
-    """Per-launch µs of `calls` back-to-back launches of fn(weight) cycling through `weights`, in a graph."""
-    fn(weights[0])
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(weights[i % len(weights)])
-    graph.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    del graph
-    return statistics.median(times)
 
 
 def within_rounding(out: torch.Tensor, exact: torch.Tensor) -> tuple[bool, float]:
@@ -238,7 +211,6 @@ def engine_variant(hf, shape: str, variant: str, ids: list[int], reference: torc
     from backends.local_engine.engine.cuda_runner import HostStep, padded_step
     from bench.engine_gpu import prefix_ttft, run_closed_loop, teacher_forced_logits
     from bench.engine_gpu_models import build_ours, random_prompts
-    from bench.engine_gpu_profile import replay_ms
 
     vocab = hf.config.vocab_size
     os.environ["LLMGW_SKINNY_ROWS"] = "1" if variant == "cublas" else "64"
@@ -315,7 +287,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=4, help="with --previous: configs per row count")
     parser.add_argument("--no-sweep", action="store_true", help="use skinny_triton's committed table")
     parser.add_argument("--deadline", type=float, default=560.0, help="A/B variants must end by then (s)")
-    parser.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    parser.add_argument("--out", default=os.environ.get("OUT", "studies/results"))
     args = parser.parse_args()
     from bench.engine_gpu import copy_bandwidth
 

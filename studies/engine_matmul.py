@@ -4,9 +4,9 @@ For each candidate kernel and row count, one "step" runs every linear layer of t
 qkv 960x576, o 576x576, gate_up 3072x576, down 576x1536, on distinct weights so they are cache-cold as in
 a real step) plus, separately, the 49152x576 output layer. Medians of `--repeats`.
 
-    .venv/bin/python -m bench.engine_matmul [--rows 1,4,8,16,32] [--threads 1] [--repeats 7]
+    .venv/bin/python -m studies.engine_matmul [--rows 1,4,8,16,32] [--threads 1] [--repeats 7]
 
-Prints a table (ms per step and ms per row) and writes bench/results/engine_matmul.json. The engine's
+Prints a table (ms per step and ms per row) and writes studies/results/engine_matmul.json. The engine's
 quant.py picks its kernels from these figures ("engine int4" is cpu_kernels.py's AVX2 kernel where it builds).
 """
 
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from backends.local_engine.kernels.cpu.ops import Int8CpuLinear
 from backends.local_engine.kernels.quant import Int4Linear
 from backends.local_engine.kernels.select import make_linear
-from bench.harness import RESULTS
+from studies import RESULTS
 
 LAYER_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]
 HEAD_SHAPE = (49152, 576)

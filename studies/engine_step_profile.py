@@ -1,10 +1,10 @@
 """Where an in-process decode step goes: wall time per step at 1-32 rows, and a torch.profiler op table.
 
-    .venv/bin/python -m bench.engine_step_profile [--dtype fp16] [--threads 1] [--rows 1,4,16,32] [--profile 1]
+    .venv/bin/python -m studies.engine_step_profile [--dtype fp16] [--threads 1] [--rows 1,4,16,32] [--profile 1]
 
 Each row is one sequence at context ~160 decoding one token per step (the engine's ModelRunner.execute,
 greedy argmax outside the timing). Prints ms per step and tok/s per row count, then (for --profile rows)
-the top ops by self CPU time; writes bench/results/engine_step_profile_<dtype>_t<threads>.json.
+the top ops by self CPU time; writes studies/results/engine_step_profile_<dtype>_t<threads>.json.
 """
 
 import argparse
@@ -18,7 +18,7 @@ import torch
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.engine.model_runner import ModelRunner
 from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
-from bench.harness import RESULTS
+from studies import RESULTS
 
 CONTEXT = 160
 

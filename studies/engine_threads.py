@@ -3,7 +3,7 @@
 Each configuration runs in a fresh process (OMP_WAIT_POLICY is read when torch starts), alternating
 configurations run by run, with and without a busy-looping neighbour process.
 
-    .venv/bin/python -m bench.engine_threads [--repeats 3]
+    .venv/bin/python -m studies.engine_threads [--repeats 3]
 """
 
 import argparse
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from bench.harness import RESULTS
+from studies import RESULTS
 
 CONFIGS = [
     {"threads": 1, "wait_policy": None},

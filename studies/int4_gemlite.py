@@ -1,4 +1,4 @@
-"""int4 layers on GemLite's Triton kernels (CUDA; measured by bench/engine_gpu_int4_kernels.py, not in the engine).
+"""int4 layers on GemLite's Triton kernels (CUDA; measured by studies/engine_gpu_int4_kernels.py, not in the engine).
 
 GemLite (Apache-2.0, `pip install gemlite`, pure Python over Triton) ships low-bit matmuls tuned per shape:
 a "reverse split-K" GEMV for one to four rows, split-K GEMMs up to 64 and a tiled GEMM above. The layer

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17's next GPU call, in one command: `LIMIT=<seconds> bash bench/issue17_device_call.sh` (device tool,
+# Issue 17's next GPU call, in one command: `LIMIT=<seconds> bash studies/issue17_device_call.sh` (device tool,
 # ~5 min; ask for kind nvidia-h200: the targets are H200 figures, and the H100 already meets the int4 one).
 # 1. the int4_mma CUDA tests (the one-LOP3 dequantization has run on an H100 only);
 # 2. the official table: bench/engine_gpu.py --only bw,decode,prefix at 8B and 1B.

@@ -5,7 +5,7 @@ ObserveStage, alternating runs, and reports the extra CPU microseconds per reque
 JSON answer and for a 50-chunk stream. The access log writes to /dev/null through the real logger.
 Compare with the gateway's total CPU per request (bench/gateway_overhead.py): the issue's budget is 10 %.
 
-    python bench/observe_cpu.py [--requests 20000] [--rounds 5]
+    python studies/observe_cpu.py [--requests 20000] [--rounds 5]
 """
 
 import argparse

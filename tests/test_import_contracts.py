@@ -11,13 +11,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "gateway", "policies", "routing", "cache", "backends", "migrations")
+PACKAGES = ("core", "gateway", "policies", "routing", "cache", "backends", "migrations", "bench", "studies")
 CONTRACTS = (
     "core imports no other package of the project",
     "the engine (backends.local_engine) imports only core",
     "no package imports gateway",
     "the engine's rooms are layered",
     "no import circle between the engine's modules",
+    "no package and no maintained benchmark imports studies",
+    "no import circle between the benchmarks' or the studies' modules",
 )
 VIOLATIONS = {  # one forbidden import per contract
     "core/_violation.py": "from routing.retry import backoff_s\n",
@@ -26,6 +28,9 @@ VIOLATIONS = {  # one forbidden import per contract
     "backends/local_engine/kernels/_violation.py": "from backends.local_engine.engine import sequence\n",
     "backends/local_engine/model/_circle_a.py": "from backends.local_engine.model import _circle_b\n",
     "backends/local_engine/model/_circle_b.py": "from backends.local_engine.model import _circle_a\n",
+    "bench/_violation.py": "from studies import gpu_timing\n",
+    "studies/_circle_a.py": "from studies import _circle_b\n",
+    "studies/_circle_b.py": "from studies import _circle_a\n",
 }
 
 

@@ -210,7 +210,7 @@ def test_the_replay_table_scores_the_shipped_router_on_gsm8k_beside_both_baselin
 
 
 def test_the_subject_ceiling_is_the_question_oracle_when_subjects_split_the_gains() -> None:
-    from bench.router_ceiling import halves, in_sample_oracle
+    from studies.router_ceiling import halves, in_sample_oracle
 
     rng = np.random.default_rng(3)
     weak = rng.integers(0, 2, 400).astype(float)

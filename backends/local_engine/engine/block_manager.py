@@ -7,7 +7,7 @@ and no collision is possible: a hit always holds exactly these ids after exactly
 keep their key and stay reusable, oldest first out, until they are handed out again; an evicted block's
 entry goes, and entries under its key can no longer be reached. This replaced a blake2b hash chain (one
 digest per 16 tokens): a 1024-token lookup went from 76 to 30 us on a 2-core EPYC, and scheduling a
-prefix-cached 8B request on the H200 hosts from 0.16-0.32 to 0.08 ms of its ~5.6 ms TTFT (bench/README.md).
+prefix-cached 8B request on the H200 hosts from 0.16-0.32 to 0.08 ms of its ~5.6 ms TTFT (studies/README.md).
 """
 
 from array import array

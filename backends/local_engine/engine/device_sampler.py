@@ -118,7 +118,7 @@ def truncate_dense(logits: Tensor, params: list[SamplingParams]) -> Tensor:
 
 def argmax_rows(logits: Tensor) -> Tensor:
     """logits.argmax(-1) in two passes over chunks of the vocabulary: torch's one-pass argmax of a few
-    long rows runs one block per row (27 us for one 128k-token row on the H200, bench/README.md). The
+    long rows runs one block per row (27 us for one 128k-token row on the H200, studies/README.md). The
     first maximum wins, as in argmax."""
     rows, vocab = logits.shape
     chunk = next((c for c in (1024, 512, 256, 128) if vocab % c == 0 and vocab > 4 * c), 0)

@@ -2,7 +2,7 @@
 
 In a plain decode step the GPU waits while the host reads the sampled tokens, emits them, schedules the
 next step and builds its inputs (0.2-0.35 ms a step on the H200 host, 4-8 % of an 8B step and ~20 % of
-a 1B one; bench/README.md). Here a step's sampled tokens stay on the device and the next decode step
+a 1B one; studies/README.md). Here a step's sampled tokens stay on the device and the next decode step
 reads them there (the runner copies them into its input ids on the device), so the engine launches step
 N+1 before it has seen step N's tokens. It learns them through a pinned buffer filled by a copy queued
 right after step N's sampling: waiting on that copy's event waits for step N only, not for step N+1,

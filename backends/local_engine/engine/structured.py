@@ -4,7 +4,7 @@ decoding with llguidance (the library vLLM and llama.cpp use).
 Why llguidance: of the three maintained libraries, it alone ships a small self-contained CPU wheel
 (abi3, 3 MB, no torch/triton/transformers dependency: xgrammar's wheel pulls triton and transformers),
 and it builds its token trie straight from our `tokenizers` JSON. Its mask for SmolLM2's 49 152-token
-vocabulary takes well under a millisecond per token (bench/README.md, "Structured outputs").
+vocabulary takes well under a millisecond per token (studies/README.md, "Structured outputs").
 
 A `JsonConstraint` belongs to one request. The sampler calls it with each logits row and that row's output
 tokens; it brings its matcher to exactly those tokens (rolling back rejected speculative drafts) and masks

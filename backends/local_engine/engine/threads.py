@@ -3,7 +3,7 @@
 With OpenMP threads that spin briefly between parallel regions (GOMP_SPINCOUNT=30000) a second thread pays
 at every step size: batch-1 int4 decode 11.2 ms/step against 17.2 on one thread, and through the server
 1 / 4 / 16 / 32 clients at ~75 / 209 / 318 / 354 tok/s against 60 / 157 / 240 / 295 with sleeping (PASSIVE)
-waits and one thread for steps of <= 8 tokens (bench/README.md, "Client table"). Next to a process that keeps
+waits and one thread for steps of <= 8 tokens (studies/README.md, "Client table"). Next to a process that keeps
 a core busy the same setting collapses (16 clients 87 against 200 tok/s), because every parallel region waits
 for the thread the neighbour displaced. `CpuShare` therefore watches how much of this process's CPUs other
 processes use (/proc/stat against /proc/self/stat, at most every `period` seconds) and lowers the thread

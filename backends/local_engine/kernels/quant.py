@@ -3,7 +3,7 @@
 int8: symmetric, one scale per output channel. int4: asymmetric, one (scale, zero) per group of
 `group_size` input channels. No layer converts its weight per call at any batch size.
 
-CPU kernels, chosen by bench/engine_matmul.py (SmolLM2-135M shapes, 1-32 rows, AVX2 EPYC): fbgemm's int8
+CPU kernels, chosen by studies/engine_matmul.py (SmolLM2-135M shapes, 1-32 rows, AVX2 EPYC): fbgemm's int8
 GEMM (`quantized.linear_dynamic`) is the fastest at every row count and its cost per row falls as rows are
 added. int4 runs kernels/cpu/ops.py's int4 x int8 AVX2 kernel (2.5-4.8x torch's packed kernel at 1-32 rows on an
 AVX2 EPYC), else the packed `_weight_int4pack_mm_for_cpu` (bf16 activations; int4_cpu_kernel="torch").
@@ -34,7 +34,7 @@ class DenseLinear(nn.Module):
     which reads narrow weights faster than cuBLAS (`gemv` False turns it off), and inputs of 2 up to
     `skinny_rows` rows (1 turns it off) the skinny Triton matmul (triton/skinny.py) for the weight shapes
     where it measured faster than cuBLAS (`skinny.config_for`; 8B prefill graph of a prefix-cached request
-    5.15 -> 4.86 ms on the H200, bench/README.md)."""
+    5.15 -> 4.86 ms on the H200, studies/README.md)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, gemv: bool = True, skinny_rows: int = 64) -> None:
         super().__init__()
@@ -68,7 +68,7 @@ class ConcatLinear(nn.Module):
 
     fp32 on CUDA keeps q/k/v and gate/up apart in the checkpoint's own shapes: cuBLAS picks its kernel, and
     so its summation order, by shape, and HF's shapes give HF's sums. On the H200 this brought the 8B fp32
-    logits from 1.22e-4 to 0.90e-4 of HF's (bench/results/engine_gpu_fp32.json); fp32 is the reference
+    logits from 1.22e-4 to 0.90e-4 of HF's (studies/results/engine_gpu_fp32.json); fp32 is the reference
     format, so its speed matters less than reproducing the reference.
     """
 

@@ -10,7 +10,7 @@ The step's metadata is built once (index tensors, masks) and reused by every lay
   same kernel with the same block sizes, so speculative decoding reproduces plain decoding's logits;
 - "padded": the same with every sequence in one group;
 - "per_seq": one gather + SDPA per sequence (the reference the tests compare against).
-Measured in bench/README.md (Engine serving).
+Measured in studies/README.md (Engine serving).
 """
 
 from dataclasses import dataclass

@@ -63,8 +63,8 @@ def _kernels_package() -> AttentionKernel | None:
 
 
 # key tile of split-K mixed steps in 16-bit: 128 keys measured 12.8 against 64's 14.3 us a layer for a
-# prefix-cached 32-token tail over 1056 keys on the H200 (bench/engine_gpu_prefix.py --attention-sweep), and
-# the cached request 5.51 against 5.62 ms in the engine (bench/README.md), so the 64-key switch
+# prefix-cached 32-token tail over 1056 keys on the H200 (studies/engine_gpu_prefix.py --attention-sweep), and
+# the cached request 5.51 against 5.62 ms in the engine (studies/README.md), so the 64-key switch
 # (LLMGW_ATTENTION_SPLIT_BLOCK_N) is gone
 SPLIT_BLOCK_N = 128
 _MOST_SPLITS = [8]  # the engine setting attention_max_splits (`configure`)

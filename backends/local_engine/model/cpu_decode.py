@@ -3,7 +3,7 @@
 Why hand-written (issue 14): at batch 1 on the CPU the model's own work is small (SmolLM2-135M int4: ~2.6 ms
 of matmuls a token with kernels/cpu/ops.py's kernel) and PyTorch's per-op cost is not: ~60 ATen ops a layer at 2-5 µs
 each, RMSNorm alone six ops, plus SDPA's setup (~100 µs a call on an AVX2 EPYC) — 20 of the 22 ms of a
-batch-1 step there (bench/README.md, "int4 on AVX2 CPUs"). cpu_decode.cpp runs the whole layer stack as plain
+batch-1 step there (studies/README.md, "int4 on AVX2 CPUs"). cpu_decode.cpp runs the whole layer stack as plain
 loops: RMSNorm, the int4 matmuls (int4_cpu.cpp), RoPE, the K/V write into the paged pool, attention over each
 row's block table, SiLU, residual adds. The embedding, the final norm and the output layer stay in Python.
 

@@ -5,7 +5,7 @@ On CUDA (steps carrying attention_cuda metadata) the layers run `fused_forward`:
 RoPE + K/V write and SwiGLU are one Triton kernel each (kernels/triton/fused.py). One-token steps whose
 projections all run the Triton GEMV (bf16, int8) take `gemv_forward` instead: six kernels a layer, the
 norms, SwiGLU and residual adds inside the GEMVs (8B batch-1 graph 4.54 → 4.32 ms on the H200,
-bench/README.md). With the engine setting int4_fused, steps of up to 64 tokens whose projections are all int4_mma
+studies/README.md). With the engine setting int4_fused, steps of up to 64 tokens whose projections are all int4_mma
 layers take `int4_forward`: six kernels a layer in the same way (int4_mma.cu's fused forms; correct on the
 H200 but slower there, 2.66 against 2.45 ms an 8B step, so off by default). The CPU path is unchanged.
 """
@@ -192,7 +192,7 @@ class LlamaModel(nn.Module):
     def _gemv_operands(self) -> list[list[tuple]] | None:
         """Per layer, the operands of the fused batch-1 path (None when a layer cannot take it). Looked up
         once: the weights do not move after load. The unfused batch-1 step (8B graph 4.54 against 4.32 ms on
-        the H200, bench/README.md) is no longer a choice: the LLMGW_FUSED_GEMV switch is gone."""
+        the H200, studies/README.md) is no longer a choice: the LLMGW_FUSED_GEMV switch is gone."""
         if not hasattr(self, "_gemv_cache"):
             found = [layer.gemv_operands() for layer in self.layers]
             self._gemv_cache = found if all(found) else None

@@ -10,7 +10,7 @@ from backends.local_engine.model.model_config import ModelConfig
 
 def inverse_frequencies(config: ModelConfig, device: torch.device | None = None) -> Tensor:
     """float32 inverse frequencies, computed in float32 as transformers and vLLM compute them (base ** (2j/D)
-    in float32 on the model's device, then the scaling), so that fp32 logits reproduce theirs (bench/README.md,
+    in float32 on the model's device, then the scaling), so that fp32 logits reproduce theirs (studies/README.md,
     "fp32 against HF, and a fused 2-64 token layer tried")."""
     exponents = (
         torch.arange(0, config.head_dim, 2, dtype=torch.int64, device=device).float() / config.head_dim

@@ -61,7 +61,7 @@ class EngineState:
             self.loaded = self._load()
             # Everything loaded so far (torch, the model, the tokenizer: millions of objects) lives as long as
             # the server: frozen, the cyclic collector stops re-scanning it during steps (it took 3-6 % of a
-            # loaded CPU engine's time in bench.engine_step_profile).
+            # loaded CPU engine's time in studies.engine_step_profile).
             gc.collect()
             gc.freeze()
             self.loaded.engine.start()

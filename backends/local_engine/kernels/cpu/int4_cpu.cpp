@@ -11,7 +11,7 @@
 // One register tile is 8 weight rows (the lanes) x up to 4 activation rows; at::parallel_for splits the tiles.
 // On CPUs with AVX-512 VNNI (set_isa, chosen by cpu_kernels.py) the same tile runs with vpdpbusd, which does
 // vpmaddubsw + vpmaddwd + the add in one instruction on the same layout: the integer sums, and so the results,
-// are bit-identical to the AVX2 path's; it is faster where rows share the weights (issue 14, bench/README.md).
+// are bit-identical to the AVX2 path's; it is faster where rows share the weights (issue 14, studies/README.md).
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/extension.h>
@@ -216,7 +216,7 @@ void int4_matmul(const float* x, int64_t M, int64_t K, const torch::Tensor& code
 }  // namespace
 
 // Releases the GIL for the scope. Holding it was measured slower with 1-32 clients (output tok/s 101-107 /
-// 210-214 / 251-261 / 259-266 against 121-122 / 225-342 / 300-355 / 279-335; bench/README.md, "Released the
+// 210-214 / 251-261 / 259-266 against 121-122 / 225-342 / 300-355 / 279-335; studies/README.md, "Released the
 // GIL"), so that switch (LLMGW_CPU_KERNELS_HOLD_GIL) is gone.
 struct GilRelease {
   pybind11::gil_scoped_release release;

@@ -1,7 +1,7 @@
 """Quantized linear layers on x86-64 CPUs with AVX2: int4 or int8 codes x int8-quantized activations (issue 14).
 
 Why hand-written: on AVX2 CPUs (no AVX-512) torch's `_weight_int4pack_mm_for_cpu` reads the SmolLM2 weights
-at 1.3-4.8 GB/s (bench/README.md, "int4 on AVX2 CPUs"), which made int4 batch-1 decode 27 tok/s on a 2-core
+at 1.3-4.8 GB/s (studies/README.md, "int4 on AVX2 CPUs"), which made int4 batch-1 decode 27 tok/s on a 2-core
 EPYC. llama.cpp's Q4 x Q8 integer dot products are the known-good method; int4_cpu.cpp does the same on the
 engine's own int4 format: each activation row is quantized per group of 32 to int8 with its own scale
 (llama.cpp's Q8_0), and `vpmaddubsw` + `vpmaddwd` take the integer dot of 32 codes at once. It is compiled on
@@ -22,7 +22,7 @@ avx512_vnni, avx512vl and avx512bw; "avx2" keeps the AVX2 tiles, "avx512vnni" as
 packed kernel (then the one-call step of model/cpu_decode.py is off too). Measured: on a 2-core AVX2 EPYC the batch-1
 step took 37.5 ms with torch's kernel, 6.8 ms with these kernels and the one-call step; on a 2-core Zen 4 EPYC the
 VNNI tiles take all int4 layers of a 16-row step in 10.8-12.4 ms against 14.2-15.5 with the AVX2 tiles and 25.0
-with torch's kernel (bench/README.md, "On an AVX-512 host"). Where the build fails or the shape does not fit
+with torch's kernel (studies/README.md, "On an AVX-512 host"). Where the build fails or the shape does not fit
 (N % 8, K % 32, group 32), torch's kernel is used.
 """
 

@@ -2,8 +2,8 @@
 
 Why hand-written (issue 17): at 8B batch 1 torch's tinygemm (`_weight_int4pack_mm`) reads the int4
 projections at ~1.7 TB/s of the H200's 4.2, and GemLite's Triton GEMV measured the same (80.9 against
-81.9 µs a layer, bench/results/engine_gpu_int4_gemlite.json); a Triton GEMV of our own reached ~1 TB/s
-(bench/engine_gpu_int4_gemv.py). This kernel (int4_mma.cu, compiled on first use through
+81.9 µs a layer, studies/results/engine_gpu_int4_gemlite.json); a Triton GEMV of our own reached ~1 TB/s
+(studies/engine_gpu_int4_gemv.py). This kernel (int4_mma.cu, compiled on first use through
 torch.utils.cpp_extension) stores the codes in the register order of the tensor cores' A operand, so a
 thread turns one 32-bit word into its whole 16 x 16 fragment with four shift + and-or pairs (two codes
 each, as bf16x2 via the 0x4300 exponent trick) and two bf16x2 FMAs per pair; the activation rows are the
@@ -18,7 +18,7 @@ are 16 consecutive ones (its B operands: two 16-byte loads) in one group of 32. 
 Fused forms for the decode layer (`Int4MmaLinear.fused`, used by model.py's `int4_forward`): RMSNorm of the
 input inside the kernel, a residual added in its epilogue, and SwiGLU for the gate/up weight, whose rows are
 stored interleaved per 16-row tile (`interleave_gate_up`) so that one block holds a gate row and its up row.
-Correct on the H200 but slower (2026-12-05, bench/README.md "Eleventh session"): the 8B int4 batch-1 graph
+Correct on the H200 but slower (2026-12-05, studies/README.md "Eleventh session"): the 8B int4 batch-1 graph
 takes 2.66 ms with them against 2.45 without, as the norm work in every lane's main loop costs the GEMV more than
 the norm launches it saves; so model/llama.py takes them only with int4_fused=True. int4_pdl=True launches the
 kernel with programmatic dependent launch (sm_90+): each block prefetches its first steps of codes into L2,
@@ -26,9 +26,9 @@ lets the next kernel start, then waits for the previous one before reading x. Sl
 fused layer), so off too.
 
 Launch shapes for one to eight rows (warps per block, loads in flight per thread): `config_for`, from H200
-measurements (bench/engine_gpu_int4_kernels.py --configs). Measured there at 8B (per layer, four
+measurements (studies/engine_gpu_int4_kernels.py --configs). Measured there at 8B (per layer, four
 projections): 56.3 µs at 1 row and 57.5 at 8 against tinygemm's 83.5 and 168.5; batch-1 decode 408 tok/s
-(46.9 % of the int4 roofline) against 301 (bench/results/engine_gpu_int4_mma_decode.json).
+(46.9 % of the int4 roofline) against 301 (studies/results/engine_gpu_int4_mma_decode.json).
 """
 
 import functools
@@ -124,7 +124,7 @@ CONFIGS = range(5)
 
 def config_for(out_features: int, in_features: int, overrides: str = "") -> int:
     """Launch shape for 1-8 rows. Measured on the H200 over the Llama-3 8B shapes
-    (bench/results/engine_gpu_int4_kernels.json): weights of <= 4096 rows (o, down) run best with 16 warps
+    (studies/results/engine_gpu_int4_kernels.json): weights of <= 4096 rows (o, down) run best with 16 warps
     sharing K, two loads in flight each (config 3: o 5.95 µs against 6.71, down 15.1 against 16.5), wider
     ones (qkv, gate_up) with 8 warps and four loads (config 0). `overrides` "NxK:c,..." (the engine setting
     int4_mma_configs) wins."""

@@ -1,13 +1,13 @@
 """Matrix-vector products for one-row activations (batch-1 decode) in Triton: bf16, int8 and int4 weights.
 
 A decode step at batch 1 is bound by reading the weights once. cuBLAS reaches ~2 TB/s of the H200's ~4.2 on
-the narrow 8B projections (4096-6144 outputs, bench/README.md), as few blocks stream few rows each. Here
+the narrow 8B projections (4096-6144 outputs, studies/README.md), as few blocks stream few rows each. Here
 every program streams BLOCK_N weight rows through a K loop of wide tiles, multiplies them into the
 activation row in fp32 and reduces once at the end, so N / BLOCK_N programs keep the memory system busy
 even for N = 4096. Block sizes are autotuned per (N, K).
 
 Quantized weights never go through the GPU's integer-to-float conversion, which runs at a quarter of the
-fp32 rate and held int8 at ~2.4 TB/s (bench/README.md): the integer is written into the mantissa of a float
+fp32 rate and held int8 at ~2.4 TB/s (studies/README.md): the integer is written into the mantissa of a float
 in [1, 2) with two integer ops, and the affine offset that this adds is taken out once per row (int8, per-row
 scale) or per group (int4: nibble-packed bytes, quant_triton.pack_int4, per-group bf16 scale and min):
   int8 q in [-127, 127]: bits 0x3FC00000 + q * 2^15 are the float 1.5 + q / 256, so sum(q x) = 256 (A - 1.5 X)

@@ -13,7 +13,7 @@ which it resets) adds all partials in split order, so the result does not depend
 
 Rounding: products of bf16 are exact in fp32, sums are fp32, the output is rounded to bf16 once, as
 cuBLAS's F.linear does (the summation order differs, so results may differ in the last bf16 bit).
-Block sizes per (rows bucket, N, K): `config_for` (measured on the H200, bench/engine_gpu_skinny.py).
+Block sizes per (rows bucket, N, K): `config_for` (measured on the H200, studies/engine_gpu_skinny.py).
 """
 
 from typing import NamedTuple
@@ -106,7 +106,7 @@ def row_bucket(rows: int) -> int:
 # (row bucket, N, K) of the Llama-3 8B / 1B projections -> (BLOCK_N, BLOCK_K, warps, stages, split, BLOCK_M):
 # per bucket the config with the least summed time over its row counts, averaged over two H200 sweeps, kept
 # where it beat cuBLAS by >= 3 % (None: cuBLAS); PDL launches are left off (slower inside the engine's
-# graphs). `python3 -m bench.engine_gpu_skinny`; bench/results/engine_gpu_skinny_{sweep1,ab}.json.
+# graphs). `python3 -m studies.engine_gpu_skinny`; bench/results/engine_gpu_skinny_{sweep1,ab}.json.
 _MEASURED = {  # fmt: skip
     (8, 2048, 2048): None,
     (8, 2048, 8192): (32, 128, 2, 5, 4, 8),
@@ -156,7 +156,7 @@ _DEFAULT = SkinnyConfig(64, 128, 4, 4)  # a direct call for a shape the table do
 
 
 def set_table(table: dict[tuple[int, int, int], SkinnyConfig | None]) -> None:
-    """Replace the measured table (bench/engine_gpu_skinny.py installs what it just measured)."""
+    """Replace the measured table (studies/engine_gpu_skinny.py installs what it just measured)."""
     _TABLE.clear()
     _TABLE.update(table)
 
