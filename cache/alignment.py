@@ -9,7 +9,7 @@ words) are left out of the plain count; the sixth tells a swap across a directio
 "X than Y") from a reordering that keeps the meaning ("between X and Y"). Numbers are not a feature: differing numbers are an
 exact rule (cache/verifier.py). What depends on one question alone (stems, parse, closed-class words) is
 computed once per question text and kept (`words_of`), so a lookup pays it once, not per candidate:
-four candidates took 6.5 ms p50 before and about a third of that after (bench/README.md, "Caching")."""
+four candidates took 6.5 ms p50 before and about a third of that after (docs/cache-measurements.md)."""
 
 from collections import Counter
 from collections.abc import Sequence

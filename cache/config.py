@@ -8,7 +8,7 @@ SemanticMode = Literal["off", "static", "verified"]
 
 
 class SemanticPolicy(BaseModel):
-    """How a tenant's semantic cache serves paraphrases (README, "Semantic cache"):
+    """How a tenant's semantic cache serves paraphrases (docs/semantic-cache.md):
     off      — never (the default: exact hits only);
     static   — a candidate the verifier scores above the threshold of `semantic_min_precision` serves at
                once (measured 0.96 precision on written paraphrases but 0.77 on natural question pairs);
@@ -65,7 +65,7 @@ class CachePolicy(BaseModel):
         le=1.0,
         description="precision the verifier's threshold reaches on its calibration split (with its 95 % lower "
         "bound); that split holds hand-written pairs (bench/data/verifier_hand). 0.97 leaves a margin for "
-        "held-out text (bench/README.md, 'Caching'); 0.99 certifies nothing",
+        "held-out text (docs/cache-measurements.md); 0.99 certifies nothing",
     )
     guard: bool = Field(default=True, description="ignored: the learned verifier checks every candidate")
     ttl_s: int = Field(default=3600, ge=1)
@@ -87,7 +87,7 @@ class VerifiedSettings(BaseModel):
         description="how a fresh answer is compared with a stored one to label an outcome: equal text "
         "(after case and whitespace; right for deterministic answers, and errs towards 'wrong'), or MiniLM "
         "cosine ≥ answer_agreement (lets long answers agree, but also answers to look-alike questions: "
-        "not validated, README 'Semantic cache')",
+        "not validated, docs/semantic-cache.md)",
     )
     answer_agreement: float = Field(default=0.8, ge=0.0, le=1.0, description="cosine of agreeing answers")
     label_candidates: int = Field(

@@ -3,7 +3,7 @@ worker may run at a lower CPU priority than the event loop (`encoder_nice`), so 
 requests that skip the semantic cache are not queued behind encodings (measured in bench/cache_latency.py).
 The event loop tokenizes (a few tens of µs a question) and, while the worker runs the transformer,
 analyses the words (`prepare`: the verifier's per-question tables, cache/alignment.py), so that work is
-done before the vectors are back instead of after (bench/README.md, "Caching")."""
+done before the vectors are back instead of after (docs/cache-measurements.md)."""
 
 import asyncio
 import contextlib

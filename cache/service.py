@@ -136,7 +136,7 @@ class CacheService:
         threshold = 2.0 if verified else self.verifier.threshold_for(request.policy.semantic_min_precision)
         candidates = [(n, q) for n in neighbours if (q := await self._stored_question(n.item)) is not None]
         # On the event loop: ~1.3 ms p50 of mostly Python (it would hold the GIL in a worker thread too),
-        # while a hop to a thread cost ~4 ms p50 more on this loaded 2-core box (bench/README.md, "Caching").
+        # while a hop to a thread cost ~4 ms p50 more on this loaded 2-core box (docs/cache-measurements.md).
         verdicts = self.verifier.judge_all([q for _, q in candidates], request.encoded, threshold)
         scored = [
             (Candidate(n.item.key, request.parts.namespace, n.similarity, v.probability), v.accepted)

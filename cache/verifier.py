@@ -8,8 +8,8 @@ numbers, or that both name units and not the same ones ("in miles" / "in kilomet
 answer (`exact_conflict`).
 
 At load the arrays become one ONNX TreeEnsembleRegressor run by ONNX Runtime (already needed for the
-encoder), so scikit-learn is not needed at run time. Measured in-process at load ≈ 6 (bench/README.md,
-"Caching"): four candidates took 5.1 ms p50 in the earlier numpy walk (all 300 trees stepped together,
+encoder), so scikit-learn is not needed at run time. Measured in-process at load ≈ 6
+(docs/cache-measurements.md): four candidates took 5.1 ms p50 in the earlier numpy walk (all 300 trees stepped together,
 14 levels) and take about 0.07 ms in ONNX Runtime."""
 
 import json
