@@ -22,7 +22,9 @@ class RedisOptions(BaseModel):
     tls_server_name: str | None = None  # the name the certificate must carry, when connecting by address
     cluster: bool = False  # the URL names one node (or several, comma-separated) of a Redis Cluster
     sentinel_master: str | None = None  # set: the URL's hosts are Sentinels, and this the monitored master
-    sentinel_username: str | None = None  # credentials of the Sentinels themselves (the URL's are the master's)
+    sentinel_username: str | None = (
+        None  # credentials of the Sentinels themselves (the URL's are the master's)
+    )
     sentinel_password: SecretStr | None = None
 
 

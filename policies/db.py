@@ -23,7 +23,9 @@ def is_sqlite(database_url: str) -> bool:
     return database_url.startswith("sqlite")
 
 
-def create_engine(database_url: str, schema: str | None = None, options: DatabaseOptions | None = None) -> AsyncEngine:
+def create_engine(
+    database_url: str, schema: str | None = None, options: DatabaseOptions | None = None
+) -> AsyncEngine:
     """An engine; `schema` sets PostgreSQL's search_path (one schema per deployment or test run)."""
     options = options or DatabaseOptions()
     if is_sqlite(database_url):
@@ -66,9 +68,13 @@ def postgres_tls(
     if mode in ("allow", "prefer") and cert is None:
         return mode
     if mode not in ("allow", "prefer", "require", "verify-ca", "verify-full"):
-        raise ValueError(f"unknown sslmode {mode!r} (disable, allow, prefer, require, verify-ca, verify-full)")
+        raise ValueError(
+            f"unknown sslmode {mode!r} (disable, allow, prefer, require, verify-ca, verify-full)"
+        )
     verify = mode in ("verify-ca", "verify-full") or (mode == "require" and rootcert is not None)
-    context = ssl.create_default_context(cafile=rootcert) if verify else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context = (
+        ssl.create_default_context(cafile=rootcert) if verify else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    )
     context.check_hostname = mode == "verify-full"
     context.verify_mode = ssl.CERT_REQUIRED if verify else ssl.CERT_NONE
     if cert is not None:

@@ -34,7 +34,9 @@ async def upgrade_engine(engine: AsyncEngine, revision: str = "head", attempts: 
         try:
             async with engine.begin() as conn:
                 if conn.dialect.name == "postgresql":  # released when this transaction ends
-                    await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": LOCK_NAME})
+                    await conn.execute(
+                        text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": LOCK_NAME}
+                    )
                 await conn.run_sync(_upgrade, revision)
             return
         except DBAPIError:

@@ -119,7 +119,11 @@ def _refusal(pool: Pool, exc: BaseException) -> str:
     if isinstance(exc, AuthenticationError):
         hint = "check the user and password in LLMGW_REDIS_URL (redis://user:password@host)"
     elif isinstance(exc, NoPermissionError):
-        hint = "the ACL user needs the limiter's commands (+@scripting and those its scripts run) and ~<prefix>*"
+        hint = (
+            "the ACL user needs the limiter's commands (+@scripting and those its scripts run) and ~<prefix>*"
+        )
     else:
         hint = "for a Redis Cluster set LLMGW_POLICIES__REDIS__CLUSTER=true, for one Redis leave it unset"
-    return f"the rate limiter's Redis at {pool.where} refused this gateway ({type(exc).__name__}: {exc}); {hint}"
+    return (
+        f"the rate limiter's Redis at {pool.where} refused this gateway ({type(exc).__name__}: {exc}); {hint}"
+    )

@@ -251,7 +251,9 @@ class RespPool:
                 if self._resolve is not None:
                     self._address = await self._resolve()
                 host = self._address[0]
-                tls = {"ssl": self._tls, "server_hostname": self._server_hostname or host} if self._tls else {}
+                tls = (
+                    {"ssl": self._tls, "server_hostname": self._server_hostname or host} if self._tls else {}
+                )
                 _, conn = await loop.create_connection(
                     lambda: _Connection(loop, self._lost, self._role_check), *self._address, **tls
                 )
