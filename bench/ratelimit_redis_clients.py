@@ -21,7 +21,6 @@ import asyncio
 import json
 import statistics
 import tempfile
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -30,6 +29,7 @@ from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
 
+from bench.policies_ratelimit import measure
 from core.context import Principal
 from policies.config import RedisOptions
 from policies.policy import Budget, Limits, Policy
@@ -92,24 +92,9 @@ def redis_py_request(client: Redis | RedisCluster, shape: RedisLimiter, jobs: Wo
     return one
 
 
-async def measure(request: Request, requests: int, concurrency: int, drain: Callable[[], Awaitable[None]]) -> dict:
-    latencies: list[float] = []
-
-    async def worker(count: int) -> None:
-        for _ in range(count):
-            started = time.perf_counter()
-            await request()
-            latencies.append(time.perf_counter() - started)
-
-    cpu = time.process_time()
-    await asyncio.gather(*(worker(requests // concurrency) for _ in range(concurrency)))
-    await drain()
-    cpu_us = (time.process_time() - cpu) * 1e6 / len(latencies)
-    ms = statistics.quantiles(latencies, n=100)
-    return {"cpu_us_per_request": cpu_us, "p50_ms": ms[49] * 1000, "p99_ms": ms[98] * 1000}
-
-
-async def run(args: argparse.Namespace, urls: dict[str, tuple[str, RedisOptions]], ca: Path) -> dict[str, Any]:
+async def run(
+    args: argparse.Namespace, urls: dict[str, tuple[str, RedisOptions]], ca: Path
+) -> dict[str, Any]:
     jobs = work()
     prefix = f"llmgw-bench:{uuid.uuid4().hex[:8]}:rl:"
     systems: dict[str, tuple[Request, Callable[[], Awaitable[None]]]] = {}
@@ -134,7 +119,9 @@ async def run(args: argparse.Namespace, urls: dict[str, tuple[str, RedisOptions]
             results[f"{name}@{concurrency}"].append(await measure(request, args.requests, concurrency, drain))
     for close in closers:
         await close()
-    summary = {row: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for row, runs in results.items()}
+    summary = {
+        row: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for row, runs in results.items()
+    }
     for row, runs in results.items():  # the least disturbed round: this is a shared, loaded machine at times
         summary[row]["best_cpu_us_per_request"] = min(r["cpu_us_per_request"] for r in runs)
     return {"summary": summary, "rounds": results}
