@@ -95,6 +95,11 @@ async def check_access(pool: Pool, probe: Probe) -> None:
         cause = exc.__cause__
         if isinstance(cause, ssl.SSLError):  # a certificate that does not verify will not start to
             raise RedisRefused(f"the rate limiter's Redis at {pool.where}: TLS failed ({cause})") from exc
+        if isinstance(cause, ConnectionResetError) and getattr(pool, "uses_tls", False):
+            # TLS 1.3: the server checks the client's certificate after the client's handshake has ended, so a
+            # refused (or missing) client certificate shows as a reset on the first command, not an SSLError
+            raise RedisRefused(f"the rate limiter's Redis at {pool.where}: TLS failed (the server reset the "
+                               "connection after the handshake: a client certificate it does not accept?)") from exc  # fmt: skip
         log.warning("rate limiting: Redis at %s is unavailable at start (%s); the failover limiter answers "
                     "until it is back", pool.where, exc)  # fmt: skip
 

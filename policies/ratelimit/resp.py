@@ -169,6 +169,10 @@ class RespPool:
         self.lost_hook: Callable[[], None] | None = None  # the cluster's: a node gone, ask for the slot map
         self.problem: BaseException | None = None  # why the last connection attempt failed (None: it did not)
 
+    @property
+    def uses_tls(self) -> bool:
+        return self._tls is not None
+
     @classmethod
     def from_url(cls, url: str, timeout_s: float) -> "RespPool":
         """redis://[[user]:password@]host[:port][/db] (rediss:// with the system's CAs); see factory.open_pool
