@@ -69,6 +69,7 @@ def settings(upstream_url: str, engine_url: str, database: Path) -> Settings:
     )
     values: dict[str, Any] = {"master_key": KEY, "models": models, "routing": routing}
     values["observability"] = {"tenant_label": True}
+    values["cache"] = {"defaults": {"semantic": {"mode": "static"}}}  # off by default; the panels need hits
     values["database_url"] = f"sqlite+aiosqlite:///{database}"
     return Settings(**values)
 
