@@ -145,9 +145,13 @@ class Outcomes:
     def errors(self) -> int:
         return int(sum(self.wrong))
 
-    def _compute(self, max_error: float, look: int) -> float:
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The window as arrays: scores (float64) and wrong (0/1)."""
         scores = np.fromiter(self.scores, dtype=np.float64, count=len(self.scores))
-        wrong = np.fromiter(self.wrong, dtype=np.int64, count=len(self.wrong))
+        return scores, np.fromiter(self.wrong, dtype=np.int64, count=len(self.wrong))
+
+    def _compute(self, max_error: float, look: int) -> float:
+        scores, wrong = self.arrays()
         confidence = 1.0 - (1.0 - self.confidence) * 6.0 / (math.pi**2 * look * look)
         return certified_threshold(scores, wrong, max_error, confidence)
 
@@ -172,8 +176,7 @@ class EntryOutcomes:
         many right paraphrases does not close an entry; an entry mostly wrong at a score does."""
         cached = self._vetoes.get(max_error)
         if cached is None:
-            scores = np.fromiter(self.own.scores, dtype=np.float64, count=len(self.own.scores))
-            wrong = np.fromiter(self.own.wrong, dtype=np.int64, count=len(self.own.wrong))
+            scores, wrong = self.own.arrays()
             order = np.argsort(-scores, kind="stable")
             errors, counts = np.cumsum(wrong[order]), np.arange(1, scores.size + 1)
             bad = (wrong[order] == 1) & (errors > max_error * counts)
