@@ -87,7 +87,6 @@ def test_echo_returns_the_prompt_before_the_answer_streamed_or_not(client):
     [
         ({"best_of": 3}, "best_of"),
         ({"suffix": "tail"}, "suffix"),
-        ({"priority": 2}, "priority"),
         ({"min_tokens": -1}, "min_tokens"),
         ({"skip_special_tokens": "no"}, "skip_special_tokens"),
     ],

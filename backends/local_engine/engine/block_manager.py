@@ -63,6 +63,11 @@ class BlockManager:
     def usage(self) -> float:
         return 1.0 - self.num_free_blocks / self.num_blocks
 
+    def num_exclusive_blocks(self, seq: Sequence) -> int:
+        """Blocks that freeing `seq` would return to the pool (those no other sequence holds)."""
+        blocks = self.blocks
+        return sum(1 for block_id in seq.block_table if blocks[block_id].ref_count == 1)
+
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 

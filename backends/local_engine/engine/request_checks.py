@@ -33,6 +33,7 @@ def check_params(params: SamplingParams, vocab_size: int | None = None) -> None:
     _integer(params.top_k, "top_k", "-1 or 0 (off) or an integer >= 1", lambda v: v >= -1)
     _integer(params.max_tokens, "max_tokens", "an integer >= 1", lambda v: v >= 1)
     _integer(params.min_tokens, "min_tokens", "an integer >= 0", lambda v: v >= 0)
+    _integer(params.priority, "priority", "a 64-bit integer", lambda v: -_INT64 <= v < _INT64)
     if params.min_tokens > params.max_tokens:
         raise InvalidParam(
             f"min_tokens ({params.min_tokens}) must be less than or equal to max_tokens ({params.max_tokens}).",

@@ -26,6 +26,9 @@ class SamplingParams:
     skip_special_tokens: bool = True  # vLLM's: special tokens' text is left out of the output
     prompt_logprobs: int | None = None  # the prompt tokens' logprobs with this many alternatives (None: off)
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit (OpenAI's)
+    # vLLM's `priority` (its --scheduling-policy priority): lower is served first and preempted last; ties go
+    # by arrival, so all 0 (the default) is first come, first served
+    priority: int = 0
     constraint: Any = None  # structured.JsonConstraint: masks what a response_format forbids
 
     @property

@@ -2,12 +2,20 @@
 
 Each step has one token budget. Running decodes go first, then the next prefill chunk of running
 sequences, then new requests from the waiting queue, so a long prompt is split across steps and never
-stalls the decodes. When blocks run out the newest running request is preempted: its blocks are freed
-(recompute later) and it goes back to the front of the waiting queue.
+stalls the decodes.
+
+Order is vLLM's `--scheduling-policy priority`: every sequence has a key (priority, arrival), a lower
+priority value served first, arrival breaking ties (all priorities 0 is first come, first served). The
+waiting queue is served in key order and the running list is kept in key order. When blocks run out the
+running sequence with the largest key (lowest priority, latest arrival) is preempted: its blocks are freed
+(recompute later) and it goes back to the waiting queue at its key's place. A sequence that needs blocks is
+never given them by preempting one with a smaller key than its own: it preempts itself first. A waiting
+sequence that does not fit preempts running ones of strictly lower priority (larger value) when that frees
+enough, never one of its own or higher priority.
 """
 
 import time
-from collections import deque
+from bisect import insort
 from dataclasses import dataclass, field
 
 from backends.local_engine.engine.block_manager import BlockManager
@@ -29,8 +37,8 @@ class Scheduler:
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+        self.waiting: list[Sequence] = []  # in key order: the next to admit first
+        self.running: list[Sequence] = []  # in key order: the first to preempt last
         self.num_preemptions = 0
 
     def add(self, seq: Sequence) -> None:
@@ -42,7 +50,7 @@ class Scheduler:
                 f"prompt + max_tokens = {most_tokens} tokens exceeds the KV cache ({capacity} tokens)"
             )
         seq.status = SequenceStatus.WAITING
-        self.waiting.append(seq)
+        insort(self.waiting, seq, key=_key)
 
     @property
     def has_work(self) -> bool:
@@ -66,16 +74,16 @@ class Scheduler:
                 self._grow_or_preempt(seq, step)
         if step.output.preempted:
             return step.output
-        while self.waiting and step.budget > 0 and len(self.running) < self.max_num_seqs:
+        while self.waiting and step.budget > 0:
             seq = self.waiting[0]
             # a prompt whose logprobs are asked for is computed whole: cached blocks would skip positions
             wants_all = seq.params.prompt_logprobs is not None
             matched = [] if wants_all else self.block_manager.match_prefix(seq.token_ids)
             num_new = min(len(seq) - len(matched) * self.block_manager.block_size, step.budget)
             needed = self.block_manager.num_new_blocks_to_admit(seq, matched, num_new)
-            if needed > self.block_manager.num_free_blocks:
+            if not self._make_room(seq, needed, step):
                 break
-            self.waiting.popleft()
+            self.waiting.pop(0)
             if seq.first_scheduled is None:  # the end of its queue time; a preempted one keeps its first
                 seq.first_scheduled = time.monotonic()
             self.block_manager.admit(seq, matched)
@@ -83,13 +91,34 @@ class Scheduler:
                 seq.num_cached_tokens = seq.num_computed_tokens
             self.block_manager.grow(seq, num_new)
             seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
+            insort(self.running, seq, key=_key)
             step.add(seq, num_new)
         return step.output
 
+    def _make_room(self, seq: Sequence, needed_blocks: int, step: "_Step") -> bool:
+        """Whether waiting `seq` can be admitted: a sequence slot and `needed_blocks` free blocks, making
+        them by preempting running sequences of strictly lower priority (largest key first) when that
+        is enough; none is preempted when it is not."""
+        free = self.block_manager.num_free_blocks
+        slots = self.max_num_seqs - len(self.running)
+        if needed_blocks <= free and slots > 0:
+            return True
+        victims = []
+        for victim in reversed(self.running):
+            if victim.params.priority <= seq.params.priority:
+                break
+            victims.append(victim)
+            free += self.block_manager.num_exclusive_blocks(victim)
+            slots += 1
+            if needed_blocks <= free and slots > 0:
+                for chosen in victims:
+                    self._preempt(chosen, step)
+                return True
+        return False
+
     def _grow_or_preempt(self, seq: Sequence, step: "_Step") -> None:
-        """Blocks for the tokens of `seq` that fit the budget; short of blocks, the newest running
-        sequence is preempted (possibly `seq` itself, which then waits)."""
+        """Blocks for the tokens of `seq` that fit the budget; short of blocks, the running sequence with
+        the largest key is preempted (possibly `seq` itself, which then waits)."""
         num_new = self._fit_to_budget(seq, step.budget)
         while not self.block_manager.can_grow(seq, num_new):
             victim = self.running[-1]
@@ -111,7 +140,7 @@ class Scheduler:
         self.running.remove(seq)
         self.block_manager.free(seq)
         seq.status = SequenceStatus.WAITING
-        self.waiting.appendleft(seq)
+        insort(self.waiting, seq, key=_key)
         self.num_preemptions += 1
         step.output.preempted.append(seq)
 
@@ -134,6 +163,11 @@ class Scheduler:
                 self.finish(seq, "abort")
                 return seq
         return None
+
+
+def _key(seq: Sequence) -> tuple[int, int]:
+    """Scheduling order: priority (lower first), then arrival (sequence ids count up as requests come)."""
+    return seq.params.priority, seq.seq_id
 
 
 def _is_decoding(seq: Sequence) -> bool:

@@ -51,6 +51,7 @@ def sampling_params(
         skip_special_tokens=body.get("skip_special_tokens", True) is not False,
         prompt_logprobs=body.get("logprobs") if endpoint == "completions" and body.get("echo") else None,
         logit_bias={int(token): float(bias) for token, bias in (body.get("logit_bias") or {}).items()},
+        priority=body.get("priority", 0),
         constraint=_constraint(body, tools, grammars),
         **_logprob_options(endpoint, body),
     )

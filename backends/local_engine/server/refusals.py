@@ -53,7 +53,6 @@ def _unsupported(body: dict[str, Any]) -> list[tuple[str, str]]:
         ("best_of", best_of is not None and best_of != n,
          f"This engine returns every choice it generates: best_of must equal n ({n})."),
         ("suffix", bool(body.get("suffix")), "This engine cannot insert text: suffix is not supported."),
-        ("priority", bool(body.get("priority")), "This engine schedules first come, first served: priority must be 0."),
         ("audio", body.get("audio") is not None or "audio" in (body.get("modalities") or ()),
          "This engine answers in text only: audio output is not supported."),
         ("web_search_options", body.get("web_search_options") is not None, "This engine cannot search the web."),
