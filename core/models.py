@@ -39,6 +39,12 @@ class DeploymentConfig(BaseModel):
     # deployment is skipped for such requests; None = passthrough for self-hosted OpenAI-compatible servers
     extra_params: ExtraParams | None = None
     responses_api: bool = False  # the upstream serves POST /v1/responses itself (vLLM): sent there as is
+    # requests it runs at once (vLLM's --max-num-seqs): admission holds the rest in the gateway's queues
+    # (routing/admission); None = learned from the engine's scraped metrics
+    max_concurrency: int | None = Field(default=None, ge=1)
+    # send the tenant's service class as vLLM's `priority` (vLLM started with --scheduling-policy priority;
+    # our engine always takes it); None = only to backend local_engine
+    send_priority: bool | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -69,6 +75,9 @@ class DeploymentConfig(BaseModel):
                     f"deployment {self.name!r}: local_embeddings serves endpoints ['embeddings'] only"
                 )
         return self
+
+    def takes_priority(self) -> bool:
+        return self.send_priority if self.send_priority is not None else self.backend == "local_engine"
 
     def accepts_extras(self) -> bool:
         if self.extra_params is not None:

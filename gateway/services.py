@@ -24,6 +24,7 @@ from gateway.tracing import Tracing, create_tracing
 from policies.auth import MASTER
 from policies.ratelimit.connect import RedisRefused
 from policies.service import PolicyServices, create_policy_services
+from routing.admission.fleet import FleetSync
 from routing.factory import RoutingServices, create_routing_stages
 
 
@@ -150,6 +151,7 @@ async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]
     if cache and cache.service.semantic:
         policy.admin.cache_feedback = cache.service.feedback
     closers.append(policy.aclose)
+    _share_admission(settings, routing, policy, closers)
     drain = Drain(settings.shutdown_grace_s)
     stages = _stages(observability, policy, drain, cache, routing)
     tracing = create_tracing(settings.tracing)
@@ -162,6 +164,20 @@ async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]
     if policy.directory.models != settings.models:
         await services.apply_models(policy.directory.models)
     return services
+
+
+def _share_admission(
+    settings: Settings,
+    routing: RoutingServices,
+    policy: PolicyServices,
+    closers: list[Callable[[], Awaitable[Any]]],
+) -> None:
+    """With Redis, the replicas' admission queues share each pool's slots and the tenants' shares."""
+    if routing.admission is None or not settings.routing.admission.fleet or not policy.redis_clients:
+        return
+    fleet = FleetSync(routing.admission, policy.redis_clients[0], settings.policies.redis_prefix)
+    fleet.start()
+    closers.insert(0, fleet.aclose)
 
 
 def _stages(

@@ -36,6 +36,12 @@ class CircuitBreaker:
         state = self.state
         return state == CLOSED or (state == HALF_OPEN and self._probes_out < self._probes)
 
+    def reopens_in(self) -> float:
+        """Seconds until an open breaker lets probes through (0 when it is not open)."""
+        if self.state != OPEN:
+            return 0.0
+        return max(self._cooldown_s - (self._clock() - self._opened_at), 0.0)
+
     def on_dispatch(self) -> None:
         if self.state == HALF_OPEN:
             self._probes_out += 1

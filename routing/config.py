@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from routing.admission.config import AdmissionSettings, ClassName
+
 StrategyName = Literal[
     "weighted_random", "round_robin", "least_outstanding", "peak_ewma", "prefix_affinity", "engine_score"
 ]
@@ -83,6 +85,14 @@ class RoutingPolicy(BaseModel):
         default_factory=dict, description="alias → aliases tried after the config's fallbacks"
     )
     max_attempts: int | None = Field(default=None, ge=1, description="tries per alias before falling back")
+    service_class: ClassName | None = Field(
+        default=None, description="interactive | standard | batch: the order a saturated pool serves in "
+        "(routing.admission.classes: SLOs, queue deadlines); None = routing.admission.default_class"
+    )  # fmt: skip
+    weight: float | None = Field(
+        default=None, gt=0, le=1000, description="share of a saturated pool against other tenants of the "
+        "same class (2 gets twice the tokens of 1); None = 1"
+    )  # fmt: skip
 
 
 class ScoreWeights(BaseModel):
@@ -133,4 +143,5 @@ class RoutingSettings(BaseModel):
     first_byte_timeout_s: float | None = Field(default=None, gt=0, description="streams; None = read timeout")
     first_byte_timeouts: dict[str, float] = Field(default_factory=dict, description="per deployment name")
     cascades: list[CascadePolicy] = Field(default_factory=list, description="static cascades (YAML)")
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings, description="routing/admission")
     defaults: RoutingPolicy = Field(default_factory=RoutingPolicy, description="used when no policy applies")

@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from backends.base import Backend
 from core.models import ModelConfig
+from routing.admission.admission import Admission
+from routing.admission.metrics import AdmissionMetrics
 from routing.cascade import CascadeStage, ScorerCache
 from routing.confidence import Embed, build_scorer, needs_embedder
 from routing.config import RoutingSettings
@@ -31,8 +33,11 @@ class RoutingServices:
     cascade_stage: CascadeStage
     monitor: Monitor
     counter: TokenCounter  # prompt tokens on a deployment, outside the pipeline (count_tokens)
+    admission: Admission | None = None  # queues per pool when saturated (routing/admission)
 
     async def aclose(self) -> None:
+        if self.admission is not None:
+            await self.admission.aclose()
         await self.monitor.aclose()
 
 
@@ -58,7 +63,15 @@ async def create_routing_stages(
         config.health_interval_s if config.health_checks else None,
     )
     await monitor.start()
-    return RoutingServices(router, RouteStage(router), cascade, monitor, TokenCounter(router, cascade))
+    admission = None
+    if config.admission.enabled:
+        metrics_of_admission = AdmissionMetrics(metrics.registry)
+        admission = Admission(
+            config.admission, lambda: router.pools, metrics_of_admission, config.metrics_stale_s
+        )
+        admission.start()
+    route = RouteStage(router, admission=admission)
+    return RoutingServices(router, route, cascade, monitor, TokenCounter(router, cascade), admission)
 
 
 def _load_embedder() -> Embed:

@@ -23,6 +23,7 @@ from core.reply import Ending, Reply, prepend
 from core.tracing import attempt_span
 from core.usage import Usage, estimate_prompt_tokens
 from core.validation import unrecognized
+from routing.admission.admission import Admission, Lease
 from routing.config import RoutingPolicy, RoutingSettings
 from routing.policy import policy_section
 from routing.replica import Replica
@@ -31,8 +32,11 @@ from routing.router import Router
 
 
 class RouteStage:
-    def __init__(self, router: Router, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, router: Router, rng: random.Random | None = None, admission: Admission | None = None
+    ) -> None:
         self._router = router
+        self._admission = admission  # None: requests go straight to the deployments (no queue)
         self._settings: RoutingSettings = router.settings
         self._metrics = router.metrics
         self._rng = rng or random.Random()
@@ -76,6 +80,25 @@ class RouteStage:
                 if first:
                     raise unrecognized(ctx.extra_params[0])
                 raise UpstreamError(503, f"fallback `{alias}` takes no extra parameters", retryable=True)
+        lease = await self._admission.enter(ctx, alias, policy) if self._admission is not None else None
+        try:
+            reply = await self._attempts(ctx, alias, policy, replicas, lease)
+        except BaseException:
+            if lease is not None:
+                lease.failed()
+            raise
+        if lease is not None:
+            await lease.follow(reply)
+        return reply
+
+    async def _attempts(
+        self,
+        ctx: RequestContext,
+        alias: str,
+        policy: RoutingPolicy,
+        replicas: list[Replica],
+        lease: Lease | None,
+    ) -> Reply:
         order, hashes = self._router.plan(alias, replicas, ctx.endpoint, ctx.body, policy)
         tries = dict.fromkeys((r.name for r in order), 0)
         error: UpstreamError | None = None
@@ -94,7 +117,7 @@ class RouteStage:
             tries[replica.name] += 1
             try:
                 with attempt_span(ctx, replica.name, alias, attempt):
-                    reply = await self._call(replica, ctx)
+                    reply = await self._call(replica, ctx, lease)
             except UpstreamError as failure:
                 if not failure.retryable:
                     raise
@@ -133,8 +156,9 @@ class RouteStage:
     def _backoff(self, attempt: int) -> float:
         return backoff_s(attempt, self._settings.backoff_base_s, self._settings.backoff_max_s, self._rng)
 
-    async def _call(self, replica: Replica, ctx: RequestContext) -> Reply:
-        call = _Call(replica, self._router, self._first_byte_timeout(replica))
+    async def _call(self, replica: Replica, ctx: RequestContext, lease: Lease | None) -> Reply:
+        priority = lease.priority if lease is not None and replica.backend.config.takes_priority() else None
+        call = _Call(replica, self._router, self._first_byte_timeout(replica), priority)
         ctx.deployment = replica.name
         return await call.run(ctx)
 
@@ -166,8 +190,11 @@ def _for_client(errors: list[UpstreamError]) -> UpstreamError | None:
 class _Call:
     """One attempt on one replica: keeps its in-flight count, latency and breaker up to date."""
 
-    def __init__(self, replica: Replica, router: Router, first_byte_timeout: float | None) -> None:
+    def __init__(
+        self, replica: Replica, router: Router, first_byte_timeout: float | None, priority: int | None
+    ) -> None:
         self._replica = replica
+        self._priority = priority  # the service class's rank, as vLLM's `priority` (lower runs first)
         self._router = router
         self._timeout = first_byte_timeout
         self._released = False
@@ -176,13 +203,14 @@ class _Call:
         self._begin()
         try:
             endpoint = self._endpoint(ctx)
+            sent = ctx.body if self._priority is None else {**ctx.body, "priority": self._priority}
             if not ctx.stream:
-                body = await self._replica.backend.complete(endpoint, ctx.body, ctx.request_id)
+                body = await self._replica.backend.complete(endpoint, sent, ctx.request_id)
                 self._succeeded()
                 ctx.usage = Usage.from_openai(body.get("usage"))
                 self._charge(ctx)
                 return Reply(body=body, usage=ctx.usage)
-            chunks = self._replica.backend.stream(endpoint, ctx.body, ctx.request_id)
+            chunks = self._replica.backend.stream(endpoint, sent, ctx.request_id)
             first = await self._first_chunk(chunks)
             self._replica.latency.observe(self._router.clock() - self._started)
             reply = Reply(stream=prepend(first, chunks))

@@ -1,0 +1,69 @@
+"""How many requests a pool can run at once, from its deployments' settings and the engines' own metrics.
+
+A deployment's slots are its `max_concurrency` when set (vLLM's `--max-num-seqs`, say). Otherwise they are
+learned from its scraped metrics: when the engine has requests waiting, it runs all it can, so its running
+count is its capacity; while nothing waits and its KV cache has room, the estimate grows by one slot per
+fresh scrape (additive increase, so a capacity seen under a KV-limited mix is not kept forever). Until an
+engine has been seen saturated its slots are unknown, and a pool with an unknown deployment is not held
+back (the engines queue). An engine whose KV cache is fuller than `kv_high` takes nothing new; ejected
+(open breaker) or cooling (upstream Retry-After) deployments count for nothing, and a pool with none left
+is down.
+"""
+
+import math
+from dataclasses import dataclass
+
+from routing.replica import Replica
+
+
+@dataclass(frozen=True)
+class Slots:
+    total: float | None  # requests the pool runs at once; None: not known yet (do not hold requests)
+    down: bool = False  # no deployment can take a request: refuse with 503
+    retry_after_s: float = 0.0  # when down: until the first breaker lets probes through
+
+
+class CapacityEstimate:
+    def __init__(self, stale_s: float, kv_high: float) -> None:
+        self._stale_s = stale_s
+        self._kv_high = kv_high
+        self._learned: dict[str, float] = {}
+        self._seen_at: dict[str, float] = {}
+
+    def slots(self, replicas: list[Replica], now: float) -> Slots:
+        total: float | None = 0.0
+        reopen = math.inf
+        live = 0
+        for replica in replicas:
+            if replica.breaker.state == "open" or replica.cooling(now):
+                reopen = min(reopen, replica.breaker.reopens_in() or max(replica.not_before - now, 0.0))
+                continue
+            live += 1
+            cap = self._replica_slots(replica, now)
+            total = None if cap is None or total is None else total + cap
+        if not live:
+            return Slots(0.0, down=True, retry_after_s=reopen if math.isfinite(reopen) else 1.0)
+        return Slots(total)
+
+    def _replica_slots(self, replica: Replica, now: float) -> float | None:
+        fresh = now - replica.engine.at <= self._stale_s
+        configured = replica.backend.config.max_concurrency
+        cap = float(configured) if configured is not None else self._learn(replica, fresh)
+        if fresh and replica.engine.kv_usage >= self._kv_high:
+            cap = min(cap if cap is not None else math.inf, float(replica.outstanding))
+        return cap
+
+    def _learn(self, replica: Replica, fresh: bool) -> float | None:
+        name, load = replica.name, replica.engine
+        if not fresh or self._seen_at.get(name) == load.at:  # one update per scrape
+            return self._learned.get(name)
+        self._seen_at[name] = load.at
+        if load.waiting > 0:
+            self._learned[name] = max(load.running, 1.0)
+        elif (
+            name in self._learned
+            and load.running >= self._learned[name] - 0.5
+            and load.kv_usage < self._kv_high * 0.9
+        ):
+            self._learned[name] += 1.0
+        return self._learned.get(name)

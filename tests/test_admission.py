@@ -1,0 +1,248 @@
+"""Admission by pool capacity (routing/admission): classes, fair shares, deadlines, capacity, fleet view."""
+
+import asyncio
+import math
+
+import pytest
+
+from backends.base import UpstreamError
+from core.models import DeploymentConfig
+from routing.admission.capacity import CapacityEstimate, Slots
+from routing.admission.config import AdmissionSettings, ServiceClass
+from routing.admission.fair import ServiceLedger, Ticket
+from routing.admission.gate import PoolGate
+from routing.admission.metrics import AdmissionMetrics
+from routing.breaker import CircuitBreaker
+from routing.replica import EngineLoad, PeakEwma, Replica
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_gate(slots: Slots, clock: Clock, **settings: object) -> PoolGate:
+    config = AdmissionSettings(**settings)
+    ledger = ServiceLedger(config.share_window_s, clock=clock)
+    return PoolGate("m", config, ledger, AdmissionMetrics(), lambda: slots, clock)
+
+
+def ticket(clock: Clock, tenant: str = "a", service: str = "standard", cost: float = 100.0,
+           weight: float = 1.0, deadline_s: float = 60.0) -> Ticket:  # fmt: skip
+    return Ticket(tenant, service, weight, cost, clock.now + deadline_s, clock.now)  # type: ignore[arg-type]
+
+
+async def settle() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def test_a_pool_with_room_starts_requests_without_waiting() -> None:
+    clock = Clock()
+    gate = make_gate(Slots(4.0), clock)
+    held = [ticket(clock) for _ in range(4)]
+    for t in held:
+        await gate.admit(t)
+        assert t.started is not None and t.future is None  # no queue, no future: nothing awaited
+    assert gate.running["standard"] == 4
+
+
+async def test_unknown_capacity_never_holds_a_request() -> None:
+    clock = Clock()
+    gate = make_gate(Slots(None), clock)
+    for _ in range(50):
+        await gate.admit(ticket(clock))
+    assert gate.running["standard"] == 50 and gate.waiting() == 0
+
+
+async def test_a_full_pool_queues_and_a_release_starts_the_next() -> None:
+    clock = Clock()
+    gate = make_gate(Slots(2.0), clock)
+    first, second, third = ticket(clock), ticket(clock), ticket(clock)
+    await gate.admit(first), await gate.admit(second)
+    waiting = asyncio.create_task(gate.admit(third))
+    await settle()
+    assert not waiting.done() and gate.waiting() == 1
+    gate.release(first, 120)
+    await asyncio.wait_for(waiting, 1)
+    assert third.started is not None and gate.running["standard"] == 2
+
+
+async def test_higher_classes_take_freed_slots_first_and_find_headroom() -> None:
+    clock = Clock()
+    gate = make_gate(Slots(10.0), clock)
+    batch = [ticket(clock, "b", "batch") for _ in range(12)]
+    tasks = [asyncio.create_task(gate.admit(t)) for t in batch]
+    await settle()
+    assert gate.running["batch"] == 9  # pool_share 0.9: one slot of ten stays free for the classes above
+    interactive = ticket(clock, "i", "interactive")
+    await gate.admit(interactive)  # starts at once in the headroom
+    assert interactive.started is not None
+    late = ticket(clock, "i", "interactive")
+    waiting = asyncio.create_task(gate.admit(late))
+    await settle()
+    assert not waiting.done()  # pool full: it waits, ahead of the three batch requests
+    gate.release(batch[0], 100)
+    await asyncio.wait_for(waiting, 1)
+    assert gate.running["batch"] == 8 and gate.waiting() == 3
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert gate.waiting() == 0
+
+
+@pytest.mark.parametrize(("weights", "share"), [((1.0, 1.0), 0.5), ((2.0, 1.0), 2 / 3)])
+async def test_backlogged_tenants_are_served_tokens_in_their_weights(weights: tuple[float, float],
+                                                                     share: float) -> None:  # fmt: skip
+    clock = Clock()
+    gate = make_gate(Slots(1.0), clock)
+    served = {"a": 0.0, "b": 0.0}
+    holder = ticket(clock, "x")
+    await gate.admit(holder)
+    queued = [ticket(clock, tenant, cost=cost, weight=w)  # b asks for twice the tokens per request
+              for _ in range(60) for tenant, cost, w in (("a", 100.0, weights[0]), ("b", 200.0, weights[1]))]  # fmt: skip
+    tasks = [asyncio.create_task(gate.admit(t)) for t in queued]
+    await settle()
+    current = holder
+    for _ in range(60):
+        clock.now += 0.1
+        gate.release(current, int(current.cost))
+        await settle()
+        current = next(
+            t for t in queued if t.started is not None and t.tenant != "x" and not getattr(t, "done", 0)
+        )
+        current.done = 1  # type: ignore[attr-defined]
+        served[current.tenant] += current.cost
+    assert served["a"] / (served["a"] + served["b"]) == pytest.approx(share, abs=0.05)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_without_fairness_a_class_is_first_come_first_served() -> None:
+    clock = Clock()
+    gate = make_gate(Slots(1.0), clock, fair=False)
+    holder = ticket(clock, "x")
+    await gate.admit(holder)
+    order = [ticket(clock, "a") for _ in range(5)] + [ticket(clock, "b") for _ in range(5)]
+    tasks = [asyncio.create_task(gate.admit(t)) for t in order]
+    await settle()
+    current, started = holder, []
+    for _ in range(6):
+        gate.release(current, 100)
+        await settle()
+        current = next(t for t in order if t.started is not None and t not in started)
+        started.append(current)
+    assert [t.tenant for t in started] == ["a"] * 5 + ["b"]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_request_that_cannot_start_in_time_is_refused_at_once_with_retry_after() -> None:
+    clock = Clock()
+    gate = make_gate(Slots(1.0), clock)
+    holder = ticket(clock)
+    await gate.admit(holder)
+    for _ in range(4):  # the measured rate: one slot freed every 2 s
+        clock.now += 2.0
+        gate.release(holder, 100)
+        holder = ticket(clock)
+        await gate.admit(holder)
+    queued = [ticket(clock) for _ in range(5)]
+    tasks = [asyncio.create_task(gate.admit(t)) for t in queued]
+    await settle()
+    late = ticket(clock, deadline_s=3.0)  # five ahead at ~0.5/s: ~12 s, past its 3 s deadline
+    with pytest.raises(UpstreamError) as refused:
+        await gate.admit(late)
+    assert refused.value.status == 429 and refused.value.code == "pool_saturated"
+    assert refused.value.retry_after_s is not None and refused.value.retry_after_s >= 5
+    assert gate.waiting() == 5
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert gate.waiting() == 0
+
+
+async def test_a_wait_that_runs_out_is_a_429_not_a_timeout() -> None:
+    gate = make_gate(Slots(1.0), Clock())
+    gate._clock = asyncio.get_running_loop().time  # real time for the deadline
+    now = gate._clock()
+    await gate.admit(Ticket("a", "standard", 1.0, 10.0, now + 60, now))
+    short = Ticket("a", "standard", 1.0, 10.0, now + 0.2, now)
+    with pytest.raises(UpstreamError) as refused:
+        await gate.admit(short)
+    assert refused.value.status == 429 and gate.waiting() == 0
+
+
+async def test_waiting_requests_get_503_when_the_pool_goes_down() -> None:
+    clock = Clock()
+    slots = [Slots(1.0)]
+    config = AdmissionSettings()
+    gate = PoolGate("m", config, ServiceLedger(30, clock=clock), AdmissionMetrics(), lambda: slots[0], clock)
+    await gate.admit(ticket(clock))
+    waiting = asyncio.create_task(gate.admit(ticket(clock)))
+    await settle()
+    slots[0] = Slots(0.0, down=True, retry_after_s=12.0)
+    gate.tick()
+    with pytest.raises(UpstreamError) as refused:
+        await waiting
+    assert refused.value.status == 503 and refused.value.retry_after_s == 12.0 and gate.waiting() == 0
+    await gate.admit(ticket(clock))  # a new one is not held: the router tries ejected deployments anyway
+
+
+async def test_the_fleet_view_splits_a_class_grant_by_demand() -> None:
+    clock = Clock()
+    gate = make_gate(Slots(10.0), clock)
+    gate.others = {"batch": 30.0}  # another replica has 30 batch requests running or waiting
+    tasks = [asyncio.create_task(gate.admit(ticket(clock, "b", "batch"))) for _ in range(10)]
+    await settle()
+    # grant 9 slots to batch fleet-wide, this replica's part: 9 × 10/40
+    assert gate.running["batch"] == math.ceil(9 * 10 / 40)
+    gate.others = {"interactive": 5.0, "batch": 30.0}  # interactive demand elsewhere: batch gets less
+    assert gate.allowance()["batch"] < 9 * 10 / 40
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def test_settings_refuse_a_lower_class_with_a_larger_share() -> None:
+    with pytest.raises(ValueError, match="may not fill more"):
+        AdmissionSettings(classes={"batch": ServiceClass(rank=2, ttft_s=1, itl_s=1, queue_deadline_s=1,
+                                                         pool_share=1.0),
+                                   "standard": ServiceClass(rank=1, ttft_s=1, itl_s=1, queue_deadline_s=1,
+                                                            pool_share=0.5)})  # fmt: skip
+
+
+class _Backend:
+    def __init__(self, name: str, max_concurrency: int | None = None) -> None:
+        self.name = name
+        self.config = DeploymentConfig(name=name, base_url="http://127.0.0.1:9/v1", model="m",
+                                       max_concurrency=max_concurrency)  # fmt: skip
+
+
+def replica(name: str, max_concurrency: int | None = None) -> Replica:
+    breaker = CircuitBreaker(3, 30.0, 1)
+    return Replica(_Backend(name, max_concurrency), breaker, PeakEwma(10.0), True)  # type: ignore[arg-type]
+
+
+def test_capacity_is_configured_or_learned_from_a_saturated_engine() -> None:
+    estimate = CapacityEstimate(stale_s=5.0, kv_high=0.98)
+    fixed, learned = replica("fixed", max_concurrency=8), replica("learned")
+    assert estimate.slots([fixed, learned], 0.0).total is None  # not seen saturated yet: not held
+    learned.engine = EngineLoad(waiting=3, running=24, kv_usage=0.5, at=1.0)
+    assert estimate.slots([fixed, learned], 1.0).total == 32
+    learned.engine = EngineLoad(waiting=0, running=24, kv_usage=0.5, at=2.0)  # full, nothing waits: probe up
+    assert estimate.slots([fixed, learned], 2.0).total == 33
+    assert estimate.slots([fixed, learned], 2.5).total == 33  # one step per scrape, not per call
+    learned.engine = EngineLoad(waiting=0, running=10, kv_usage=0.99, at=3.0)  # KV full: nothing new there
+    learned.outstanding = 10
+    assert estimate.slots([fixed, learned], 3.0).total == 18
+    fixed.breaker.trip()
+    assert estimate.slots([fixed, learned], 3.0).total == 10
+    learned.breaker.trip()
+    down = estimate.slots([fixed, learned], 3.0)
+    assert down.down and 29 <= down.retry_after_s <= 30
