@@ -34,6 +34,13 @@ def attempt_span(
     )
 
 
+def queue_span(ctx: RequestContext, alias: str) -> AbstractContextManager[Any]:
+    """A span around the wait for a slot of the alias's pool (admission; a no-op when not traced)."""
+    if ctx.tracer is None:
+        return _UNTRACED
+    return ctx.tracer.start_as_current_span("admission.queue", attributes={"llmgw.model": alias})
+
+
 def inject(headers: dict[str, str]) -> None:
     """Add the current span's `traceparent` to an upstream request's headers (when tracing is on)."""
     if _enabled:

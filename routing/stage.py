@@ -20,7 +20,7 @@ from core.context import Handler, RequestContext
 from core.errors import OpenAIError, model_not_found
 from core.models import cost_usd
 from core.reply import Ending, Reply, prepend
-from core.tracing import attempt_span
+from core.tracing import attempt_span, queue_span
 from core.usage import Usage, estimate_prompt_tokens
 from core.validation import unrecognized
 from routing.admission.admission import Admission, Lease
@@ -80,7 +80,10 @@ class RouteStage:
                 if first:
                     raise unrecognized(ctx.extra_params[0])
                 raise UpstreamError(503, f"fallback `{alias}` takes no extra parameters", retryable=True)
-        lease = await self._admission.enter(ctx, alias, policy) if self._admission is not None else None
+        lease = None
+        if self._admission is not None:
+            with queue_span(ctx, alias):
+                lease = await self._admission.enter(ctx, alias, policy)
         try:
             reply = await self._attempts(ctx, alias, policy, replicas, lease)
         except BaseException:
