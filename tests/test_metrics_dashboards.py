@@ -21,18 +21,20 @@ def test_committed_dashboards_are_what_the_builder_writes() -> None:
     assert {p.name: p.read_text() for p in DASHBOARDS} == builder().render_all()
 
 
-def test_four_dashboards_with_unique_uids_covering_the_issue() -> None:
+def test_five_dashboards_with_unique_uids_covering_the_issues() -> None:
     models = [json.loads(p.read_text()) for p in DASHBOARDS]
     assert sorted(m["uid"] for m in models) == [
         "llmgw-backends",
         "llmgw-cost",
         "llmgw-limits",
+        "llmgw-overload",
         "llmgw-overview",
     ]
     titles = " | ".join(panel["title"] for m in models for panel in m["panels"])
     for needed in ("Requests per second", "Error rate", "latency", "Time to first token", "Gateway overhead",
                    "Cost per 1k tokens", "Cache hit rate", "Cascade", "KV-cache", "Prefix-cache", "Preemptions",
-                   "Rejections by limit kind", "budget burn"):  # fmt: skip
+                   "Rejections by limit kind", "budget burn", "waiting for a slot", "Refused by admission",
+                   "SLO attainment (goodput) by class", "fair shares"):  # fmt: skip
         assert needed in titles, needed
 
 

@@ -55,6 +55,12 @@ def settings(upstream_url: str, engine_url: str, database: Path) -> Settings:
             name="echo", deployments=[deployment("fake-a", upstream_url, "m", 3.0)], fallbacks=["engine"]
         ),
         ModelConfig(name="engine", deployments=[deployment("engine-1", engine_url, "fake", 0.5)]),
+        ModelConfig(  # one request at a time: the others wait in the admission queue, some past their deadline
+            name="queued",
+            deployments=[
+                deployment("fake-q", upstream_url, "m", 1.0).model_copy(update={"max_concurrency": 1})
+            ],
+        ),
         ModelConfig(
             name="broken", deployments=[deployment("nowhere", f"http://127.0.0.1:{free_port()}", "m", 1)]
         ),
@@ -64,9 +70,11 @@ def settings(upstream_url: str, engine_url: str, database: Path) -> Settings:
                          confidence={"threshold": -1e9, "escalate_share": 0.5,  # warm-up all along: kept
                                      "share_window": 1000, "share_warmup": 1000})  # fmt: skip
     capped = CascadePolicy(alias="auto-capped", small="engine", large="echo", max_small_tokens=2)  # cut short
+    standard = {"rank": 1, "ttft_s": 2.5, "itl_s": 0.2, "queue_deadline_s": 0.3, "pool_share": 0.95}
     routing = RoutingSettings(
-        cascades=[escalating, kept, capped], scrape_interval_s=0.5, health_interval_s=1.0
-    )
+        cascades=[escalating, kept, capped], scrape_interval_s=0.5, health_interval_s=1.0,
+        admission={"classes": {"standard": standard}},
+    )  # fmt: skip
     values: dict[str, Any] = {"master_key": KEY, "models": models, "routing": routing}
     values["observability"] = {"tenant_label": True}
     values["cache"] = {"defaults": {"semantic": {"mode": "static"}}}  # off by default; the panels need hits
@@ -75,6 +83,7 @@ def settings(upstream_url: str, engine_url: str, database: Path) -> Settings:
 
 
 TENANT_POLICY = Policy(tenant_limits=Limits(rpm=20), tenant_budget=Budget(usd_per_day=5.0))
+INTERACTIVE_POLICY = Policy(routing={"service_class": "interactive"})
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +96,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         wait_for(f"{engine.url}/health")
         config = settings(upstream.url, engine.url, tmp_path_factory.mktemp("db") / "llmgw.db")
         tenant_key = asyncio.run(provision_virtual_key(config, "acme", TENANT_POLICY))
+        chat_key = asyncio.run(provision_virtual_key(config, "chatco", INTERACTIVE_POLICY))
         gateway = ServerThread(create_app(config))
         with gateway, prometheus(binary, tmp_path_factory.mktemp("prom"), gateway.port, engine.port) as prom:
-            yield {"gateway": gateway.url, "engine": engine.url, "prometheus": prom, "tenant_key": tenant_key}
+            yield {"gateway": gateway.url, "engine": engine.url, "prometheus": prom, "tenant_key": tenant_key,
+                   "chat_key": chat_key}  # fmt: skip
 
 
 def wait_for(url: str, timeout: float = 60.0) -> None:
@@ -139,6 +150,7 @@ REQUESTS: list[tuple[str, dict[str, Any], str]] = [
     ("auto-small", {"max_tokens": 8}, "abcde"),
     ("auto-capped", {"max_tokens": 8}, "abcdef"),
     ("echo", {}, "fail:500"),  # retried, then served by the fallback alias
+    ("queued", {}, "sleep:0.2"),  # three workers, one slot: waits, and refusals past the 0.3 s deadline
     ("broken", {}, "nobody listens"),  # 5xx, and its circuit opens
     ("unknown-model", {}, "x"),
 ]
@@ -148,7 +160,7 @@ REQUESTS: list[tuple[str, dict[str, Any], str]] = [
 TENANT_REQUESTS = ["What is the capital of France?", "What's the capital of France?"]
 
 
-def load(gateway: str, tenant_key: str, stop: threading.Event) -> None:
+def load(gateway: str, tenant_key: str, chat_key: str, stop: threading.Event) -> None:
     with httpx.Client(base_url=gateway, timeout=15) as client:
         while not stop.is_set():
             for model, extra, text in REQUESTS:
@@ -159,6 +171,8 @@ def load(gateway: str, tenant_key: str, stop: threading.Event) -> None:
                 client.post(
                     "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {tenant_key}"}
                 )
+            body = {"model": "queued", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+            client.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {chat_key}"})
             client.post("/v1/chat/completions", json={"model": "echo", "messages": []})  # 401
 
 
@@ -166,7 +180,8 @@ def load(gateway: str, tenant_key: str, stop: threading.Event) -> None:
 def loaded(fleet: dict[str, Any]) -> Iterator[dict[str, Any]]:
     stop = threading.Event()
     workers = [
-        threading.Thread(target=load, args=(fleet["gateway"], fleet["tenant_key"], stop)) for _ in range(3)
+        threading.Thread(target=load, args=(fleet["gateway"], fleet["tenant_key"], fleet["chat_key"], stop))
+        for _ in range(3)
     ]
     for worker in workers:
         worker.start()

@@ -168,11 +168,38 @@ LIMITS = [
     Panel("Spend rate by tenant (USD per hour)", "currencyUSD", ((f"3600 * {rate(COST, 'tenant')}", "{{tenant}}"),)),
 ]  # fmt: skip
 
+SLO = "llmgw_admission_slo_requests_total"
+OVERLOAD = [
+    Panel("Requests waiting for a slot, by class", "short",
+          (("sum by (model, class) (llmgw_admission_queue_depth)", "{{model}} {{class}}"),),
+          "Held in the gateway while the pool is saturated (routing/admission); summed over replicas"),
+    Panel("Wait for a slot p50 / p95, by class", "s", quantiles("llmgw_admission_wait_seconds", "class", (0.5, 0.95)),
+          "Arrival to a slot of the pool (0 when it had room); also the span admission.queue"),
+    Panel("Refused by admission (per second), by class and reason", "reqps",
+          ((rate("llmgw_admission_shed_total", "class, reason"), "{{class}} {{reason}}"),),
+          "deadline: could not start in time, refused at once; expired: waited its deadline out; queue_full; "
+          "pool_down (503). All carry Retry-After"),
+    Panel("SLO attainment (goodput) by class", "percentunit", ((ratio(
+        rate(SLO + '{outcome="met"}', "class"), rate(SLO, "class")
+    ), "{{class}}"),), "Requests within their class's TTFT and inter-token targets, among all (refused count "
+       "as missed)"),
+    Panel("SLO attainment (goodput) by tenant", "percentunit", ((ratio(
+        rate(SLO + '{outcome="met"}', "tenant, class"), rate(SLO, "tenant, class")
+    ), "{{tenant}} ({{class}})"),)),
+    Panel("Served tokens per second by tenant (fair shares)", "short",
+          ((rate("llmgw_admission_served_tokens_total", "model, tenant"), "{{model}} {{tenant}}"),)),
+    Panel("Pool slots and requests running", "short", (
+        ("max by (model) (llmgw_admission_pool_slots)", "{{model}} slots (NaN: not learned yet)"),
+        ("sum by (model) (llmgw_admission_running)", "{{model}} running (all replicas)"),
+    ), "Slots: the deployments' max_concurrency, or learned from the engines' running and waiting counts"),
+]  # fmt: skip
+
 DASHBOARDS = {
     "llmgw-overview": ("LLM gateway: overview", OVERVIEW),
     "llmgw-cost": ("LLM gateway: cost and savings", COST_AND_SAVINGS),
     "llmgw-backends": ("LLM gateway: backends", BACKENDS),
     "llmgw-limits": ("LLM gateway: limits and budgets", LIMITS),
+    "llmgw-overload": ("LLM gateway: overload, priority classes and fair shares", OVERLOAD),
 }
 
 
