@@ -3,7 +3,8 @@
     python -m bench.console_load [--rows 1000000 --keys 10000 --tenants 1000 --reseed --rounds 7 --browser]
 
 Seeds its own database (llmgw_console_bench on 127.0.0.1:5432, trust auth) once, migrated by `llmgw migrate`'s
-code; usage spread over 30 days. A gateway (PostgreSQL, admin token) runs in front of a fake upstream; after a
+code; usage spread over 30 days, then rolled up into the hourly rollups (policies/rollups.py) as the gateway's
+compaction does. A gateway (PostgreSQL, admin token) runs in front of a fake upstream; after a
 sign-in, each page's admin/console calls are made together, as the page makes them, and timed end to end (the
 median and worst of --rounds after one warm-up). --browser also times Chromium from navigation to the page
 drawn (data-ready). Prints a table and writes bench/results/console_load.json.
@@ -27,6 +28,7 @@ from gateway.app import create_app
 from gateway.settings import Settings
 from policies.db import create_engine
 from policies.migrate import upgrade_engine
+from policies.rollups import compact_all
 from tests.conftest import fake_models
 from tests.fakes import FakeUpstream, ServerThread
 
@@ -51,15 +53,18 @@ async def prepare(rows: int, keys: int, tenants: int, reseed: bool) -> str:
     url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{DATABASE}"
     engine = create_engine(url)
     await upgrade_engine(engine)
-    await engine.dispose()
     conn = await asyncpg.connect(f"{SERVER}/{DATABASE}")
     try:
         have = await conn.fetchval("SELECT count(*) FROM usage_records")
         if have != rows or await conn.fetchval("SELECT count(*) FROM api_keys") != keys:
             await seed(conn, rows, keys, tenants)
+        started = time.perf_counter()
+        if rolled := await compact_all(engine):  # what the gateway's compaction does in the background
+            print(f"rolled {rolled:,} usage records up in {time.perf_counter() - started:.0f} s")
         await conn.execute("VACUUM ANALYZE")
     finally:
         await conn.close()
+        await engine.dispose()
     return url
 
 

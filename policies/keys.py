@@ -1,10 +1,11 @@
-"""Virtual API keys: random secrets, stored only as a sha256 hash plus a short visible prefix."""
+"""Virtual API keys and admin tokens: random secrets, stored only as a sha256 hash plus a short visible prefix."""
 
 import hashlib
 import secrets
 from dataclasses import dataclass
 
 KEY_PREFIX = "sk-gw-"
+ADMIN_TOKEN_PREFIX = "llmgw-adm-"  # admin tokens made through the admin API (policies/admin/tokens.py)
 VISIBLE_CHARS = 12
 
 
@@ -19,9 +20,11 @@ def hash_key(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def generate_key() -> NewKey:
-    secret = KEY_PREFIX + secrets.token_urlsafe(32)
-    return NewKey(secret=secret, key_hash=hash_key(secret), prefix=secret[:VISIBLE_CHARS])
+def generate_key(kind: str = KEY_PREFIX) -> NewKey:
+    secret = kind + secrets.token_urlsafe(32)
+    return NewKey(
+        secret=secret, key_hash=hash_key(secret), prefix=secret[: len(kind) + VISIBLE_CHARS - len(KEY_PREFIX)]
+    )
 
 
 def new_id(kind: str) -> str:

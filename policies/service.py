@@ -33,6 +33,7 @@ from policies.ratelimit.failover import FailoverLimiter
 from policies.ratelimit.seed import seed_spend
 from policies.ratelimit.stage import RateLimitStage
 from policies.redis_connect import redis_py_client
+from policies.rollups import RollupCompactor
 from policies.store import Store
 from policies.usage_writer import UsageWriter
 
@@ -51,6 +52,7 @@ class PolicyServices:
     admin: AdminDeps
     admin_router: APIRouter
     redis_clients: list[Redis]
+    rollups: RollupCompactor | None = None  # hourly usage rollups (policies/rollups.py)
 
     def on_models_changed(self, listener: ModelsListener) -> None:
         """`listener(models)` runs on every replica when DB-managed model aliases change."""
@@ -67,6 +69,8 @@ class PolicyServices:
         await self.ratelimit_stage.aclose()
         await self.notifier.aclose()
         await self.usage.aclose()
+        if self.rollups is not None:
+            await self.rollups.aclose()
         for client in self.redis_clients:
             await client.aclose()
         await self.engine.dispose()
@@ -111,6 +115,8 @@ async def create_policy_services(
         AccountingStage(usage),
     ]
     admin = AdminDeps(store, engine, directory, notifier, connections.admin_token, cache_flush)
+    rollups = RollupCompactor(engine)
+    rollups.start()
     return PolicyServices(
         engine,
         store,
@@ -124,6 +130,7 @@ async def create_policy_services(
         admin,
         create_admin_router(admin),
         clients,
+        rollups,
     )
 
 

@@ -11,11 +11,17 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from policies.errors import Conflict, NotFound
-from policies.keys import NewKey, generate_key, new_id
+from policies.keys import ADMIN_TOKEN_PREFIX, NewKey, generate_key, new_id
 from policies.policy import Policy
-from policies.tables import ApiKeyRow, ModelAliasRow, PolicyRow, TenantRow, utcnow
+from policies.tables import AdminTokenRow, ApiKeyRow, ModelAliasRow, PolicyRow, TenantRow, utcnow
 
-_KIND = {PolicyRow: "policy", TenantRow: "tenant", ApiKeyRow: "key", ModelAliasRow: "model"}
+_KIND = {
+    PolicyRow: "policy",
+    TenantRow: "tenant",
+    ApiKeyRow: "key",
+    ModelAliasRow: "model",
+    AdminTokenRow: "admin_token",
+}
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,37 @@ class Store:
             row = await self._get(session, ApiKeyRow, key_id)
             row.revoked_at = row.revoked_at or utcnow()
         return row
+
+    # admin tokens (the configured LLMGW_ADMIN_TOKEN is not one of them: it is never stored)
+    async def create_admin_token(self, name: str, scope: str) -> tuple[AdminTokenRow, NewKey]:
+        new = generate_key(ADMIN_TOKEN_PREFIX)
+        row = AdminTokenRow(
+            id=new_id("adm"), name=name, scope=scope, prefix=new.prefix, token_hash=new.key_hash
+        )
+        async with self._tx() as session:
+            session.add(row)
+        return row, new
+
+    async def list_admin_tokens(self) -> list[AdminTokenRow]:
+        return await self._all(select(AdminTokenRow).order_by(AdminTokenRow.created_at))
+
+    async def revoke_admin_token(self, token_id: str) -> AdminTokenRow:
+        async with self._tx() as session:
+            row = await self._get(session, AdminTokenRow, token_id)
+            row.revoked_at = row.revoked_at or utcnow()
+        return row
+
+    async def active_admin_token(
+        self, *, token_hash: str | None = None, token_id: str | None = None
+    ) -> AdminTokenRow | None:
+        """The unrevoked admin token with this hash (or id), else None."""
+        query = select(AdminTokenRow).where(AdminTokenRow.revoked_at.is_(None))
+        if token_hash is not None:
+            query = query.where(AdminTokenRow.token_hash == token_hash)
+        else:
+            query = query.where(AdminTokenRow.id == token_id)
+        async with self._sessions() as session:
+            return await session.scalar(query)
 
     # model aliases (merged over the static config)
     async def upsert_model(self, name: str, config: dict[str, Any]) -> ModelAliasRow:

@@ -1,4 +1,5 @@
-"""SQLAlchemy 2 tables: tenants, API keys, policies, DB-managed model aliases, usage records.
+"""SQLAlchemy 2 tables: tenants, API keys, admin tokens, policies, DB-managed model aliases, usage records and
+their hourly rollups (policies/rollups.py).
 
 Times are naive UTC datetimes (the same on SQLite and PostgreSQL).
 """
@@ -6,7 +7,19 @@ Times are naive UTC datetimes (the same on SQLite and PostgreSQL).
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    false,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -51,6 +64,20 @@ class ApiKeyRow(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime)
 
 
+class AdminTokenRow(Base):
+    """An admin API token made through the API: `read` may only look, `admin` may change everything."""
+
+    __tablename__ = "admin_tokens"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    scope: Mapped[str] = mapped_column(String(16))  # "read" or "admin"
+    prefix: Mapped[str] = mapped_column(String(32))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex of the secret
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
 class ModelAliasRow(Base):
     __tablename__ = "model_aliases"
 
@@ -65,6 +92,10 @@ class UsageRow(Base):
         Index("ix_usage_tenant_ts", "tenant_id", "ts"),
         Index("ix_usage_key_ts", "key_id", "ts"),
         Index("ix_usage_ts", "ts"),
+        Index(
+            "ix_usage_unrolled", "id", sqlite_where=text("NOT rolled"), postgresql_where=text("NOT rolled")
+        ),
+        Index("ix_usage_model_latency", "model", "latency_ms", postgresql_include=["ts"]),
     )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
@@ -82,3 +113,54 @@ class UsageRow(Base):
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
     latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
     cache_status: Mapped[str] = mapped_column(String(32), default="bypass")
+    rolled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())  # in the rollups yet
+
+
+def _measures() -> list[Any]:
+    """What an hourly rollup row sums over the usage records of its hour and dimensions."""
+    return [
+        mapped_column("requests", BigInteger, default=0),
+        mapped_column("errors", BigInteger, default=0),
+        mapped_column("prompt_tokens", BigInteger, default=0),
+        mapped_column("completion_tokens", BigInteger, default=0),
+        mapped_column("cached_tokens", BigInteger, default=0),
+        mapped_column("cost_usd", Float, default=0.0),
+        mapped_column("latency_ms_sum", Float, default=0.0),
+    ]
+
+
+class UsageHourlyRow(Base):
+    """Usage per hour, tenant, key, model, deployment ('' for none) and cache status (the usage queries)."""
+
+    __tablename__ = "usage_hourly"
+
+    hour: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    deployment: Mapped[str] = mapped_column(String(200), primary_key=True)
+    cache_status: Mapped[str] = mapped_column(String(32), primary_key=True)
+    requests, errors, prompt_tokens, completion_tokens, cached_tokens, cost_usd, latency_ms_sum = _measures()
+
+
+class UsageHourlyModelRow(Base):
+    """Usage per hour, model, deployment and cache status: the overview's figures, a few rows an hour."""
+
+    __tablename__ = "usage_hourly_models"
+
+    hour: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    deployment: Mapped[str] = mapped_column(String(200), primary_key=True)
+    cache_status: Mapped[str] = mapped_column(String(32), primary_key=True)
+    requests, errors, prompt_tokens, completion_tokens, cached_tokens, cost_usd, latency_ms_sum = _measures()
+
+
+class UsageHourlyLatencyRow(Base):
+    """Requests per hour, model and latency bucket (policies/rollups.py, LATENCY_BOUNDS): the percentiles."""
+
+    __tablename__ = "usage_hourly_latency"
+
+    hour: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True)
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)

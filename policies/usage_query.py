@@ -1,4 +1,5 @@
-"""Aggregated usage over a time range, and the spend totals reloaded into the limiter at start."""
+"""Aggregated usage over a time range (policies/usage_facts.py), and the spend totals reloaded into the limiter
+at start."""
 
 from datetime import datetime
 from typing import Any, Literal
@@ -7,6 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from policies.tables import UsageRow
+from policies.usage_facts import Window, facts
 
 GroupBy = Literal["tenant_id", "key_id", "model", "deployment", "cache_status"]
 
@@ -18,9 +20,10 @@ async def aggregate_usage(
     end: datetime | None = None,
     filters: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    columns = [getattr(UsageRow, name) for name in group_by]
-    query = select(*columns, *_totals()).group_by(*columns).order_by(*columns)
-    query = query.where(*_conditions(start, end, filters or {}))
+    """Sums over the window's facts: hourly rollups for its whole hours, raw records for the rest."""
+    f = facts(Window(start, end), set(group_by), filters or {})
+    columns = [func.nullif(f.c[n], "").label(n) if n == "deployment" else f.c[n] for n in group_by]
+    query = select(*columns, *_totals(f)).group_by(*columns).order_by(*columns)
     async with engine.connect() as conn:
         rows = (await conn.execute(query)).mappings().all()
     return [_clean(dict(row)) for row in rows]
@@ -34,29 +37,21 @@ async def spend_since(engine: AsyncEngine, since: datetime) -> dict[tuple[str, s
         return {(tenant, key): float(total or 0) for tenant, key, total in await conn.execute(query)}
 
 
-def _totals() -> list[Any]:
+def _totals(f: Any) -> list[Any]:
     return [
-        func.count().label("requests"),
-        func.coalesce(func.sum(UsageRow.prompt_tokens), 0).label("prompt_tokens"),
-        func.coalesce(func.sum(UsageRow.completion_tokens), 0).label("completion_tokens"),
-        func.coalesce(func.sum(UsageRow.cached_tokens), 0).label("cached_tokens"),
-        func.coalesce(func.sum(UsageRow.cost_usd), 0.0).label("cost_usd"),
-        func.avg(UsageRow.latency_ms).label("avg_latency_ms"),
+        func.sum(f.c.requests).label("requests"),
+        func.sum(f.c.prompt_tokens).label("prompt_tokens"),
+        func.sum(f.c.completion_tokens).label("completion_tokens"),
+        func.sum(f.c.cached_tokens).label("cached_tokens"),
+        func.sum(f.c.cost_usd).label("cost_usd"),
+        func.sum(f.c.latency_ms_sum).label("latency_ms_sum"),
     ]
-
-
-def _conditions(start: datetime | None, end: datetime | None, filters: dict[str, str]) -> list[Any]:
-    conditions = [getattr(UsageRow, name) == value for name, value in filters.items()]
-    if start is not None:
-        conditions.append(UsageRow.ts >= start)
-    if end is not None:
-        conditions.append(UsageRow.ts < end)
-    return conditions
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
     for name in ("requests", "prompt_tokens", "completion_tokens", "cached_tokens"):
         row[name] = int(row[name])
     row["cost_usd"] = float(row["cost_usd"])
-    row["avg_latency_ms"] = float(row["avg_latency_ms"] or 0.0)
+    total = float(row.pop("latency_ms_sum") or 0.0)
+    row["avg_latency_ms"] = total / row["requests"] if row["requests"] else 0.0
     return row

@@ -242,3 +242,25 @@ def test_keyboard_reaches_every_page(driver: Any, gateway: ServerThread) -> None
         " && !e.labels.length && !e.getAttribute('aria-label')).map(e => e.outerHTML)"
     )
     assert unlabelled == []
+
+
+def test_a_read_only_token_gets_no_enabled_action(driver: Any, gateway: ServerThread) -> None:
+    """An admin token with scope read signs in to a console whose every change is disabled (and refused)."""
+    made = admin_api(gateway).post("/admin-tokens", json={"name": "viewer", "scope": "read"}).json()
+    driver.get(gateway.url + "/ui/")
+    driver.delete_all_cookies()
+    driver.get(gateway.url + "/ui/")
+    wait_for(lambda: by_css(driver, "#token").is_displayed(), what="the sign-in form")
+    fill(driver, "#token", made["token"])
+    by_css(driver, "#sign-in-form button").click()
+    wait_for(lambda: by_css(driver, "#page").get_attribute("data-ready") == "true", what="the overview")
+    assert by_css(driver, "#read-only").is_displayed()
+    for page, selector in (("tenants", "#create-tenant button"), ("tenants", "#create-tenant input"),
+                           ("policies", "#policy-form button[type=submit]"), ("caches", "#cache-flush button")):  # fmt: skip
+        open_page(driver, gateway.url, page)
+        assert not by_css(driver, selector).is_enabled(), (page, selector)
+    open_page(driver, gateway.url, "tenants")
+    enabled = [b.text for b in all_css(driver, "#page [data-writes]") if b.is_enabled()]
+    assert enabled == []
+    screenshot(driver, "07-read-only")
+    driver.delete_all_cookies()

@@ -20,8 +20,11 @@ from starlette.responses import RedirectResponse, Response
 
 from gateway.settings import Settings
 from gateway.ui.runtime import runtime_report
-from gateway.ui.session import COOKIE, CSRF_HEADER, Session, Sessions, SignInThrottle
+from gateway.ui.session import CONFIGURED, COOKIE, CSRF_HEADER, Session, Sessions, SignInThrottle
+from policies.admin.http import ADMIN, SCOPE_EXTENSION
 from policies.admin.schemas import PolicyIn
+from policies.keys import hash_key
+from policies.store import Store
 
 STATIC = Path(__file__).resolve().parent / "static"
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -92,34 +95,42 @@ class Console:
 
     # Sessions
 
-    def _session(self, request: Request) -> Session | None:
-        return self.sessions.check(request.cookies.get(COOKIE))
+    async def _session(self, request: Request) -> tuple[Session, str] | None:
+        """The session and its scope (read or admin); None when signed out, expired or its token revoked."""
+        session = self.sessions.check(request.cookies.get(COOKIE))
+        if session is None or session.grant == CONFIGURED:
+            return None if session is None else (session, ADMIN)
+        row = await _store(request).active_admin_token(token_id=session.grant)
+        return None if row is None else (session, row.scope)
 
-    def _refusal(self, request: Request, session: Session | None) -> Response | None:
-        """Why this request may not go on (no session, a cross-site or CSRF-less change), or None."""
-        if session is None:
+    def _refusal(self, request: Request, signed_in: tuple[Session, str] | None) -> Response | None:
+        """Why this request may not go on (no session, a cross-site or CSRF-less change), or None. What a
+        scope may do is the admin API's to say: the forwarded call carries the session's scope."""
+        if signed_in is None:
             return _error(401, "Sign in to the console first.", "signed_out")
         if request.method in UNSAFE:
             if not _same_origin(request):
                 return _error(403, "Cross-site requests are refused.", "cross_site")
-            if not self.sessions.csrf_matches(session, request.headers.get(CSRF_HEADER)):
+            if not self.sessions.csrf_matches(signed_in[0], request.headers.get(CSRF_HEADER)):
                 return _error(403, "Missing or wrong CSRF token: reload the console.", "csrf")
         return None
+
+    def _signed_in(self, session: Session, scope: str) -> dict[str, Any]:
+        return {"signed_in": True, "csrf": self.sessions.csrf(session), "expires_at": session.expires_at,
+                "scope": scope}  # fmt: skip
 
     async def session(self, request: Request) -> Response:
         if request.method == "POST":
             return await self._sign_in(request)
-        session = self._session(request)
-        if (refused := self._refusal(request, session)) is not None or session is None:
+        signed_in = await self._session(request)
+        if (refused := self._refusal(request, signed_in)) is not None or signed_in is None:
             return refused or _error(401, "Sign in to the console first.", "signed_out")
         if request.method == "DELETE":
-            self.sessions.revoke(session)
+            self.sessions.revoke(signed_in[0])
             response = _json({"signed_in": False})
             response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
             return response
-        return _json(
-            {"signed_in": True, "csrf": self.sessions.csrf(session), "expires_at": session.expires_at}
-        )
+        return _json(self._signed_in(*signed_in))
 
     async def _sign_in(self, request: Request) -> Response:
         if not _same_origin(request):
@@ -132,14 +143,13 @@ class Console:
             given = orjson.loads(await request.body()).get("token", "")
         except (orjson.JSONDecodeError, AttributeError):
             given = ""
-        if not isinstance(given, str) or not given or not self.sessions.token_matches(given):
+        grant, scope = await self._grant(request, given)
+        if grant is None:
             self._throttle.failed()
             await asyncio.sleep(0.2)
             return _error(403, "That is not the admin token.", "invalid_admin_token")
-        value, session = self.sessions.issue()
-        response = _json(
-            {"signed_in": True, "csrf": self.sessions.csrf(session), "expires_at": session.expires_at}
-        )
+        value, session = self.sessions.issue(grant)
+        response = _json(self._signed_in(session, scope))
         secure = self._settings.ui.secure_cookie
         response.set_cookie(
             COOKIE, value, max_age=self.sessions.ttl_s, path="/ui", httponly=True, samesite="strict",
@@ -147,26 +157,36 @@ class Console:
         )  # fmt: skip
         return response
 
+    async def _grant(self, request: Request, given: Any) -> tuple[str | None, str]:
+        """Who signs in with this token: the configured admin token, or an admin token made through the API."""
+        if not isinstance(given, str) or not given:
+            return None, ""
+        if self.sessions.token_matches(given):
+            return CONFIGURED, ADMIN
+        row = await _store(request).active_admin_token(token_hash=hash_key(given))
+        return (None, "") if row is None else (row.id, row.scope)
+
     # The admin API and what only the gateway knows
 
     async def admin(self, request: Request, path: str) -> Response:
-        if (refused := self._refusal(request, self._session(request))) is not None:
-            return refused
+        signed_in = await self._session(request)
+        if (refused := self._refusal(request, signed_in)) is not None or signed_in is None:
+            return refused or _error(401, "Sign in to the console first.", "signed_out")
         status, headers, body = await _forward(
-            request, request.method, path, request.url.query, await request.body(), self._token
+            request, request.method, path, request.url.query, await request.body(), self._token, signed_in[1]
         )
         return _secured(
             Response(body, status, {k: v for k, v in headers.items() if k in ("content-type", "retry-after")})
         )
 
     async def runtime(self, request: Request) -> Response:
-        if (refused := self._refusal(request, self._session(request))) is not None:
+        if (refused := self._refusal(request, await self._session(request))) is not None:
             return refused
         return _json(runtime_report(request.app.state.services))
 
     async def validate_policy(self, request: Request) -> Response:
         """The policy form's check: the admin API's own PolicyIn schema, every problem with its field."""
-        if (refused := self._refusal(request, self._session(request))) is not None:
+        if (refused := self._refusal(request, await self._session(request))) is not None:
             return refused
         try:
             PolicyIn.model_validate_json(await request.body())
@@ -177,10 +197,13 @@ class Console:
         return _json({"valid": True, "problems": []})
 
     async def usage_csv(self, request: Request) -> Response:
-        if (refused := self._refusal(request, self._session(request))) is not None:
-            return refused
+        signed_in = await self._session(request)
+        if (refused := self._refusal(request, signed_in)) is not None or signed_in is None:
+            return refused or _error(401, "Sign in to the console first.", "signed_out")
         query = urlencode([(k, v) for k, v in request.query_params.multi_items()])
-        status, headers, body = await _forward(request, "GET", "usage/series", query, b"", self._token)
+        status, headers, body = await _forward(
+            request, "GET", "usage/series", query, b"", self._token, signed_in[1]
+        )
         if status != 200:
             return _secured(Response(body, status, media_type="application/json"))
         out = io.StringIO()
@@ -200,6 +223,10 @@ def _cell(value: Any) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
+def _store(request: Request) -> Store:
+    return request.app.state.services.policy.store
+
+
 def _same_origin(request: Request) -> bool:
     """The Origin header (browsers send it on every POST/PUT/PATCH/DELETE) names this origin; without it,
     Sec-Fetch-Site says same-origin; a client sending neither (curl) is not a browser on another site."""
@@ -210,9 +237,10 @@ def _same_origin(request: Request) -> bool:
 
 
 async def _forward(
-    request: Request, method: str, path: str, query: str, body: bytes, token: SecretStr
+    request: Request, method: str, path: str, query: str, body: bytes, token: SecretStr, scope: str
 ) -> tuple[int, dict[str, str], bytes]:
-    """Runs /admin/v1/<path> in this app with the admin token, and returns its answer."""
+    """Runs /admin/v1/<path> in this app with the admin token limited to the session's scope (an ASGI
+    extension, which only this process can set), and returns its answer."""
     target = "/admin/v1/" + path
     headers = [
         (k, v)
@@ -221,10 +249,11 @@ async def _forward(
     ]
     headers += [(b"authorization", b"Bearer " + token.get_secret_value().encode()),
                 (b"content-length", str(len(body)).encode())]  # fmt: skip
-    scope = {**request.scope, "method": method, "path": target, "raw_path": target.encode(), "root_path": "",
-             "query_string": query.encode(), "headers": headers}  # fmt: skip
+    extensions = {**(request.scope.get("extensions") or {}), SCOPE_EXTENSION: scope}
+    forwarded = {**request.scope, "method": method, "path": target, "raw_path": target.encode(), "root_path": "",
+                 "query_string": query.encode(), "headers": headers, "extensions": extensions}  # fmt: skip
     for name in ("route", "endpoint", "path_params", "router"):
-        scope.pop(name, None)
+        forwarded.pop(name, None)
     sent = False
     result: dict[str, Any] = {"status": 500, "headers": {}, "body": b""}
 
@@ -242,5 +271,5 @@ async def _forward(
         elif message["type"] == "http.response.body":
             result["body"] += message.get("body", b"")
 
-    await request.app(scope, receive, send)
+    await request.app(forwarded, receive, send)
     return result["status"], result["headers"], result["body"]

@@ -1,7 +1,9 @@
 """Console sessions: a signed, expiring cookie in place of the admin token, and the CSRF token bound to it.
 
-The cookie value is `<expiry>.<nonce>.<mac>`, MAC'd with a key derived from the admin token, so every
-replica that shares the token accepts it and changing the token signs everyone out. The browser never
+The cookie value is `<expiry>.<nonce>.<grant>.<mac>`, MAC'd with a key derived from the admin token, so every
+replica that shares the token accepts it and changing the token signs everyone out. The grant says who signed
+in: `admin` for the configured admin token, else the id of the admin token made through the API (its scope is
+looked up on every call, so revoking that token signs its sessions out). The browser never
 keeps the token itself. Signing out revokes the nonce in this process (and clears the cookie).
 State-changing calls carry the CSRF token (an HMAC of the nonce) in a header, which only same-origin
 script can read; the cookie is also SameSite=Strict and the Origin header must be this origin.
@@ -18,12 +20,14 @@ from pydantic import SecretStr
 
 COOKIE = "llmgw_console"
 CSRF_HEADER = "x-csrf-token"
+CONFIGURED = "admin"  # the grant of a sign-in with the configured admin token
 
 
 @dataclass(frozen=True)
 class Session:
     nonce: str
     expires_at: int  # Unix seconds
+    grant: str = CONFIGURED  # CONFIGURED, or the id of an admin token made through the API
 
 
 class Sessions:
@@ -38,20 +42,20 @@ class Sessions:
     def token_matches(self, given: str) -> bool:
         return hmac.compare_digest(given.encode(), self._token)
 
-    def issue(self) -> tuple[str, Session]:
-        session = Session(secrets.token_urlsafe(18), int(self._clock()) + self.ttl_s)
-        body = f"{session.expires_at}.{session.nonce}"
+    def issue(self, grant: str = CONFIGURED) -> tuple[str, Session]:
+        session = Session(secrets.token_urlsafe(18), int(self._clock()) + self.ttl_s, grant)
+        body = f"{session.expires_at}.{session.nonce}.{grant}"
         return f"{body}.{self._mac('session', body)}", session
 
     def check(self, value: str | None) -> Session | None:
-        if not value or value.count(".") != 2:
+        if not value or value.count(".") != 3:
             return None
-        expires, nonce, mac = value.split(".")
-        if not hmac.compare_digest(mac, self._mac("session", f"{expires}.{nonce}")):
+        expires, nonce, grant, mac = value.split(".")
+        if not hmac.compare_digest(mac, self._mac("session", f"{expires}.{nonce}.{grant}")):
             return None
         if not expires.isdigit() or int(expires) <= self._clock() or nonce in self._revoked:
             return None
-        return Session(nonce, int(expires))
+        return Session(nonce, int(expires), grant)
 
     def csrf(self, session: Session) -> str:
         return self._mac("csrf", session.nonce)

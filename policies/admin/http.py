@@ -1,4 +1,4 @@
-"""Admin API plumbing: the admin-token guard and OpenAI-style error rendering for its routes."""
+"""Admin API plumbing: the admin-token guard (with scopes) and OpenAI-style error rendering for its routes."""
 
 import hmac
 from collections.abc import Awaitable, Callable
@@ -12,10 +12,22 @@ from starlette.responses import Response
 
 from core.errors import OpenAIError, error_response
 from policies.errors import Conflict, NotFound
+from policies.keys import hash_key
+
+READ, ADMIN = "read", "admin"  # an admin token's scope: read may only look; admin may change everything
+SCOPE_EXTENSION = (
+    "llmgw.admin_scope"  # set in-process by the console's forwarded calls (gateway/ui/routes.py)
+)
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+TokenLookup = Callable[[str], Awaitable[str | None]]  # sha256 hex of a bearer -> its scope, None if unknown
 
 
-def admin_guard(token: SecretStr | None) -> Callable[[Request], Awaitable[None]]:
-    """No token configured: the API is off (404). No bearer: 401. Wrong bearer: 403."""
+def admin_guard(
+    token: SecretStr | None, lookup: TokenLookup | None = None
+) -> Callable[[Request], Awaitable[None]]:
+    """No token configured: the API is off (404). No bearer: 401. Wrong bearer: 403. A `read` token (made
+    through POST /admin/v1/admin-tokens) on a method that changes state: 403 insufficient_scope. The
+    configured token has every right; the console's calls carry their session's scope."""
     expected = token.get_secret_value().encode() if token else None
 
     async def check(request: Request) -> None:
@@ -28,8 +40,18 @@ def admin_guard(token: SecretStr | None) -> Callable[[Request], Awaitable[None]]
             raise OpenAIError(
                 401, "Provide the admin token as 'Authorization: Bearer <token>'.", code="missing_admin_token"
             )
-        if not hmac.compare_digest(given.strip().encode(), expected):
+        if hmac.compare_digest(given.strip().encode(), expected):
+            scope = request.scope.get("extensions", {}).get(SCOPE_EXTENSION, ADMIN)
+        else:
+            scope = await lookup(hash_key(given.strip())) if lookup is not None else None
+        if scope is None:
             raise OpenAIError(403, "The admin token is not valid.", code="invalid_admin_token")
+        if scope != ADMIN and request.method not in READ_METHODS:
+            raise OpenAIError(
+                403,
+                f"This admin token has the scope {scope!r}: it may read, not change anything.",
+                code="insufficient_scope",
+            )
 
     return check
 

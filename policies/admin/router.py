@@ -32,6 +32,7 @@ from policies.admin.schemas import (
     TenantPatch,
     UsageOut,
 )
+from policies.admin.tokens import admin_token_routes, token_lookup
 from policies.directory import Directory
 from policies.notify import ChangeNotifier
 from policies.policy import Policy
@@ -59,7 +60,7 @@ def create_admin_router(deps: AdminDeps) -> APIRouter:
         prefix="/admin/v1",
         tags=["admin"],
         route_class=OpenAIErrorRoute,
-        dependencies=[Depends(admin_guard(deps.admin_token)), Depends(reject_nul)],
+        dependencies=[Depends(admin_guard(deps.admin_token, token_lookup(deps.store))), Depends(reject_nul)],
     )
     _policy_routes(router, deps)
     _tenant_routes(router, deps)
@@ -67,6 +68,7 @@ def create_admin_router(deps: AdminDeps) -> APIRouter:
     _model_routes(router, deps)
     _usage_routes(router, deps)
     console_routes(router, deps)  # the operator console's figures (gateway/ui/)
+    admin_token_routes(router, deps.store)  # scoped admin tokens (read-only or full)
     return router
 
 

@@ -18,13 +18,32 @@ const PAGES = {
 };
 const $ = (id) => document.getElementById(id);
 let signedIn = false;
+let scope = 'admin';
+
+// A read-only session (an admin token with scope read): every control that would change something is
+// disabled; the admin API refuses such calls anyway (403 insufficient_scope).
+function lockChanges(root) {
+  if (scope === 'admin') return;
+  for (const el of root.querySelectorAll('[data-writes], [data-writes] input, [data-writes] select, [data-writes] textarea, [data-writes] button')) {
+    el.disabled = true;
+    el.setAttribute('aria-disabled', 'true');
+    el.title = 'Read-only session: this token may not change anything';
+  }
+}
+
+function setSession(session) {
+  setCsrf(session.csrf);
+  scope = session.scope || 'admin';
+  document.body.dataset.scope = scope;
+  $('read-only').hidden = scope === 'admin';
+}
 
 function showSignedIn(yes) {
   signedIn = yes;
   $('sign-in').hidden = yes;
   $('nav').hidden = !yes;
   $('session-tools').hidden = !yes;
-  if (!yes) { clear($('page')); $('token').focus(); }
+  if (!yes) { clear($('page')); $('read-only').hidden = true; $('token').focus(); }
 }
 
 async function render() {
@@ -45,6 +64,7 @@ async function render() {
   root.append(body);
   try {
     await page(body, render);
+    lockChanges(root);
   } catch (error) {
     body.append(h('p', { class: 'error', role: 'alert' }, 'Could not load this page: ' + error.message));
   }
@@ -57,7 +77,7 @@ async function start() {
     try {
       const session = await call('POST', '/ui/api/session', { token: $('token').value });
       $('token').value = '';
-      setCsrf(session.csrf);
+      setSession(session);
       showSignedIn(true);
       await render();
       $('main').focus();
@@ -73,7 +93,7 @@ async function start() {
   window.addEventListener('console:signed-out', () => showSignedIn(false));
   try {
     const session = await call('GET', '/ui/api/session');
-    setCsrf(session.csrf);
+    setSession(session);
     showSignedIn(true);
     await render();
   } catch {

@@ -41,13 +41,13 @@ export async function cachesPage(root, rerender) {
     { label: 'Namespace', value: (r) => r.namespace || '–' },
     { label: 'Similarity', num: true, value: (r) => r.similarity.toFixed(4) },
     { label: 'Verifier score', num: true, value: (r) => r.verifier.toFixed(4) },
-    { label: 'Feedback', value: (r) => h('button', { type: 'button', class: 'secondary', onclick: async () => {
+    { label: 'Feedback', value: (r) => h('button', { type: 'button', class: 'secondary', 'data-writes': true, onclick: async () => {
       try { const out = await admin.post('cache/feedback', { request_id: r.request_id }); message(status, out.evicted ? 'Evicted and counted as wrong.' : 'No longer remembered here.', true); }
       catch (error) { message(status, error.message); } } }, 'Report wrong') },
   ], c.recent_semantic_hits || []), status);
   const tenant = h('select', { name: 'tenant' }, h('option', { value: '' }, '(every tenant)'), tenants.map((t) => h('option', { value: t.id }, `${t.id} — ${t.name}`)));
   const result = h('p', { role: 'status', id: 'flush-result' });
-  const flush = h('form', { class: 'row card', id: 'cache-flush' }, field('flush-tenant', 'Flush the cache of', tenant), h('div', {}, h('button', { type: 'submit', class: 'danger' }, 'Flush')));
+  const flush = h('form', { class: 'row card', id: 'cache-flush', 'data-writes': true }, field('flush-tenant', 'Flush the cache of', tenant), h('div', {}, h('button', { type: 'submit', class: 'danger' }, 'Flush')));
   flush.addEventListener('submit', async (event) => {
     event.preventDefault();
     const who = tenant.value || null;

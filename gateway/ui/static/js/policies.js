@@ -32,7 +32,7 @@ function policyForm(current, rerender) {
   const check = (id, label, on) => h('div', {}, h('input', { type: 'checkbox', id, name: id, checked: on }), h('label', { for: id }, label));
   const json = (id, label, value) => field(id, label, h('textarea', { name: id, spellcheck: 'false' }, JSON.stringify(value || {}, null, 2)));
 
-  const form = h('form', { id: 'policy-form', novalidate: true, 'aria-describedby': 'policy-problems' },
+  const form = h('form', { id: 'policy-form', novalidate: true, 'aria-describedby': 'policy-problems', 'data-writes': true },
     h('fieldset', {}, h('legend', {}, 'Policy'), h('div', { class: 'grid form-grid' },
       input('name', 'Name', p.name, { required: true, maxlength: 200 }),
       input('allowed_models', 'Allowed models (comma-separated; empty: all)', (p.allowed_models || []).join(', ')),

@@ -22,7 +22,7 @@ export async function tenantsPage(root, rerender) {
   const policyOptions = (none) => [h('option', { value: '' }, none), ...policies.map((p) => h('option', { value: p.id }, p.name))];
 
   const status = h('p', { role: 'status' });
-  const create = h('form', { class: 'grid card', id: 'create-tenant', 'aria-label': 'Create a tenant' },
+  const create = h('form', { class: 'grid card', id: 'create-tenant', 'aria-label': 'Create a tenant', 'data-writes': true },
     field('tenant-id', 'Tenant id (optional)', h('input', { name: 'id', pattern: '[A-Za-z0-9_.:\\-]{1,64}', autocomplete: 'off' })),
     field('tenant-name', 'Name', h('input', { name: 'name', required: true, maxlength: 200, autocomplete: 'off' })),
     field('tenant-policy', 'Policy', h('select', { name: 'policy_id' }, policyOptions('(none)'))),
@@ -81,7 +81,7 @@ function keysPanel(tenantId, keys, policies, policyOptions, rerender) {
       h('p', { class: 'secret', id: 'new-key-secret' }, state.secret.key)));
     state.secret = null;
   }
-  const create = h('form', { class: 'grid card', id: 'create-key', 'aria-label': 'Create a key' },
+  const create = h('form', { class: 'grid card', id: 'create-key', 'aria-label': 'Create a key', 'data-writes': true },
     field('key-name', 'Key name', h('input', { name: 'name', maxlength: 200, autocomplete: 'off' })),
     field('key-policy', 'Policy override', h('select', { name: 'policy_id' }, policyOptions("(the tenant's)"))),
     field('key-expiry', 'Expires (UTC date, optional)', h('input', { name: 'expires', type: 'date' })),
@@ -95,7 +95,7 @@ function keysPanel(tenantId, keys, policies, policyOptions, rerender) {
       await rerender();
     } catch (error) { message(status, error.message); }
   });
-  const act = (label, cls, run) => h('button', { type: 'button', class: cls, onclick: async () => {
+  const act = (label, cls, run) => h('button', { type: 'button', class: cls, 'data-writes': true, onclick: async () => {
     try { await run(); await rerender(); } catch (error) { message(status, error.message); }
   } }, label);
   const byId = Object.fromEntries(policies.map((p) => [p.id, p.name]));

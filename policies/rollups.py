@@ -1,0 +1,153 @@
+"""Hourly rollups of the usage records, kept by a compaction that is exact, idempotent and safe on replicas.
+
+A compaction claims a batch of records not yet rolled up (`rolled` false), marks them rolled and adds their
+sums to the rollup rows of their hour, all in one transaction: a record is in the rollups exactly when it is
+marked, whatever crashes or retries. On PostgreSQL the claim is `FOR UPDATE SKIP LOCKED`, so replicas
+compacting together take disjoint batches, and rollup rows are upserted in one order (no deadlocks); SQLite
+runs one writer at a time. The queries (policies/usage_facts.py) read each record exactly once: from the
+rollups for the whole hours of a window where it is rolled, raw otherwise (the window's partial hours, and
+records not compacted yet), so their totals equal the raw records' whenever the compaction runs.
+
+Three rollups: `usage_hourly` (tenant, key, model, deployment, cache status), `usage_hourly_models` (model,
+deployment, cache status: the overview, a few rows an hour) and `usage_hourly_latency` (requests per model
+and latency bucket, LATENCY_BOUNDS, from which policies/usage_facts.py finds exact percentiles).
+"""
+
+import asyncio
+import logging
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, Table, case, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from policies.tables import UsageHourlyLatencyRow, UsageHourlyModelRow, UsageHourlyRow, UsageRow
+
+log = logging.getLogger(__name__)
+
+# Latency buckets: bucket i holds LATENCY_BOUNDS[i-1] <= ms < LATENCY_BOUNDS[i] (0.25 ms … ~2 h, 19 % wide).
+LATENCY_BOUNDS: tuple[float, ...] = tuple(0.25 * 2 ** (i / 4) for i in range(100))
+MEASURES = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd",
+            "latency_ms_sum")  # fmt: skip
+COMPACT_BATCH = 5000  # records per transaction
+COMPACT_INTERVAL_S = 30.0  # how often each replica compacts (whoever claims a record first rolls it up)
+
+_RAW = (UsageRow.ts, UsageRow.tenant_id, UsageRow.key_id, UsageRow.model, UsageRow.deployment,
+        UsageRow.cache_status, UsageRow.status, UsageRow.prompt_tokens, UsageRow.completion_tokens,
+        UsageRow.cached_tokens, UsageRow.cost_usd, UsageRow.latency_ms)  # fmt: skip
+Key = Callable[[Row[Any], datetime], tuple[Any, ...]]
+
+
+def latency_bucket(ms: float) -> int:
+    return bisect_right(LATENCY_BOUNDS, ms)
+
+
+def latency_bucket_sql(column: Any) -> Any:
+    """The same bucket in SQL (the same float bounds, so the same answer)."""
+    return case(
+        *((column < bound, index) for index, bound in enumerate(LATENCY_BOUNDS)), else_=len(LATENCY_BOUNDS)
+    )
+
+
+def hour_of(ts: datetime) -> datetime:
+    return ts.replace(minute=0, second=0, microsecond=0)
+
+
+async def compact(engine: AsyncEngine, batch: int = COMPACT_BATCH) -> int:
+    """Roll up to `batch` records not rolled up yet, in one transaction; returns how many it rolled."""
+    claim = select(UsageRow.id).where(~UsageRow.rolled).order_by(UsageRow.id).limit(batch)
+    async with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            claim = claim.with_for_update(skip_locked=True)
+        marked = update(UsageRow).where(UsageRow.id.in_(claim.scalar_subquery())).values(rolled=True)
+        rows = (await conn.execute(marked.returning(*_RAW))).all()
+        if rows:
+            await _add(conn, rows)
+    return len(rows)
+
+
+async def compact_all(engine: AsyncEngine, batch: int = COMPACT_BATCH) -> int:
+    """Compact until nothing is left (a backfill after an upgrade or a bulk load); returns how many."""
+    total = 0
+    while (done := await compact(engine, batch)) > 0:
+        total += done
+    return total
+
+
+def _dims(*names: str) -> Key:
+    def key(row: Row[Any], hour: datetime) -> tuple[Any, ...]:
+        return (hour, *("" if getattr(row, n) is None else getattr(row, n) for n in names))
+
+    return key
+
+
+async def _add(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> None:
+    fine: dict[tuple[Any, ...], list[Any]] = {}
+    models: dict[tuple[Any, ...], list[Any]] = {}
+    latency: dict[tuple[Any, ...], list[Any]] = {}
+    by_key, by_model = (
+        _dims("tenant_id", "key_id", "model", "deployment", "cache_status"),
+        _dims("model", "deployment", "cache_status"),
+    )
+    for row in rows:
+        hour = hour_of(row.ts)
+        values = (1, int(row.status >= 400), row.prompt_tokens, row.completion_tokens, row.cached_tokens,
+                  row.cost_usd, row.latency_ms)  # fmt: skip
+        for sums, key in ((fine, by_key(row, hour)), (models, by_model(row, hour))):
+            total = sums.setdefault(key, [0, 0, 0, 0, 0, 0.0, 0.0])
+            for i, value in enumerate(values):
+                total[i] += value
+        latency.setdefault((hour, row.model, latency_bucket(row.latency_ms)), [0])[0] += 1
+    await _upsert(conn, UsageHourlyRow.__table__, fine, MEASURES)  # type: ignore[arg-type]
+    await _upsert(conn, UsageHourlyModelRow.__table__, models, MEASURES)  # type: ignore[arg-type]
+    await _upsert(conn, UsageHourlyLatencyRow.__table__, latency, ("requests",))  # type: ignore[arg-type]
+
+
+async def _upsert(
+    conn: AsyncConnection, table: Table, sums: dict[tuple[Any, ...], list[Any]], measures: tuple[str, ...]
+) -> None:
+    """Add the sums to their rows (created at zero), in key order so that concurrent compactions never
+    wait on each other in a cycle."""
+    keys = [c.name for c in table.primary_key.columns]
+    insert = postgresql_insert(table) if conn.dialect.name == "postgresql" else sqlite_insert(table)
+    upsert = insert.on_conflict_do_update(
+        index_elements=keys, set_={m: table.c[m] + insert.excluded[m] for m in measures}
+    )
+    params = [dict(zip((*keys, *measures), (*key, *sums[key]), strict=True)) for key in sorted(sums)]
+    for first in range(0, len(params), 1000):
+        await conn.execute(upsert, params[first : first + 1000])
+
+
+class RollupCompactor:
+    """Compacts every COMPACT_INTERVAL_S off the request path; a failure waits for the next round."""
+
+    def __init__(self, engine: AsyncEngine, interval_s: float = COMPACT_INTERVAL_S) -> None:
+        self._engine = engine
+        self._interval_s = interval_s
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="usage-rollups")
+
+    async def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                while not self._stopping.is_set() and await compact(self._engine) == COMPACT_BATCH:
+                    pass
+            except Exception as exc:  # the database is away: the records wait, the queries read them raw
+                log.warning("rolling up usage records failed (%s); next try in %.0fs", type(exc).__name__,
+                            self._interval_s)  # fmt: skip
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+
+    async def aclose(self) -> None:
+        self._stopping.set()
+        if self._task is not None:
+            with suppress(asyncio.CancelledError):
+                await self._task

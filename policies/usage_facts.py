@@ -1,0 +1,139 @@
+"""A window's usage as facts: the hourly rollups for its whole hours, the raw records for the rest.
+
+A window [start, end) splits into its whole hours [h0, h1) and its partial edges [start, h0), [h1, end).
+The facts of the whole hours are the rollup rows of those hours plus the records there not rolled up yet;
+the edges are read raw. Each record is counted once (policies/rollups.py), in one statement, so one
+snapshot: the sums equal the raw records' sums. Percentiles are exact nearest-rank: the latency histogram
+(rollups and raw alike) names the bucket that holds the k-th latency, and the records of that bucket in the
+window give its value (over the index on model and latency).
+"""
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Subquery, case, func, literal, select, union_all
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from policies.rollups import LATENCY_BOUNDS, MEASURES, latency_bucket_sql
+from policies.tables import UsageHourlyLatencyRow, UsageHourlyModelRow, UsageHourlyRow, UsageRow
+
+MODEL_DIMS = frozenset({"model", "deployment", "cache_status"})  # what usage_hourly_models keeps
+
+
+@dataclass(frozen=True)
+class Window:
+    start: datetime | None
+    end: datetime | None
+
+    def whole_hours(self) -> tuple[datetime | None, datetime | None] | None:
+        """[h0, h1) (None: unbounded on that side), or None when the window holds no whole hour."""
+        h0 = None if self.start is None else _ceil_hour(self.start)
+        h1 = None if self.end is None else self.end.replace(minute=0, second=0, microsecond=0)
+        if h0 is not None and h1 is not None and h0 >= h1:
+            return None
+        return h0, h1
+
+    def raw_parts(self) -> list[list[Any]]:
+        """The conditions of each raw part (separate, so each uses its index)."""
+        hours = self.whole_hours()
+        if hours is None:
+            return [_range(UsageRow.ts, self.start, self.end)]
+        h0, h1 = hours
+        parts = [[~UsageRow.rolled, *_range(UsageRow.ts, h0, h1)]]
+        if self.start is not None and h0 is not None and self.start < h0:
+            parts.append(_range(UsageRow.ts, self.start, h0))
+        if self.end is not None and h1 is not None and h1 < self.end:
+            parts.append(_range(UsageRow.ts, h1, self.end))
+        return parts
+
+    def rollup_conditions(self, hour: Any) -> list[Any] | None:
+        hours = self.whole_hours()
+        return None if hours is None else _range(hour, *hours)
+
+    def conditions(self) -> list[Any]:
+        return _range(UsageRow.ts, self.start, self.end)
+
+
+def _ceil_hour(value: datetime) -> datetime:
+    floor = value.replace(minute=0, second=0, microsecond=0)
+    return floor if floor == value else floor + timedelta(hours=1)
+
+
+def _range(column: Any, low: datetime | None, high: datetime | None) -> list[Any]:
+    return [
+        c
+        for c in (None if low is None else column >= low, None if high is None else column < high)
+        if c is not None
+    ]
+
+
+def facts(window: Window, dims: set[str], filters: dict[str, str]) -> Subquery:
+    """Columns ts, the rollup's dimensions (deployment '' for none) and MEASURES; `dims` and the filters'
+    columns choose the rollup: usage_hourly_models when they are all in MODEL_DIMS, else usage_hourly."""
+    table = UsageHourlyModelRow if dims | set(filters) <= MODEL_DIMS else UsageHourlyRow
+    names = [c.name for c in table.__table__.primary_key.columns if c.name != "hour"]  # type: ignore[attr-defined]
+    raw_columns = [
+        UsageRow.ts.label("ts"),
+        *(func.coalesce(UsageRow.deployment, "").label(n) if n == "deployment" else getattr(UsageRow, n)
+          for n in names),
+        literal(1).label("requests"),
+        case((UsageRow.status >= 400, 1), else_=0).label("errors"),
+        UsageRow.prompt_tokens, UsageRow.completion_tokens, UsageRow.cached_tokens, UsageRow.cost_usd,
+        UsageRow.latency_ms.label("latency_ms_sum"),
+    ]  # fmt: skip
+    raw_filters = [getattr(UsageRow, k) == v for k, v in filters.items()]
+    parts = [select(*raw_columns).where(*part, *raw_filters) for part in window.raw_parts()]
+    rolled = window.rollup_conditions(table.hour)
+    if rolled is not None:
+        rollup_filters = [getattr(table, k) == v for k, v in filters.items()]
+        columns = [
+            table.hour.label("ts"),
+            *(getattr(table, n) for n in names),
+            *(getattr(table, m) for m in MEASURES),
+        ]
+        parts.append(select(*columns).where(*rolled, *rollup_filters))
+    return union_all(*parts).subquery("facts")
+
+
+async def latency_histogram(conn: AsyncConnection, window: Window) -> dict[str, dict[int, int]]:
+    """Requests per model and latency bucket over the window."""
+    raw = union_all(
+        *(select(UsageRow.model, UsageRow.latency_ms).where(*part) for part in window.raw_parts())
+    )
+    raw_q = raw.subquery("raw")
+    parts = [
+        select(raw_q.c.model, latency_bucket_sql(raw_q.c.latency_ms).label("bucket"), literal(1).label("n"))
+    ]
+    table = UsageHourlyLatencyRow
+    rolled = window.rollup_conditions(table.hour)
+    if rolled is not None:
+        parts.append(select(table.model, table.bucket, table.requests.label("n")).where(*rolled))
+    every = union_all(*parts).subquery("latency")
+    query = select(every.c.model, every.c.bucket, func.sum(every.c.n)).group_by(every.c.model, every.c.bucket)
+    histogram: dict[str, dict[int, int]] = {}
+    for model, bucket, count in await conn.execute(query):
+        histogram.setdefault(model, {})[int(bucket)] = int(count)
+    return histogram
+
+
+async def percentile(
+    conn: AsyncConnection, window: Window, models: list[str], counts: dict[int, int], p: float
+) -> float | None:
+    """The nearest-rank p-th latency of these models' records in the window (counts: their histogram)."""
+    n = sum(counts.values())
+    if n == 0 or not models:
+        return None
+    k, below = max(math.ceil(p * n), 1), 0
+    for bucket in sorted(counts):
+        if below + counts[bucket] >= k:
+            break
+        below += counts[bucket]
+    low = LATENCY_BOUNDS[bucket - 1] if bucket > 0 else None
+    high = LATENCY_BOUNDS[bucket] if bucket < len(LATENCY_BOUNDS) else None
+    bounds = [c for c in (None if low is None else UsageRow.latency_ms >= low,
+                          None if high is None else UsageRow.latency_ms < high) if c is not None]  # fmt: skip
+    model = UsageRow.model == models[0] if len(models) == 1 else UsageRow.model.in_(models)
+    query = select(UsageRow.latency_ms).where(model, *bounds, *window.conditions())
+    return (await conn.execute(query.order_by(UsageRow.latency_ms).offset(k - below - 1).limit(1))).scalar()
