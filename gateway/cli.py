@@ -1,6 +1,7 @@
 """`llmgw`: the command line. Subcommands delegate to the package that owns them."""
 
 import argparse
+import asyncio
 import os
 import signal
 import sys
@@ -79,6 +80,17 @@ def _keys(args: argparse.Namespace, rest: list[str]) -> int:
     return keys_main(["keys", *rest], load_settings())
 
 
+def _tenants(args: argparse.Namespace, rest: list[str]) -> int:
+    from policies.errors import NotFound
+    from policies.tenants_cli import run
+
+    try:
+        return asyncio.run(run(rest, load_settings()))
+    except (NotFound, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
 def _plan(args: argparse.Namespace, rest: list[str]) -> int:
     from routing.planning.cli import main as plan_main
 
@@ -111,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
     migrate.set_defaults(run=_migrate)
     keys = commands.add_parser("keys", help="virtual keys: `keys create|list|revoke`", add_help=False)
     keys.set_defaults(run=_keys)
+    tenants = commands.add_parser(
+        "tenants", help="service classes: `tenants list`, `tenants service T --class batch --weight 2`",
+        add_help=False,
+    )  # fmt: skip
+    tenants.set_defaults(run=_tenants)
     plan = commands.add_parser(
         "plan", help="capacity planning: KV bytes, sequences, replicas at an SLO", add_help=False
     )
