@@ -246,3 +246,25 @@ def test_capacity_is_configured_or_learned_from_a_saturated_engine() -> None:
     learned.breaker.trip()
     down = estimate.slots([fixed, learned], 3.0)
     assert down.down and 29 <= down.retry_after_s <= 30
+
+
+def test_the_window_forgets_old_service_and_keeps_no_stale_buckets() -> None:
+    clock = Clock()
+    ledger = ServiceLedger(window_s=30.0, clock=clock)
+    ledger.charge("a", 300.0, 1.0)
+    ledger.charge("b", 300.0, 2.0)
+    assert ledger.service(["a", "b", "c"]) == {"a": 300.0, "b": 150.0, "c": 0.0}
+    for _ in range(100):  # an hour of traffic later
+        clock.now += 36.0
+        ledger.charge("b", 1.0, 1.0)
+    assert ledger.local() == {"b": 1.0} and len(ledger._window) <= 10
+
+
+def test_a_policy_names_only_known_classes() -> None:
+    from policies.policy import Policy
+
+    assert Policy(routing={"service_class": "batch", "weight": 2}).routing["weight"] == 2
+    with pytest.raises(ValueError, match="service_class"):
+        Policy(routing={"service_class": "gold"})
+    with pytest.raises(ValueError, match="weight"):
+        Policy(routing={"weight": 0})

@@ -48,14 +48,20 @@ class ServiceLedger:
         self.others: dict[str, float] = {}
 
     def charge(self, tenant: str, tokens: float, weight: float) -> None:
-        slot = self._window.setdefault(self._bucket(), {})
+        bucket = self._bucket()
+        slot = self._window.get(bucket)
+        if slot is None:  # a new bucket: the ones out of the window go
+            self._prune(bucket)
+            slot = self._window[bucket] = {}
         slot[tenant] = slot.get(tenant, 0.0) + tokens / weight
+
+    def _prune(self, bucket: int) -> None:
+        for stale in [b for b in self._window if b <= bucket - self._buckets]:
+            del self._window[stale]
 
     def local(self) -> dict[str, float]:
         """This replica's weighted tokens per tenant over the window (what it publishes)."""
-        oldest = self._bucket() - self._buckets + 1
-        for stale in [b for b in self._window if b < oldest]:
-            del self._window[stale]
+        self._prune(self._bucket())
         totals: dict[str, float] = {}
         for slot in self._window.values():
             for tenant, amount in slot.items():
