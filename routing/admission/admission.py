@@ -143,7 +143,7 @@ class Admission:
 
 def _answer_tokens(body: dict[str, Any], settings: AdmissionSettings) -> int:
     asked = requested_completion_tokens(body)
-    return asked if isinstance(asked, int) and asked > 0 else settings.default_max_tokens
+    return asked if isinstance(asked, int) and asked > 0 else settings.answer_tokens_estimate
 
 
 def _has_token(chunk: dict[str, Any]) -> bool:

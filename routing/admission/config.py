@@ -58,7 +58,7 @@ class AdmissionSettings(BaseModel):
         default=0.98, gt=0, le=1, description="an engine this full of KV cache (scraped) takes no new request"
     )  # fmt: skip
     share_window_s: float = Field(default=30.0, gt=0, description="served tokens are compared over this")
-    default_max_tokens: int = Field(
+    answer_tokens_estimate: int = Field(
         default=256, ge=1, description="answer tokens assumed for a request that sets no max_tokens"
     )  # fmt: skip
     tick_s: float = Field(default=0.1, gt=0, description="queue re-checked this often (capacity changes)")
