@@ -27,7 +27,17 @@ from pathlib import Path
 import torch
 
 from backends.local_engine.engine.sampling_params import SamplingParams
-from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
+from bench.engine_gpu_agreement import (
+    agreement,
+    decode_logits,
+    float64_floor,
+    hf_agreement,
+    hf_to_bf16,
+    long_reference,
+    rope_buffers,
+    set_rope_buffers,
+    teacher_forced_logits,
+)
 from bench.engine_gpu_models import (
     Ours,
     build_hf,
@@ -123,72 +133,42 @@ def ttft(ours: Ours, prompt: list[int]) -> float:
     return timed(first)
 
 
-def teacher_forced_logits(ours: Ours, ids: list[int], first: int) -> torch.Tensor:
-    """Logits of positions first-1 .. len-2 (predicting ids[first:]) in one prefill step."""
-    runner = ours.runner
-    seq = Sequence(list(ids))
-    seq.block_table = list(range(-(-len(ids) // runner.block_size)))
-    out = runner.execute([ScheduledSeq(seq, len(ids), len(ids) - first + 1)])[0].logits
-    return out[:-1].float()
-
-
-def decode_logits(ours: Ours, ids: list[int], first: int, graphs: bool = True) -> torch.Tensor:
-    """Logits predicting ids[first:], computed by a prefill of ids[:first] then one decode step per token
-    (replaying the CUDA graph, or eagerly with `graphs` False)."""
-    runner = ours.runner
-    saved = runner.cuda_steps.graphs
-    if not graphs:
-        runner.cuda_steps.graphs = {}
-    try:
-        return _decode_logits(runner, ids, first)
-    finally:
-        runner.cuda_steps.graphs = saved
-
-
-def _decode_logits(runner, ids: list[int], first: int) -> torch.Tensor:
-    seq = Sequence(list(ids[:first]))
-    seq.block_table = list(range(-(-len(ids) // runner.block_size)))
-    rows = [runner.execute([ScheduledSeq(seq, first, 1)])[0].logits[-1].clone()]
-    seq.num_computed_tokens = first
-    for token in ids[first:-1]:
-        seq.append_token(token)
-        rows.append(runner.execute([ScheduledSeq(seq, 1, 1)])[0].logits[-1].clone())  # graph output: copy
-        seq.num_computed_tokens += 1
-    return torch.stack(rows).float()
-
-
 # --- sections --------------------------------------------------------------------------------------------
 
 
-def section_kernels() -> None:
+def section_kernels(given: dict) -> dict:
+    """Check the kernels and choose the engine's KernelSettings fields for the rest of the run: the exact
+    default per operation (bench/engine_gpu_kernels.py), unless `given` (--kernels) names one."""
     from backends.local_engine.config import DEFAULT_KERNELS
-    from backends.local_engine.model import attention_cuda
     from bench.engine_gpu_kernels import check_kernels, pick_attention, pick_bf16_gemv, pick_quant
 
     results = check_kernels()
     for key, value in results.items():
         record("kernels", key, value)
-    choice = os.environ.get("LLMGW_ATTENTION_KERNEL") or pick_attention(results)
-    attention_cuda.use_kernel(choice)
-    record("kernels", "attention kernel used", choice)
-    os.environ["LLMGW_BF16_GEMV"] = os.environ.get("LLMGW_BF16_GEMV") or pick_bf16_gemv(results)
-    record("kernels", "bf16 Triton GEMV at batch 1", os.environ["LLMGW_BF16_GEMV"])
+    chosen = {"attention_kernel": pick_attention(results), "bf16_gemv": pick_bf16_gemv(results)}
     for fmt in ("int8", "int4"):
-        variable = f"LLMGW_{fmt.upper()}_KERNEL"
-        os.environ[variable] = os.environ.get(variable) or pick_quant(results, fmt, getattr(DEFAULT_KERNELS, f"{fmt}_cuda_kernel"))
-        record("kernels", f"{fmt} kernel used", os.environ[variable])
+        name = f"{fmt}_cuda_kernel"
+        chosen[name] = pick_quant(results, fmt, getattr(DEFAULT_KERNELS, name))
+    chosen.update(given)
+    record("kernels", "KernelSettings used", chosen)
+    return chosen
 
 
-def shape_section(shape: str, only: set[str], bandwidth: float, formats: tuple[str, ...] = FORMATS) -> None:
+def shape_section(
+    shape: str, only: set[str], bandwidth: float, formats: tuple[str, ...], kernels: dict
+) -> None:
     """Every measurement of one shape, building and freeing models so that at most ~2 are resident."""
     hf = build_hf(shape, torch.device("cuda"), torch.float32)
     vocab = hf.config.vocab_size
-    reference: list[list[int]] = []
+    refs: dict[str, tuple[list[list[int]], list[torch.Tensor], int]] = {}  # label -> (ids, fp32 logits, tail)
     if "correct" in only:
         prompts = random_prompts(4, 48, 64, vocab, 11)
         reference = [p + out for p, out in zip(prompts, hf_static(hf, prompts, 1, 32), strict=True)]
         ref_logits = [hf_logits(hf, ids)[len(ids) - 33 : -1] for ids in reference]
-        ours = build_ours(hf, shape, "fp32", 4, 512)
+        refs["positions 48-95"] = (reference, ref_logits, 32)
+        long = long_reference(hf, vocab)
+        refs["positions 1024-1535"] = (long, [hf_logits(hf, ids)[len(ids) - 513 : -1] for ids in long], 512)
+        ours = build_ours(hf, shape, "fp32", 4, 512, **kernels)
         ours_rows = [teacher_forced_logits(ours, ids, len(ids) - 32) for ids in reference]
         prefill = max(float((row - ref).abs().max()) for row, ref in zip(ours_rows, ref_logits, strict=True))
         decode = max(float((decode_logits(ours, ids, len(ids) - 32) - ref).abs().max())
@@ -204,12 +184,14 @@ def shape_section(shape: str, only: set[str], bandwidth: float, formats: tuple[s
         hf_decode = max(float((hf_decode_logits(hf, ids, len(ids) - 32) - ref).abs().max())
                         for ids, ref in zip(reference[:2], ref_logits[:2], strict=True))  # fmt: skip
         record(shape, "HF fp32 own decode (KV cache) vs HF prefill: max |logit diff|", hf_decode)
+        for label, (ids, logits, tail) in refs.items():
+            record(shape, f"ours fp32 greedy agreement vs fp32, {label}", agreement(ours, ids, logits, tail))
         ours.free()
         record(shape, "fp32 noise floor: max |logit diff| vs HF in float64 (HF fp32, ours fp32)",
                float64_floor(hf, reference, ref_logits, ours_rows))  # fmt: skip
     for fmt in formats:
         try:
-            ours_format(hf, shape, fmt, only, bandwidth, reference, ref_logits if reference else [])
+            ours_format(hf, shape, fmt, only, bandwidth, refs, kernels)
         except Exception as error:  # keep the other formats' numbers
             import traceback
 
@@ -217,34 +199,20 @@ def shape_section(shape: str, only: set[str], bandwidth: float, formats: tuple[s
             record(shape, f"ours {fmt} error", repr(error))
         gc.collect()
         torch.cuda.empty_cache()
-    hf_section(hf, shape, only, bandwidth, reference, ref_logits if reference else [])
+    hf_section(hf, shape, only, bandwidth, refs)
     del hf
     gc.collect()
     torch.cuda.empty_cache()
 
 
-def float64_floor(
-    hf, reference: list[list[int]], ref_logits: list[torch.Tensor], ours_rows: list[torch.Tensor]
-) -> list[float]:
-    """How far HF's own fp32 logits are from the same model in float64 (the rounding floor of fp32 at this
-    depth), beside ours; hf goes back to fp32 after (fp32 → fp64 → fp32 is exact)."""
-    hf.double()
-    try:
-        exact = [hf_logits(hf, ids, torch.float64)[len(ids) - 33 : -1] for ids in reference]
-        return [
-            max(float((r.double() - e).abs().max()) for r, e in zip(rows, exact, strict=True))
-            for rows in (ref_logits, ours_rows)
-        ]
-    finally:
-        hf.float()
-
-
-def ours_format(hf, shape: str, fmt: str, only: set[str], bandwidth: float, reference, ref_logits) -> None:
+def ours_format(
+    hf, shape: str, fmt: str, only: set[str], bandwidth: float, refs: dict, kernels: dict
+) -> None:
     vocab = hf.config.vocab_size
     seqs = max(CLIENTS) if fmt == "bf16" and only & {"clients", "prefix"} else 4
-    ours = build_ours(hf, shape, fmt, seqs, 16384 if "8b" in shape else 6144)
-    if reference:
-        record(shape, f"ours {fmt} greedy agreement vs fp32", agreement(ours, reference, ref_logits))
+    ours = build_ours(hf, shape, fmt, seqs, 16384 if "8b" in shape else 6144, **kernels)
+    for label, (ids, logits, tail) in refs.items():
+        record(shape, f"ours {fmt} greedy agreement vs fp32, {label}", agreement(ours, ids, logits, tail))
     if "decode" in only:
         runs = batch1_decode(ours, vocab)
         tok_s, nbytes = statistics.median(runs), decode_bytes(ours.runner)
@@ -261,13 +229,19 @@ def ours_format(hf, shape: str, fmt: str, only: set[str], bandwidth: float, refe
     ours.free()
 
 
-def hf_section(hf, shape: str, only: set[str], bandwidth: float, reference, ref_logits) -> None:
+def hf_section(hf, shape: str, only: set[str], bandwidth: float, refs: dict) -> None:
+    """HF bf16, built from the fp32 reference with RoPE's inv_freq kept fp32 (bench/engine_gpu_agreement.py);
+    its agreement also with inv_freq rounded to bf16, as `hf.to(torch.bfloat16)` alone leaves it."""
     vocab = hf.config.vocab_size
-    hf = hf.to(torch.bfloat16)
+    rope = rope_buffers(hf)
+    hf = hf_to_bf16(hf, keep_rope_fp32=False)
     torch.cuda.empty_cache()
-    if reference:
-        rows = [hf_logits(hf, ids)[len(ids) - 33 : -1] for ids in reference]
-        record(shape, "HF bf16 greedy agreement vs fp32", agreement_of(rows, reference, ref_logits))
+    for label, (ids, logits, tail) in refs.items():
+        record(shape, f"HF bf16 (inv_freq rounded to bf16) greedy agreement vs fp32, {label}",
+               hf_agreement(hf, ids, logits, tail))  # fmt: skip
+    set_rope_buffers(hf, rope)
+    for label, (ids, logits, tail) in refs.items():
+        record(shape, f"HF bf16 greedy agreement vs fp32, {label}", hf_agreement(hf, ids, logits, tail))
     if "decode" in only:
         prompt = random_prompts(1, 128, 128, vocab, 7)
         hf_static(hf, prompt, 1, 8)  # warm-up
@@ -289,23 +263,6 @@ def hf_section(hf, shape: str, only: set[str], bandwidth: float, reference, ref_
             record(
                 shape, f"HF static {clients} clients", {"output_tok_s": len(prompts) * NEW_TOKENS / seconds}
             )
-
-
-def agreement(ours: Ours, reference: list[list[int]], ref_logits: list[torch.Tensor]) -> dict:
-    rows = [teacher_forced_logits(ours, ids, len(ids) - 32) for ids in reference]
-    return agreement_of(rows, reference, ref_logits)
-
-
-def agreement_of(
-    rows: list[torch.Tensor], reference: list[list[int]], ref_logits: list[torch.Tensor]
-) -> dict:
-    """Top-1 agreement with the fp32 reference's greedy tokens and the largest logit difference."""
-    hits = sum(
-        int((r.argmax(-1).cpu() == torch.tensor(ids[-32:])).sum())
-        for r, ids in zip(rows, reference, strict=True)
-    )
-    diff = max(float((r.float() - ref).abs().max()) for r, ref in zip(rows, ref_logits, strict=True))
-    return {"top1_agreement": hits / (32 * len(reference)), "max_logit_diff": diff}
 
 
 def prefix_ttft(ours: Ours, vocab: int, seed: int = 21) -> dict:
@@ -342,8 +299,15 @@ def main() -> None:
     parser.add_argument("--only", default="bw,kernels,decode,clients,prefix,correct")
     parser.add_argument("--formats", default=",".join(FORMATS), help="weight formats of ours measured")
     parser.add_argument("--shapes", default="llama-1b,llama-8b,qwen2-0.5b")
+    parser.add_argument(
+        "--kernels", default="", help="KernelSettings fields over the checked choice, name=value,..."
+    )
     parser.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     args = parser.parse_args()
+    from backends.local_engine.config import KernelSettings
+
+    given = dict(item.split("=", 1) for item in args.kernels.split(",") if item)
+    kernels = KernelSettings(**given).model_dump(include=set(given))  # typed and checked here, not mid-run
     only = set(args.only.split(","))
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -353,7 +317,7 @@ def main() -> None:
     record("bw", "copy_GBps", bandwidth / 1e9)
     if "kernels" in only:
         try:
-            section_kernels()
+            kernels = section_kernels(kernels)
         except Exception as error:
             import traceback
 
@@ -361,7 +325,7 @@ def main() -> None:
             record("kernels", "error", repr(error))
     for shape in args.shapes.split(","):
         try:
-            shape_section(shape, only, bandwidth, tuple(args.formats.split(",")))
+            shape_section(shape, only, bandwidth, tuple(args.formats.split(",")), kernels)
         except Exception as error:  # keep the other shapes' numbers
             import traceback
 

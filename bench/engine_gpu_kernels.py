@@ -5,8 +5,6 @@ and mixed spans, fp32 and bf16; int8 matmul against its dequantized weight; GEMV
 and int4 paths and of bf16 cuBLAS at Llama-3 8B shapes (the batch-1 decode's matmuls).
 """
 
-import os
-
 import torch
 import triton.testing
 
@@ -109,10 +107,8 @@ def check_matmuls() -> dict:
         q4, scales_and_zeros = quantize_int4(weight, 32)
         ref4 = x.float() @ dequantize_int4(q4, scales_and_zeros, 32).T
         for kernel in ("triton", "tinygemm"):
-            os.environ["LLMGW_INT4_KERNEL"] = kernel
-            got4 = Int4Linear(weight, None, 32)(x).float()
+            got4 = Int4Linear(weight, None, 32, triton=kernel == "triton")(x).float()
             out[f"int4 {kernel} rows={rows} rel err"] = float((got4 - ref4).norm() / ref4.norm())
-        os.environ.pop("LLMGW_INT4_KERNEL")
         got4 = Int4MmaLinear(weight[:992], None, 32)(x).float()  # it takes multiples of 16 rows
         out[f"int4 mma rows={rows} rel err"] = float((got4 - ref4[:, :992]).norm() / ref4[:, :992].norm())
         if KERNELS is not None:
@@ -129,11 +125,8 @@ def check_matmuls() -> dict:
         x = torch.randn(1, k, device=device, dtype=torch.bfloat16)
         q, scale = quantize_int8(weight)
         dense = weight.bfloat16()
-        os.environ["LLMGW_INT4_KERNEL"] = "triton"
-        int4 = Int4Linear(weight, None, 32)
-        os.environ["LLMGW_INT4_KERNEL"] = "tinygemm"
-        tinygemm = Int4Linear(weight, None, 32)
-        os.environ.pop("LLMGW_INT4_KERNEL")
+        int4 = Int4Linear(weight, None, 32, triton=True)
+        tinygemm = Int4Linear(weight, None, 32, triton=False)
         mma = Int4MmaLinear(weight, None, 32)
         theirs8 = KERNELS.TritonInt8Linear(weight, None) if KERNELS is not None else None
         theirs4 = KERNELS.TritonInt4Linear(weight, None, 32) if KERNELS is not None else None
@@ -189,9 +182,9 @@ def pick_quant(results: dict, fmt: str, default: str) -> str:
     return best
 
 
-def pick_bf16_gemv(results: dict) -> str:
-    """ "1" (the engine's default) while the Triton GEMV is exact, else "0" (see pick_quant on speed)."""
-    return "1" if results.get("bf16 gemv rel err", 1.0) < 2e-2 else "0"
+def pick_bf16_gemv(results: dict) -> bool:
+    """True (the engine's default) while the Triton GEMV is exact, else False (see pick_quant on speed)."""
+    return results.get("bf16 gemv rel err", 1.0) < 2e-2
 
 
 def check_kernels() -> dict:

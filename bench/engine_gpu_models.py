@@ -79,12 +79,35 @@ def checkpoint_of(hf_model, name: str) -> Checkpoint:
     return Checkpoint(config, iter(items), len(items), TokenizerSource(), name)
 
 
+def random_checkpoint(shape: str, device: str, seed: int = 0) -> Checkpoint:
+    """Random weights of `shape` (std 0.02, norms 1 + 0.1 noise) made one tensor at a time on `device` as the
+    engine loads them: no HF model is built (an 8B fp32 HF model beside the engine's KV pool does not fit)."""
+    import transformers
+
+    raw = SHAPES[shape]
+    arch = raw["architectures"][0]
+    config_class = transformers.Qwen2Config if arch.startswith("Qwen2") else transformers.LlamaConfig
+    with torch.device("meta"):
+        meta = getattr(transformers, arch)(config_class(**raw))
+    config = model_config(meta.config.to_dict())
+    shapes = [(name, tuple(t.shape)) for name, t in meta.state_dict().items()
+              if not (config.tie_word_embeddings and name == "lm_head.weight") and "rotary_emb" not in name]  # fmt: skip
+    gen = torch.Generator(device).manual_seed(seed)
+
+    def tensors():
+        for name, size in shapes:
+            noise = torch.randn(size, generator=gen, device=device)
+            yield name, (1.0 + 0.1 * noise) if "norm" in name else 0.02 * noise
+
+    return Checkpoint(config, tensors(), len(shapes), TokenizerSource(), shape)
+
+
 def engine_settings(dtype: str, max_num_seqs: int, kv_mb: int, **extra) -> EngineSettings:
-    return EngineSettings(
-        device="cuda" if torch.cuda.is_available() else "cpu", dtype=dtype, max_model_len=2048,
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=4096, kv_cache_memory_mb=kv_mb,
-        num_threads=1 if torch.cuda.is_available() else 2, **extra,
-    )  # fmt: skip
+    """The benchmarks' engine: `extra` replaces any field (kernel choices are KernelSettings fields)."""
+    cuda = torch.cuda.is_available()
+    fields = dict(device="cuda" if cuda else "cpu", dtype=dtype, max_model_len=2048, max_num_seqs=max_num_seqs,
+                  max_num_batched_tokens=4096, kv_cache_memory_mb=kv_mb, num_threads=1 if cuda else 2)  # fmt: skip
+    return EngineSettings(**{**fields, **extra})
 
 
 class NullDetokenizer:
@@ -111,12 +134,20 @@ class Ours:
 
 
 def build_ours(hf_model, name: str, dtype: str, max_num_seqs: int, kv_mb: int, **extra) -> Ours:
+    return build_ours_from(checkpoint_of(hf_model, name), name, dtype, max_num_seqs=max_num_seqs,
+                           kv_cache_memory_mb=kv_mb, **extra)  # fmt: skip
+
+
+def build_ours_from(checkpoint: Checkpoint, name: str, dtype: str, **fields) -> Ours:
+    """Our engine on `checkpoint`; `fields` are EngineSettings fields over engine_settings' defaults."""
     from backends.local_engine.engine.device_sampler import DeviceSampler
     from backends.local_engine.engine.llm_engine import LLMEngine
     from backends.local_engine.engine.sampler import probabilities
 
-    settings = engine_settings(dtype, max_num_seqs, kv_mb, **extra)
-    runner = ModelRunner(settings, checkpoint=checkpoint_of(hf_model, name))
+    settings = engine_settings(
+        dtype, fields.pop("max_num_seqs", 4), fields.pop("kv_cache_memory_mb", 512), **fields
+    )
+    runner = ModelRunner(settings, checkpoint=checkpoint)
     sampler = DeviceSampler(0) if runner.device.type == "cuda" else None
     sample_fn, sample_async_fn = (sampler.sample, sampler.sample_async) if sampler else (None, None)
     return Ours(
