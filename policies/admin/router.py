@@ -14,6 +14,7 @@ from core.models import ModelConfig, deployment_clash
 from policies.admin.console import console_routes
 from policies.admin.http import OpenAIErrorRoute, admin_guard
 from policies.admin.inputs import Moment, reject_nul
+from policies.admin.plan import plan_routes
 from policies.admin.schemas import (
     CacheFeedbackIn,
     CacheFeedbackOut,
@@ -69,6 +70,7 @@ def create_admin_router(deps: AdminDeps) -> APIRouter:
     _usage_routes(router, deps)
     console_routes(router, deps)  # the operator console's figures (gateway/ui/)
     admin_token_routes(router, deps.store)  # scoped admin tokens (read-only or full)
+    plan_routes(router)  # capacity planning, as `llmgw plan` (routing/planning)
     return router
 
 

@@ -12,20 +12,12 @@ the largest arrival rate per replica that meets it, the replicas needed, what li
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 
-from routing.planning.capacity import (
-    DTYPE_BYTES,
-    GB,
-    GPUS,
-    Gpu,
-    ModelShape,
-    StepModel,
-    Workload,
-    plan,
-    sequences_fit,
-)
+from pydantic import ValidationError
+
+from routing.planning.capacity import DTYPE_BYTES, GPUS, StepModel
+from routing.planning.request import PlanRequest, answer
 from routing.planning.workload import workload_from_trace
 
 
@@ -77,53 +69,28 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def build(args: argparse.Namespace) -> dict:
+    """The flags as a PlanRequest (the admin route's body), plus what only a shell has: files."""
+    fields = {k: v for k, v in vars(args).items() if k in PlanRequest.model_fields and v is not None}
     if args.config:
-        shape = ModelShape.from_hf_config(json.loads(args.config.read_text()), args.dtype, args.kv_dtype)
-    elif args.shape:
+        fields["config"] = json.loads(args.config.read_text())
+    if args.shape:
         layers, kv_heads, head_dim = (int(x) for x in args.shape.split(","))
-        weights = DTYPE_BYTES[args.dtype or "fp16"]
-        kv = DTYPE_BYTES[args.kv_dtype] if args.kv_dtype else max(weights, 2.0)
-        shape = ModelShape(layers, kv_heads, head_dim, kv, args.params, weights)
-    else:
+        fields["shape"] = {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim}
+    if not args.config and not args.shape:
         raise SystemExit("llmgw plan: give --config or --shape")
-    if args.weights_gb:
-        shape = replace(shape, params=args.weights_gb * GB / shape.weight_dtype_bytes)
-    base = GPUS[args.gpu]
-    gpu = Gpu(
-        args.gpu_memory_gb * GB if args.gpu_memory_gb else base.memory_bytes,
-        args.gpu_bandwidth_tbs * 1e12 if args.gpu_bandwidth_tbs else base.bandwidth_bytes_s, base.flops,
-    )  # fmt: skip
-    ttft, itl = args.ttft_slo_ms / 1000, args.itl_slo_ms / 1000
+    try:
+        request = PlanRequest.model_validate(fields)
+    except ValidationError as error:
+        raise SystemExit(f"llmgw plan: {error}") from None
+    workload = None
     if args.trace:
-        workload = workload_from_trace(
-            args.trace, ttft, itl, args.time_factor, args.length_div, args.hit_rate
-        )
-    else:
-        workload = Workload(args.rate or 1.0, args.input_mean, args.output_mean, args.input_p90 or args.input_mean,
-                            args.hit_rate or 0.0, ttft, itl)  # fmt: skip
-    roofline = StepModel.roofline(shape, gpu, args.gpus_per_replica)
-    steps = roofline
+        workload = workload_from_trace(args.trace, request.ttft_slo_ms / 1000, request.itl_slo_ms / 1000,
+                                       args.time_factor, args.length_div, args.hit_rate)  # fmt: skip
+    steps = None
     if args.calibration:
         measured = json.loads(args.calibration.read_text())["setup"]["calibration"]
         steps = StepModel.calibrated(measured["s_per_output_token"], measured["s_per_prompt_token"])
-    elif args.s_per_output_token:
-        steps = StepModel.calibrated(
-            args.s_per_output_token, args.s_per_prompt_token or roofline.prefill_s_per_token
-        )
-    result = plan(
-        shape, gpu.memory_bytes, steps, workload, args.gpus_per_replica, args.utilization, args.max_batch
-    )
-    out = {"model": shape.__dict__, "gpu": gpu.__dict__, "workload": workload.__dict__, "step_model": steps.__dict__,
-           "plan": result.as_dict()}  # fmt: skip
-    if args.sequence_tokens:
-        memory = gpu.memory_bytes * args.gpus_per_replica
-        out["sequences_of"] = {
-            "tokens": args.sequence_tokens,
-            "fit_all_memory": sequences_fit(memory, shape.weight_bytes, shape.kv_bytes_per_token, args.sequence_tokens),
-            "fit_at_utilization": sequences_fit(memory, shape.weight_bytes, shape.kv_bytes_per_token,
-                                                args.sequence_tokens, args.utilization),
-        }  # fmt: skip
-    return out
+    return answer(request, workload, steps)
 
 
 def main(argv: list[str]) -> int:
