@@ -10,6 +10,7 @@ Wiring (gateway/services.py):
 import asyncio
 import importlib.util
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,11 +58,13 @@ async def create_cache(
     redis_url: str | None = None,
     *,
     embedder: Embedder | None = None,
+    connect: Callable[[], Redis] | None = None,
 ) -> CacheComponents | None:
-    """None when the cache is disabled. `embedder` may be passed in to share one model."""
+    """None when the cache is disabled. `embedder` may be passed in to share one model; `connect` makes the
+    Redis client (the gateway's: TLS options, ACL user, Sentinel, as the rate limiter reaches Redis)."""
     if not settings.enabled:
         return None
-    redis = _redis(settings, redis_url)
+    redis = _redis(settings, redis_url, connect)
     store: CacheStore = RedisStore(redis, settings.key_prefix) if redis is not None else MemoryStore()
     reason = _semantic_off_reason(settings)
     verifier = None
@@ -138,10 +141,10 @@ def _index(settings: CacheSettings, embedder: Embedder | None) -> "SemanticIndex
     return SemanticIndex(embedder.dim, settings.index, settings.hnsw_m, settings.hnsw_ef_search)
 
 
-def _redis(settings: CacheSettings, redis_url: str | None) -> Redis | None:
+def _redis(settings: CacheSettings, redis_url: str | None, connect: Callable[[], Redis] | None) -> Redis | None:
     use_redis = settings.store == "redis" or (settings.store == "auto" and redis_url)
     if not use_redis:
         return None
     if not redis_url:
         raise ValueError("cache.store is 'redis' but redis_url is not set")
-    return Redis.from_url(redis_url, decode_responses=False)
+    return connect() if connect is not None else Redis.from_url(redis_url, decode_responses=False)

@@ -22,7 +22,7 @@ from gateway.openapi import allowed_methods, install_openapi
 from gateway.proxy import ENDPOINTS, JSON, Proxy
 from gateway.responses_api.routes import router as responses_router
 from gateway.responses_api.store import create_response_store
-from gateway.services import DatabaseUnusable, Services, start_services
+from gateway.services import DatabaseUnusable, Services, redis_connector, start_services
 from gateway.settings import Settings, load_settings
 from gateway.ui.routes import install_ui
 
@@ -94,7 +94,9 @@ def create_app(settings: Settings) -> GatewayApp:
         restore_signals = (
             services.drain.hook_signals()
         )  # SIGTERM: readiness fails at once (gateway/lifecycle.py)
-        app.state.response_store = create_response_store(settings.responses, settings.redis_url)
+        app.state.response_store = create_response_store(
+            settings.responses, settings.redis_url, redis_connector(settings, "responses")
+        )
         try:
             yield
         finally:

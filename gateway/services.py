@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter
+from redis.asyncio import Redis
 
 from backends.registry import Backends
 from cache.factory import CacheComponents, create_cache
@@ -23,6 +24,7 @@ from gateway.settings import Settings, database_problem
 from gateway.tracing import Tracing, create_tracing
 from policies.auth import MASTER
 from policies.ratelimit.connect import RedisRefused
+from policies.redis_connect import redis_py_client
 from policies.service import PolicyServices, create_policy_services
 from routing.admission.fleet import FleetSync
 from routing.factory import RoutingServices, create_routing_stages
@@ -108,6 +110,25 @@ class Services:
             await close()
 
 
+def redis_connector(settings: Settings, user: str) -> Callable[[], Redis] | None:
+    """How the cache and the Responses store reach Redis: as the rate limiter does (LLMGW_POLICIES__REDIS__*:
+    TLS CA and client certificate, Sentinel), not from the URL alone. The cache's multi-key transactions
+    need one node: a Cluster is refused for it at start; the Responses store follows the slots."""
+    url, options = settings.redis_url, settings.policies.redis
+    if url is None:
+        return None
+
+    def connect() -> Redis:
+        if options.cluster and user == "cache":
+            raise ValueError(
+                "the cache's Redis store needs one Redis node (multi-key transactions), not a Cluster: "
+                "set LLMGW_CACHE__STORE=memory, or give the cache a non-cluster Redis"
+            )
+        return redis_py_client(url, options, cluster_client=options.cluster)
+
+    return connect
+
+
 class DatabaseUnusable(RuntimeError):
     """The policies' database (or the rate limiter's Redis, RedisRefused) failed at start; the message is
     one line for the operator (no password)."""
@@ -128,7 +149,7 @@ async def _start(settings: Settings, closers: list[Callable[[], Awaitable[Any]]]
     closers.append(backends.aclose)
     pools = await backends.apply(settings.models)
     observability = create_observability(settings)
-    cache = await create_cache(settings.cache, settings.redis_url)
+    cache = await create_cache(settings.cache, settings.redis_url, connect=redis_connector(settings, "cache"))
     if cache:
         closers.append(cache.aclose)
     embedder = cache.service.embedder if cache else None

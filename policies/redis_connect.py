@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
 from policies.config import RedisOptions
@@ -84,9 +85,10 @@ def tls_context(options: RedisOptions) -> ssl.SSLContext:
     return context
 
 
-def redis_py_client(url: str, options: RedisOptions, **kwargs: Any) -> Redis:
-    """A redis-py client to the same Redis (the notifier's pub/sub): the master through the Sentinels, any
-    Cluster node (PUBLISH reaches every node of a cluster), or the server itself."""
+def redis_py_client(url: str, options: RedisOptions, cluster_client: bool = False, **kwargs: Any) -> Redis:
+    """A redis-py client to the same Redis: the master through the Sentinels, any Cluster node (the
+    notifier: PUBLISH reaches every node of a cluster) or, with `cluster_client`, a RedisCluster client that
+    follows the slots (single-key stores: the Responses store), or the server itself."""
     target = parse_redis_url(url)
     tls: dict[str, Any] = {}
     if target.tls:
@@ -101,6 +103,8 @@ def redis_py_client(url: str, options: RedisOptions, **kwargs: Any) -> Redis:
         })  # fmt: skip
         return sentinels.master_for(options.sentinel_master, db=target.db, **auth, **tls, **kwargs)
     host, port = target.hosts[0]
+    if options.cluster and cluster_client:
+        return RedisCluster(host=host, port=port, **auth, **tls, **kwargs)  # type: ignore[return-value]
     db = 0 if options.cluster else target.db
     return Redis(host=host, port=port, db=db, **auth, **tls, **kwargs)
 

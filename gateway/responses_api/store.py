@@ -6,6 +6,7 @@ replica and a Redis store a fleet shares. Each record belongs to the tenant that
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -81,9 +82,13 @@ class RedisResponseStore:
         return f"{self._prefix}:{response_id}"
 
 
-def create_response_store(settings: ResponsesSettings, redis_url: str | None) -> ResponseStore:
+def create_response_store(
+    settings: ResponsesSettings, redis_url: str | None, connect: Callable[[], Redis] | None = None
+) -> ResponseStore:
+    """`connect`: the gateway's Redis client maker (TLS options, ACL user, Sentinel); else the URL alone."""
     if settings.store == "redis" or (settings.store == "auto" and redis_url):
         if not redis_url:
             raise ValueError("responses.store is 'redis' but redis_url is not set")
-        return RedisResponseStore(Redis.from_url(redis_url), settings.key_prefix, settings.ttl_s)
+        client = connect() if connect is not None else Redis.from_url(redis_url)
+        return RedisResponseStore(client, settings.key_prefix, settings.ttl_s)
     return MemoryResponseStore(settings.ttl_s, settings.max_entries)
