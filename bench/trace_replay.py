@@ -27,8 +27,6 @@ summed, and per replica) as a share of both bounds, 429/503 and other errors.
 import argparse
 import asyncio
 import json
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +36,7 @@ from bench import trace_data as td
 from bench.engine_http import EngineServer
 from bench.engine_routing import KEY, gateway_config, one_request, wait_ready
 from bench.harness import RESULTS, ROOT, start_gateway, write_json
-from bench.trace_aiperf import HF_CACHE, aiperf_command, read_aiperf
+from bench.trace_aiperf import HF_CACHE, aiperf_command, read_aiperf, run_aiperf
 
 STRATEGIES = ["round_robin", "least_outstanding", "prefix_affinity", "engine_score"]
 CALIBRATION_PROMPT = " ".join(["policy ledger invoice region tenant quota replica shard"] * 48)  # ~400 tokens
@@ -101,20 +99,7 @@ async def run_one(
         before = [await engine_info(e) for e in engines]
         out = Path(args.work_dir) / label / strategy
         command = aiperf_command(args, gateway.url, KEY, trace_file, out, seed)
-        start = time.perf_counter()
-        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True,
-                                       timeout=args.aiperf_timeout_s)  # fmt: skip
-        wall = time.perf_counter() - start
-        if done.returncode != 0 and wall < 60:  # failed while starting its services (a loaded box): once more
-            print(f"aiperf failed to start, retrying: {done.stdout[-600:]}", flush=True)
-            start = time.perf_counter()
-            done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True,
-                                           timeout=args.aiperf_timeout_s)  # fmt: skip
-            wall = time.perf_counter() - start
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"aiperf failed ({done.returncode}): {done.stderr[-2000:]}{done.stdout[-2000:]}"
-            )
+        wall = await asyncio.to_thread(run_aiperf, command, args.aiperf_timeout_s)
         await asyncio.sleep(0.5)
         after = [await engine_info(e) for e in engines]
     finally:

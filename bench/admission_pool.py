@@ -1,0 +1,151 @@
+"""The pool under test of bench/admission_replay.py (issue 44): SmolLM2 engines behind gateway replicas that
+share Redis, with admission on (fair), on without fairness (fifo), or off, and the tenants' keys.
+
+Tenants are provisioned once into one SQLite database that every gateway of the run reads (a fresh set of
+gateway processes per scenario and mode, so no queue, ledger or learned capacity carries over); each tenant's
+policy has only its `routing` section: `{"service_class": ..., "weight": ...}` (RoutingPolicy), no limits.
+Deployments get `send_priority: true` (the class's rank reaches the engine's priority scheduler) and no
+`max_concurrency` unless asked: the gateway learns each engine's slots from its scraped metrics, which needs
+the engine to be seen saturated once, so `learn_capacity` sends a burst through each replica first and waits
+until its `llmgw_admission_pool_slots` is a number.
+"""
+
+import asyncio
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from bench.engine_http import EngineServer
+from bench.engine_routing import KEY, gateway_config, wait_ready
+from bench.harness import Process, start_gateway
+from gateway.settings import Settings
+from policies.policy import Policy
+from policies.provision import provision_virtual_key
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+MODES: dict[str, dict[str, bool]] = {
+    "fair": {"enabled": True, "fair": True},  # weighted fair sharing between tenants of a class
+    "fifo": {"enabled": True, "fair": False},  # first come, first served within a class
+    "off": {"enabled": False, "fair": True},  # no admission: requests go straight to the engines
+}
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    service_class: str
+    weight: float = 1.0
+
+
+def pool_config(
+    engines: list[EngineServer], mode: str, database_url: str, classes: dict[str, dict[str, float]],
+    max_concurrency: int | None, redis_prefix: str,
+) -> dict[str, Any]:  # fmt: skip
+    """engine_routing's gateway config (one alias `pool`, an engine pool scraped every 0.5 s) plus admission,
+    priority, a shared database and Redis."""
+    config = gateway_config(engines, "least_outstanding")
+    for deployment in config["models"][0]["deployments"]:
+        deployment["send_priority"] = True
+        if max_concurrency:
+            deployment["max_concurrency"] = max_concurrency
+    config["database_url"] = database_url
+    config["redis_url"] = REDIS_URL
+    # 1 s, not the 50 ms default: on a busy 2-core box a starved process misses 50 ms (bench/gateway_overhead.py)
+    config["policies"] = {"redis_prefix": redis_prefix, "redis_timeout_s": 1.0}
+    config["routing"]["admission"] = {**MODES[mode], "classes": classes}
+    config["observability"] = {"tenant_label": True}
+    return config
+
+
+async def provision(config: dict[str, Any], tenants: list[Tenant]) -> dict[str, str]:
+    """A key per tenant, its policy carrying only the service class and weight."""
+    settings = Settings(**config)
+    keys = {}
+    for tenant in tenants:
+        policy = Policy(routing={"service_class": tenant.service_class, "weight": tenant.weight})
+        keys[tenant.name] = await provision_virtual_key(settings, tenant.name, policy)
+    return keys
+
+
+class GatewayFleet:
+    """`count` gateway replicas of one config (sharing Redis and the database), started and stopped together."""
+
+    def __init__(self, config: dict[str, Any], count: int) -> None:
+        self.config = config
+        self.replicas: list[Process] = [start_gateway(config) for _ in range(count)]
+
+    async def ready(self) -> None:
+        async with aiohttp.ClientSession(headers={"authorization": f"Bearer {KEY}"}) as session:
+            for replica in self.replicas:
+                await wait_ready(session, replica.url)
+
+    def url(self, index: int) -> str:
+        return self.replicas[index % len(self.replicas)].url
+
+    async def metrics(self) -> list[dict[str, float]]:
+        """Each replica's llmgw_admission_* series (name{labels} -> value)."""
+        out = []
+        async with aiohttp.ClientSession() as session:
+            for replica in self.replicas:
+                async with session.get(replica.url + "/metrics") as response:
+                    out.append(admission_series(await response.text()))
+        return out
+
+    def stop(self) -> None:
+        for replica in self.replicas:
+            replica.stop()
+
+
+def admission_series(text: str) -> dict[str, float]:
+    series = {}
+    for match in re.finditer(r"^(llmgw_admission_[a-z_]+(?:\{[^}]*\})?) (\S+)$", text, re.M):
+        series[match[1]] = float(match[2])
+    return series
+
+
+def slots_of(series: dict[str, float]) -> float | None:
+    for name, value in series.items():
+        if name.startswith("llmgw_admission_pool_slots") and value == value:  # not NaN
+            return value
+    return None
+
+
+async def learn_capacity(
+    fleet: GatewayFleet, key: str, clients: int, timeout_s: float = 90
+) -> list[float | None]:
+    """Saturate the engines through each replica, closed loop, until it has learned the pool's slots (admission
+    on). A closed loop, not bursts: a replica learns from the latest scrape when a request arrives, so the
+    engines must be seen waiting while requests keep arriving (a burst arrives before its own queue shows)."""
+    headers = {"authorization": f"Bearer {key}"}
+    async with aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=300)) as session:
+        for index in range(len(fleet.replicas)):
+            await _saturate(fleet, index, session, clients, time.monotonic() + timeout_s)
+    return [slots_of(series) for series in await fleet.metrics()]
+
+
+async def _saturate(
+    fleet: GatewayFleet, index: int, session: aiohttp.ClientSession, clients: int, deadline: float
+) -> None:
+    body = {"model": "pool", "prompt": "capacity probe " * 40, "max_tokens": 16, "ignore_eos": True,
+            "temperature": 0}  # fmt: skip
+    learned = asyncio.Event()
+
+    async def client() -> None:
+        while not learned.is_set() and time.monotonic() < deadline:
+            async with session.post(fleet.url(index) + "/v1/completions", json=body) as response:
+                await response.read()
+
+    async def watch() -> None:
+        while time.monotonic() < deadline and slots_of((await fleet.metrics())[index]) is None:
+            await asyncio.sleep(0.5)
+        learned.set()
+
+    await asyncio.gather(watch(), *(client() for _ in range(clients)))
+
+
+def new_database_url() -> str:
+    return f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='llmgw-admission-')}/llmgw.db"
