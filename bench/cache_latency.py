@@ -123,7 +123,7 @@ def beside(url: str, asked: list[str]) -> dict[str, Any]:
 
 def components(asked: list[str], stored: list[str]) -> dict[str, Any]:
     """In-process: one question's encoding (ONNX Runtime, 1 thread) and one verifier judgement."""
-    from bench.train_verifier import shipped_encoder
+    from bench.verifier_pairs import shipped_encoder
     from cache.verifier import load_verifier
 
     encoder = shipped_encoder()

@@ -21,11 +21,10 @@ from typing import Any
 import numpy as np
 from openai import OpenAI
 
-from bench.cascade_common import escalations
+from bench.cascade_common import escalations, transferred
 from bench.cascade_curves import outcomes
 from bench.cascade_live import gateway_settings, load_record
 from bench.routellm_data import RESULTS
-from bench.train_cascade_confidence import transferred
 from bench.trivia_data import SETS, is_correct, load_questions, prompt
 
 

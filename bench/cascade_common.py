@@ -1,8 +1,9 @@
-"""Helpers shared by the cascade and router benchmarks and builders: fitting, the live record, results.
+"""Helpers shared by the cascade and router benchmarks and their builders in training/: fitting, the live
+record, the cascade confidence's features and fit, results.
 
 A leaf of bench/ (issue 42): it imports only bench's data leaves (routellm_data, trivia_data), so
-cascade_eval, cascade_live, cascade_curves, train_cascade_confidence and train_router, which used to import
-each other in a circle, all import from here instead.
+cascade_eval, cascade_live, cascade_curves and cascade_alias (and training/'s train_cascade_confidence and
+train_router), which used to import each other in a circle, all import from here instead.
 """
 
 import json
@@ -14,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from bench.routellm_data import RESULTS
-from bench.trivia_data import is_correct, load_questions
+from bench.trivia_data import group, is_correct, load_questions, prompt
 from routing.config import ConfidenceConfig
 from routing.escalation import EscalationShare
-from routing.learned import LogisticModel
+from routing.learned import ANSWER_FEATURES, AnswerModel, LogisticModel, answer_features
 
 RECORD = RESULTS / "cascade_live_record.json"
 
@@ -110,3 +111,53 @@ def escalations(scores: np.ndarray, rule: ConfidenceConfig) -> np.ndarray:
         if window is not None:
             window.record(float(value))
     return mask
+
+
+# The cascade confidence (routing/models/cascade_confidence.npz): its features and fit, shared by its
+# builder (training/train_cascade_confidence.py) and the benchmarks that score it without saving it.
+C = 1.0  # the cascade confidence's regularisation (fixed: nothing is tuned)
+COLUMNS = ("mean", "min", "first", "first_margin", "mean_margin")
+
+
+def design(
+    questions: list[dict], answers: dict[str, dict], columns: tuple[str, ...] = COLUMNS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Features (COLUMNS) and labels (small answer correct) for the questions, from the small model's answers."""
+    rows = [answers[q["id"]] for q in questions]
+    x = np.stack(
+        [
+            answer_features(prompt(q), r["logprobs"], r["margins"])
+            for q, r in zip(questions, rows, strict=True)
+        ]
+    )
+    index = [ANSWER_FEATURES.index(name) for name in columns]
+    return x[:, index].astype(np.float64), np.array([r["correct"] for r in rows], dtype=float)
+
+
+def fit_answer_model(x: np.ndarray, y: np.ndarray) -> AnswerModel:
+    return AnswerModel(fit(x, y, c=C, uses_logprobs=True), columns=COLUMNS)
+
+
+def leave_one_site_out(questions: list[dict], answers: dict[str, dict]) -> np.ndarray:
+    """P(small correct) for every question from a model trained on the other quiz sites only."""
+    x, y = design(questions, answers)
+    sites = np.array([group(q) for q in questions])
+    scores = np.zeros(len(y))
+    for site in np.unique(sites):
+        held = sites == site
+        model = fit_answer_model(x[~held], y[~held])
+        scores[held] = model.head.predict(x[held])
+    return scores
+
+
+def transferred(questions: list[dict], answers: dict[str, dict]) -> np.ndarray:
+    """P(small correct) from the model fit on every TriviaQA answer: a set it never saw is scored unchanged."""
+    x, _ = design(questions, answers)
+    saved = load_record("trivia_qa")
+    trivia = load_questions("trivia_qa")
+    return fit_answer_model(*design(trivia, saved["answers"][saved["small"]])).head.predict(x)
+
+
+def family(name: str) -> str:
+    """Sets drawn from one source count as one when held out (basic_skills, 2 and 3: AllenAI's basic skills)."""
+    return name.rstrip("0123456789")

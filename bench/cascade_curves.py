@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.cascade_common import leave_one_site_out, transferred
 from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
-from bench.train_cascade_confidence import leave_one_site_out, transferred
 from routing.confidence import mean_logprob
 
 RATES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)

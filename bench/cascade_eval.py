@@ -118,7 +118,7 @@ def _saved_heldout(per_group: int | None, files: RouterFiles) -> tuple[HeldOut, 
     """The held-out scores and rule of the last training run; in a fresh checkout (the scores are not
     committed) they are computed again as `train_router router` does, the router file left as it is."""
     if not files.router.exists() or not files.selection.exists():
-        sys.exit("run `python -m bench.train_router router` first (router + leave-one-group-out scores)")
+        sys.exit("run `python -m training.train_router router` first (router + leave-one-group-out scores)")
     selection = json.loads(files.selection.read_text())
     if files.logo.exists():
         return load_heldout(files.logo), selection.get("rule", "mean")

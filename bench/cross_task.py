@@ -4,7 +4,7 @@
 
 What is used for what:
 - Every candidate is trained on three MMLU groups and scored on the fourth (leave-one-group-out), and
-  trained on all of MMLU and scored on MT-Bench (bench/train_router.py saves these scores). The choice
+  trained on all of MMLU and scored on MT-Bench (training/train_router.py saves these scores). The choice
   (bench/router_selection.choose, rule "mean" or "maximin") never sees the task whose figure it gives:
 - MMLU group g: the candidate chosen on the OTHER three groups (and MT-Bench under maximin); g's own
   score takes no part in the choice (the models scored on the other groups did see g's questions).

@@ -25,7 +25,7 @@ class Candidate:
     embedding: str  # "none" | "pca" | "full" (MiniLM)
     k: int  # PCA components when embedding == "pca"
     head: str  # "weak": P(weak correct); "gain": P(weak) − P(strong); "fixed": longer = stronger, nothing fitted;
-    # "within": the strong − weak gain fitted within subjects (train_router.fit_within_subject)
+    # "within": the strong − weak gain fitted within subjects (cascade_common.fit_within_subject)
     c: float  # inverse L2 strength
 
     @property

@@ -28,8 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.train_verifier import encode_all, shipped_encoder
-from bench.verifier_pairs import build
+from bench.verifier_pairs import build, encode_all, shipped_encoder
 from cache.alignment import pair_features
 from cache.config import CachePolicy
 from cache.encoder import EncodedQuestion

@@ -6,7 +6,7 @@ landlord"), added constraints and scope changes are visible to it.
 
 Weights: the package's MiniLM plus a low-rank update (LoRA) of every attention and MLP projection, the two
 token-type embeddings and the head: ~0.7 M numbers in cache/verifier_model/cross_encoder.npz, trained by
-bench/train_cross_verifier.py. At first use the merged model is exported to ONNX and quantised to int8 per
+training/train_cross_verifier.py. At first use the merged model is exported to ONNX and quantised to int8 per
 channel into the ONNX folder (cache/onnx_export.py), like the encoder, so nothing large is committed.
 The LoRA layer is hand-written (a dozen lines): peft would add accelerate and more to the training box,
 and only the merged weights ever run.

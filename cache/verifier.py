@@ -1,5 +1,5 @@
 """The learned check on every semantic candidate: may the answer cached for the stored question be served
-for the new one? Gradient-boosted trees (trained by bench/train_verifier.py with scikit-learn, chosen over
+for the new one? Gradient-boosted trees (trained by training/train_verifier.py with scikit-learn, chosen over
 an MLP and logistic regression for recall at the target precision on the calibration split; exported to
 plain arrays in cache/verifier_model/) read the word alignment of the two questions (cache/alignment.py)
 and give a probability; a hit needs it to reach the threshold that the shipped calibration table gives
@@ -164,7 +164,7 @@ class Verifier:
         width = len(meta["features"])
         if tuple(meta["features"]) != FEATURES[:width]:
             raise ValueError(
-                "verifier weights were trained on other features; re-run bench/train_verifier.py"
+                "verifier weights were trained on other features; re-run training/train_verifier.py"
             )
         names = ("feature", "threshold", "left", "right", "missing_left", "leaf", "value")
         trees = Trees(*(weights[n] for n in names), baseline=float(meta["baseline"]))

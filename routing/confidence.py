@@ -92,7 +92,7 @@ class MinWindow:
 
 class AnswerConfidence:
     """The shipped cascade confidence (routing/models/cascade_confidence.npz): P(small answer correct) from
-    the answer's logprobs and top-2 margins (bench/train_cascade_confidence.py); no embedding."""
+    the answer's logprobs and top-2 margins (training/train_cascade_confidence.py); no embedding."""
 
     needs_answer = True
     top_logprobs = 2

@@ -26,13 +26,13 @@ class ConfidenceConfig(BaseModel):
     min_window:   the lowest mean logprob over any `window` consecutive tokens (e.g. -1.5).
     learned:      P(small answer is good) from the model in `model_path` (threshold 0..1); by default the
                   shipped routing/models/cascade_confidence.npz (answer logprobs + top-2 margins, no
-                  embedding; bench/train_cascade_confidence.py).
+                  embedding; training/train_cascade_confidence.py).
     router:       a model on the question alone, decided BEFORE calling the small model; the shipped
                   routing/models/router_lr.npz (chosen by cross-task validation, bench/README.md: the
                   maximin choice over MMLU groups and MT-Bench, which is the length heuristic, P(weak model
                   correct) falling with the question's log length; it held on GSM8K too, where the earlier
                   markers model fell below random) takes threshold 0..1; a TextRouter/GainModel file from
-                  bench/train_router.py also fits.
+                  training/train_router.py also fits.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -40,7 +40,7 @@ class ConfidenceConfig(BaseModel):
     method: ConfidenceMethod = "mean_logprob"
     threshold: float = -0.4
     window: int = Field(default=4, ge=1, description="tokens per window for min_window")
-    model_path: str | None = Field(default=None, description="a .npz from bench/train_router.py")
+    model_path: str | None = Field(default=None, description="a .npz from training/train_router.py")
     escalate_share: float | None = Field(
         default=None, gt=0, lt=1,
         description="escalate this share of requests: the threshold becomes this quantile of the last "

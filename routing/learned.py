@@ -1,6 +1,6 @@
 """Logistic regression at serving time in numpy: standardised features → P(small model is good enough).
 
-Trained by bench/train_router.py (scikit-learn at training time only); stored as a small .npz.
+Trained by training/train_router.py (scikit-learn at training time only); stored as a small .npz.
 TextRouter is the shipped question-only router: text features (routing/features.py) plus the MiniLM
 embedding, reduced by a PCA projection or left out, in front of a LogisticModel or a GainModel.
 """

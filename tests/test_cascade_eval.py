@@ -270,7 +270,7 @@ def test_the_alias_replay_gives_the_recorded_threshold_point_and_holds_the_share
 
 
 def test_the_three_basic_skills_sets_are_one_source_when_a_set_is_held_out() -> None:
-    from bench.train_cascade_confidence import family
+    from bench.cascade_common import family
 
     assert {family(n) for n in ("basic_skills", "basic_skills2", "basic_skills3")} == {"basic_skills"}
     assert len({family(n) for n in ("trivia_qa", "entity_questions", "lambada", "basic_skills")}) == 4

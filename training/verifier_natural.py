@@ -15,7 +15,7 @@ Sources (each is one group of the grouped split; `--holdout SOURCE` sends a whol
 Within a source that is not held out, a cluster (all pairs of one stored question) goes to train (75 %) or
 calib (25 %) by a hash of its first question, so calibration measures natural pairs too.
 
-    python -m bench.verifier_natural --out bench/data/natural_pairs/natural.jsonl   # prints counts
+    python -m training.verifier_natural --out bench/data/natural_pairs/natural.jsonl   # prints counts
 """
 
 import argparse

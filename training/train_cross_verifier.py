@@ -2,7 +2,7 @@
 
 Three steps, so that the training can run on a GPU box and the calibration on the CPU that serves:
   pairs      the labeled pairs of bench/verifier_pairs.py (templates + MMLU stems; grouped train / calib /
-             heldout splits) plus bench/verifier_augment.py's train-only pairs, in the form the cache
+             heldout splits) plus training/verifier_augment.py's train-only pairs, in the form the cache
              encodes (cache.encoder.normalise), train pairs in both orders, into DIR/pairs.jsonl; with
              --base, a float16 copy of the shipped MiniLM (config, tokenizer, weights) into DIR/base, to
              carry to a machine without the package;
@@ -13,9 +13,9 @@ Three steps, so that the training can run on a GPU box and the calibration on th
              split, written with the weights to cache/verifier_model/ (or --out); prints the held-out split
              at the default precision target, which no step above looks at.
 
-    LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.train_cross_verifier pairs --out D [--base]
-    python3 -m bench.train_cross_verifier train --data D [--device cuda] [--epochs 3] [--rank 16]
-    python -m bench.train_cross_verifier calibrate --adapter D/cross_encoder.npz [--out cache/verifier_model]
+    LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m training.train_cross_verifier pairs --out D [--base]
+    python3 -m training.train_cross_verifier train --data D [--device cuda] [--epochs 3] [--rank 16]
+    python -m training.train_cross_verifier calibrate --adapter D/cross_encoder.npz [--out cache/verifier_model]
 """
 
 import argparse
@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_pairs(out: Path, seed: int, per_subject: int, base: bool) -> None:
-    from bench.verifier_augment import augment
     from bench.verifier_pairs import build
     from cache.encoder import default_model_path, normalise
+    from training.verifier_augment import augment
 
     pairs = build(seed, per_subject, hand=True)
     pairs += augment(pairs, seed)
@@ -158,7 +158,10 @@ def train(data: Path, device: str, epochs: int, rank: int, lr: float, batch: int
 
 
 def calibrate(adapter: Path, data: Path, out: Path) -> None:
-    from bench.train_verifier import (
+    from bench.verifier_pairs import Pair
+    from cache.cross_encoder import load_cross_encoder
+    from cache.verifier import CalibrationPoint, threshold_for
+    from training.train_verifier import (
         CANDIDATE_THRESHOLD,
         DEFAULT_TARGET,
         ENCODER,
@@ -167,9 +170,6 @@ def calibrate(adapter: Path, data: Path, out: Path) -> None:
         featurize,
         split_reports,
     )  # fmt: skip
-    from bench.verifier_pairs import Pair
-    from cache.cross_encoder import load_cross_encoder
-    from cache.verifier import CalibrationPoint, threshold_for
 
     rows = [json.loads(line) for line in (data / "pairs.jsonl").read_text().splitlines()]
     pairs = [Pair(r["raw_a"], r["raw_b"], r["label"], r["kind"], "", r["split"]) for r in rows

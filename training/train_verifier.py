@@ -2,9 +2,9 @@
 
 1. builds the labeled pairs (bench/verifier_pairs.py: templates + MMLU stems, grouped train / calib /
    heldout splits; the hand-written pairs of bench/data/verifier_hand/ in train and calib), adds
-   train-only pairs (bench/verifier_augment.py) and the naturally written pairs of bench/verifier_natural.py
-   (train and calib by cluster; `--holdout-source S` puts the whole source S in heldout instead, and the
-   model then never sees it: the held-out evaluation of issue 40);
+   train-only pairs (training/verifier_augment.py) and the naturally written pairs of
+   training/verifier_natural.py (train and calib by cluster; `--holdout-source S` puts the whole source S in
+   heldout instead, and the model then never sees it: the held-out evaluation of issue 40);
 2. encodes every question once, one per forward pass and in its normalised form (cache.encoder.normalise),
    with the shipped MiniLM (sentence + word vectors) and computes the alignment features (cache/alignment.py);
 3. fits gradient-boosted trees (scikit-learn) on the train split only, exported to numpy arrays (run
@@ -14,13 +14,15 @@
    t from it per precision target (cache.verifier.threshold_for);
 5. prints the held-out split at the default target (never used for any choice above).
 
-    LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.train_verifier [--per-subject 20]
-Takes a few minutes on 2 cores (most of it encoding). Writes bench/results/train_verifier.json.
+    LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m training.train_verifier [--per-subject 20]
+    # the shipped weights (2026-12-04: no natural pairs, the first 29 features; training/README.md):
+    LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m training.train_verifier --no-natural --features 29
+Takes a few minutes on 2 cores (most of it encoding). Writes bench/results/train_verifier.json (with `--out D`:
+D/train_verifier.json).
 """
 
 import argparse
 import json
-import os
 import pickle
 import time
 from pathlib import Path
@@ -28,46 +30,18 @@ from pathlib import Path
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 
-from bench.verifier_augment import augment
-from bench.verifier_natural import SOURCES, natural_pairs
-from bench.verifier_pairs import Pair, build
+from bench.verifier_pairs import Pair, build, encode_all, form, shipped_encoder
 from cache.alignment import FEATURES, pair_features
 from cache.config import CachePolicy, CacheSettings
-from cache.encoder import EncodedQuestion, QuestionEncoder, build_encoder, normalise
+from cache.encoder import EncodedQuestion
 from cache.verifier import MODEL_DIR, exact_conflict
+from training.verifier_augment import augment
+from training.verifier_natural import SOURCES, natural_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATE_THRESHOLD = 0.6  # cosine below which the index does not even propose a candidate
 DEFAULT_TARGET = CachePolicy().semantic_min_precision
 ENCODER = "onnx-int8" if CacheSettings().onnx_int8 else "onnx-fp32"  # what the calibration was measured on
-
-
-def shipped_encoder(normalise_text: bool = True) -> QuestionEncoder:
-    """The encoder the gateway uses by default (ONNX Runtime, int8 as CacheSettings says, one thread)."""
-    return build_encoder(
-        None, threads=1, int8=CacheSettings().onnx_int8, onnx_dir=os.environ.get("LLMGW_CACHE__ONNX_DIR"),
-        normalise_text=normalise_text,
-    )  # fmt: skip
-
-
-def encode_all(encoder: QuestionEncoder, texts: list[str], batch: int = 1) -> dict[str, EncodedQuestion]:
-    """Each text's encoding; texts of one encoded form (`normalise`) are encoded once. One text per forward
-    pass by default, as the gateway encodes a lone lookup: the int8 encoder quantises activations per
-    batch, so batch-mates change a question's vectors (batches of 64: cosine 0.992 on average, 0.978 at
-    worst, to the vectors alone), and which texts share a batch changed from run to run."""
-    forms = {t: _form(encoder, t) for t in texts}
-    ordered = sorted(set(forms.values()), key=lambda f: (len(f), f))
-    encoded: dict[str, EncodedQuestion] = {}
-    for start in range(0, len(ordered), batch):
-        chunk = ordered[start : start + batch]
-        encoded.update(zip(chunk, encoder.encode(chunk), strict=True))
-        if start % (batch * 1280) == 0:
-            print(f"encoded {start}/{len(ordered)}", flush=True)
-    return {t: encoded[form] for t, form in forms.items()}
-
-
-def _form(encoder: QuestionEncoder, text: str) -> str:
-    return normalise(text) if encoder.normalise_text else text
 
 
 CACHE_FORMAT = "one-per-pass, keyed by encoded form"  # pickles of other layouts are not reused
@@ -82,12 +56,12 @@ def _encoded(pairs: list[Pair], cache: Path | None) -> dict[str, EncodedQuestion
     known: dict[str, EncodedQuestion] = (
         stored.get("encoded", {}) if stored.get("format") == CACHE_FORMAT else {}
     )
-    missing = [t for t in texts if _form(encoder, t) not in known]
+    missing = [t for t in texts if form(encoder, t) not in known]
     if missing:
         known.update({q.text: q for q in encode_all(encoder, missing).values()})
         if cache:
             cache.write_bytes(pickle.dumps({"format": CACHE_FORMAT, "encoded": known}))
-    return {t: known[_form(encoder, t)] for t in texts}
+    return {t: known[form(encoder, t)] for t in texts}
 
 
 def featurize(
@@ -144,6 +118,7 @@ def export(
     calibration: list[dict[str, float]],
     info: dict,
     folder: Path = MODEL_DIR,
+    width: int = len(FEATURES),
 ) -> None:
     """The trees as padded arrays (trees × nodes) for cache.verifier.Trees."""
     trees = [predictors[0].nodes for predictors in model._predictors]
@@ -163,7 +138,7 @@ def export(
     }  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(folder / "verifier.npz", **arrays)
-    meta = {"features": list(FEATURES), "baseline": float(np.ravel(model._baseline_prediction)[0]),
+    meta = {"features": list(FEATURES[:width]), "baseline": float(np.ravel(model._baseline_prediction)[0]),
             "candidate_threshold": CANDIDATE_THRESHOLD, "encoder": ENCODER, "normalise_text": True,
             "calibration": calibration, "trained": info}  # fmt: skip
     (folder / "verifier.json").write_text(json.dumps(meta, indent=1))
@@ -184,8 +159,11 @@ def main() -> None:
         action="store_true",
         help="without bench/data/verifier_hand/'s pairs (train + calib; the shipped weights have them)",
     )
-    parser.add_argument("--no-augment", action="store_true", help="without bench/verifier_augment.py's pairs")
-    parser.add_argument("--no-natural", action="store_true", help="without bench/verifier_natural.py's pairs")
+    parser.add_argument("--no-augment", action="store_true", help="without verifier_augment.py's pairs")
+    parser.add_argument("--no-natural", action="store_true", help="without verifier_natural.py's pairs")
+    parser.add_argument(
+        "--features", type=int, default=len(FEATURES), help="use the first N features (shipped weights: 29)"
+    )
     parser.add_argument(
         "--holdout-source", choices=SOURCES, help="a natural source kept out of train and calib"
     )
@@ -202,6 +180,7 @@ def main() -> None:
     encoded = _encoded(pairs, args.cache)
     encoded_s = time.time() - started
     features, labels, eligible = featurize(pairs, encoded)
+    features = features[:, : args.features]
     split = np.array([p.split for p in pairs])
     train = split == "train"
     model = HistGradientBoostingClassifier(
@@ -217,7 +196,7 @@ def main() -> None:
             "augmented": len(augmented), "natural": {s: int((split[is_natural] == s).sum()) for s in ("train", "calib", "heldout")},
             "holdout_source": args.holdout_source, "natural_weight": args.natural_weight,
             "per_subject": args.per_subject, "encode_s": round(encoded_s, 1), "total_s": round(time.time() - started, 1)}  # fmt: skip
-    export(model, calibration, info, args.out)
+    export(model, calibration, info, args.out, args.features)
     from cache.verifier import Verifier
 
     shipped = Verifier.load(args.out)

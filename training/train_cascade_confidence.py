@@ -1,13 +1,14 @@
 """Train the shipped cascade confidence: P(SmolLM2's answer is correct) from the answer's own signals.
 
-    .venv/bin/python -m bench.train_cascade_confidence           # → routing/models/cascade_confidence.npz
-    .venv/bin/python -m bench.train_cascade_confidence --cross   # fit on one recorded set, AUROC on the other
-    .venv/bin/python -m bench.train_cascade_confidence --sets    # every recorded set held out in turn
+    .venv/bin/python -m training.train_cascade_confidence           # → routing/models/cascade_confidence.npz
+    .venv/bin/python -m training.train_cascade_confidence --out P   # the same fit, written to P instead
+    .venv/bin/python -m training.train_cascade_confidence --cross   # fit on one recorded set, AUROC on the other
+    .venv/bin/python -m training.train_cascade_confidence --sets    # every recorded set held out in turn
 
 Reads the live record (bench/results/cascade_live_record.json, made by `bench.cascade_eval live`), takes
 the answer's own token signals from routing.learned.answer_features (COLUMNS: mean/min token logprob, the
 first token's logprob and top-1 − top-2 margin, the mean margin) and fits an L2 logistic regression (C = 1,
-fixed: nothing is tuned). The shipped file is fit on every question; the figures in studies/README.md come from
+fixed: nothing is tuned; the features and the fit are bench/cascade_common.py's, which the benchmarks share). The shipped file is fit on every question; the figures in studies/README.md come from
 the same fit done leave-one-quiz-site-out (bench/cascade_curves.py), so no question is scored by a model that
 saw its site, and from the TriviaQA fit scored unchanged on basic_skills.
 
@@ -18,57 +19,28 @@ basic_skills answers backwards (AUROC 0.438, studies/README.md).
 
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 
-from bench.cascade_common import fit, load_record, record_path
+from bench.cascade_common import (
+    COLUMNS,
+    C,
+    design,
+    family,
+    fit,
+    fit_answer_model,
+    leave_one_site_out,
+    load_record,
+    record_path,
+    transferred,
+)
 from bench.routellm_data import RESULTS
-from bench.trivia_data import SETS, group, load_questions, prompt
+from bench.trivia_data import SETS, load_questions
 from routing.config import MODELS_DIR
-from routing.learned import ANSWER_FEATURES, AnswerModel, answer_features
+from routing.learned import ANSWER_FEATURES
 
 MODEL_PATH = MODELS_DIR / "cascade_confidence.npz"
-C = 1.0
-COLUMNS = ("mean", "min", "first", "first_margin", "mean_margin")
-
-
-def design(
-    questions: list[dict], answers: dict[str, dict], columns: tuple[str, ...] = COLUMNS
-) -> tuple[np.ndarray, np.ndarray]:
-    """Features (COLUMNS) and labels (small answer correct) for the questions, from the small model's answers."""
-    rows = [answers[q["id"]] for q in questions]
-    x = np.stack(
-        [
-            answer_features(prompt(q), r["logprobs"], r["margins"])
-            for q, r in zip(questions, rows, strict=True)
-        ]
-    )
-    index = [ANSWER_FEATURES.index(name) for name in columns]
-    return x[:, index].astype(np.float64), np.array([r["correct"] for r in rows], dtype=float)
-
-
-def fit_answer_model(x: np.ndarray, y: np.ndarray) -> AnswerModel:
-    return AnswerModel(fit(x, y, c=C, uses_logprobs=True), columns=COLUMNS)
-
-
-def leave_one_site_out(questions: list[dict], answers: dict[str, dict]) -> np.ndarray:
-    """P(small correct) for every question from a model trained on the other quiz sites only."""
-    x, y = design(questions, answers)
-    sites = np.array([group(q) for q in questions])
-    scores = np.zeros(len(y))
-    for site in np.unique(sites):
-        held = sites == site
-        model = fit_answer_model(x[~held], y[~held])
-        scores[held] = model.head.predict(x[held])
-    return scores
-
-
-def transferred(questions: list[dict], answers: dict[str, dict]) -> np.ndarray:
-    """P(small correct) from the model fit on every TriviaQA answer: a set it never saw is scored unchanged."""
-    x, _ = design(questions, answers)
-    saved = load_record("trivia_qa")
-    trivia = load_questions("trivia_qa")
-    return fit_answer_model(*design(trivia, saved["answers"][saved["small"]])).head.predict(x)
 
 
 def cross_sets() -> None:
@@ -91,11 +63,6 @@ def cross_sets() -> None:
         x_test, y_test = design(*sets[test], ("mean",))
         row.append(f"mean logprob {roc_auc_score(y_test, x_test[:, 0]):.3f}")
         print(f"fit on {train}, scored on {test}: " + ", ".join(row))
-
-
-def family(name: str) -> str:
-    """Sets drawn from one source count as one when held out (basic_skills, 2 and 3: AllenAI's basic skills)."""
-    return name.rstrip("0123456789")
 
 
 def leave_one_set_out(per_set: int = 400, samples: int = 1000) -> dict:
@@ -144,6 +111,9 @@ def leave_one_set_out(per_set: int = 400, samples: int = 1000) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--out", type=Path, default=MODEL_PATH, help="where to write the model (shipped: default)"
+    )
     parser.add_argument("--cross", action="store_true", help="cross-set AUROC only; the model is not written")
     parser.add_argument(
         "--sets", action="store_true", help="each recorded set held out; the model is not written"
@@ -159,10 +129,10 @@ def main(argv: list[str] | None = None) -> None:
     questions = load_questions()
     x, y = design(questions, saved["answers"][saved["small"]])
     model = fit_answer_model(x, y)
-    model.save(MODEL_PATH)
+    model.save(args.out)
     weights = dict(zip(COLUMNS, np.round(model.head.weights.astype(float), 3).tolist(), strict=True))
     print(f"fit on {len(y)} answers ({int(y.sum())} correct); standardised weights {weights}")
-    print(f"saved {MODEL_PATH} ({MODEL_PATH.stat().st_size} bytes)")
+    print(f"saved {args.out} ({args.out.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":
