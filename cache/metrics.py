@@ -34,3 +34,6 @@ VERIFIED_OUTCOMES = Counter(
     "Labelled outcomes of semantic candidates in verified mode, by source (explored, shadow, header, admin)",
     ["source", "outcome"],
 )
+for _source in ("explored", "shadow", "header", "admin"):
+    for _outcome in ("right", "wrong"):
+        VERIFIED_OUTCOMES.labels(_source, _outcome)  # series from the start, as the shadow checks'

@@ -84,6 +84,7 @@ def settings(upstream_url: str, engine_url: str, database: Path) -> Settings:
 
 TENANT_POLICY = Policy(tenant_limits=Limits(rpm=20), tenant_budget=Budget(usd_per_day=5.0))
 INTERACTIVE_POLICY = Policy(routing={"service_class": "interactive"})
+VERIFIED_POLICY = Policy(cache={"semantic": {"mode": "verified"}})  # explored misses label outcomes
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +98,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         config = settings(upstream.url, engine.url, tmp_path_factory.mktemp("db") / "llmgw.db")
         tenant_key = asyncio.run(provision_virtual_key(config, "acme", TENANT_POLICY))
         chat_key = asyncio.run(provision_virtual_key(config, "chatco", INTERACTIVE_POLICY))
+        verified_key = asyncio.run(provision_virtual_key(config, "verico", VERIFIED_POLICY))
         gateway = ServerThread(create_app(config))
         with gateway, prometheus(binary, tmp_path_factory.mktemp("prom"), gateway.port, engine.port) as prom:
             yield {"gateway": gateway.url, "engine": engine.url, "prometheus": prom, "tenant_key": tenant_key,
-                   "chat_key": chat_key}  # fmt: skip
+                   "chat_key": chat_key, "verified_key": verified_key}  # fmt: skip
 
 
 def wait_for(url: str, timeout: float = 60.0) -> None:
@@ -160,7 +162,8 @@ REQUESTS: list[tuple[str, dict[str, Any], str]] = [
 TENANT_REQUESTS = ["What is the capital of France?", "What's the capital of France?"]
 
 
-def load(gateway: str, tenant_key: str, chat_key: str, stop: threading.Event) -> None:
+def load(gateway: str, keys: dict[str, str], stop: threading.Event) -> None:
+    tenant_key, chat_key = keys["tenant_key"], keys["chat_key"]
     with httpx.Client(base_url=gateway, timeout=15) as client:
         while not stop.is_set():
             for model, extra, text in REQUESTS:
@@ -168,9 +171,8 @@ def load(gateway: str, tenant_key: str, chat_key: str, stop: threading.Event) ->
                 client.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {KEY}"})
             for text in TENANT_REQUESTS:
                 body = {"model": "echo", "messages": [{"role": "user", "content": text}], "temperature": 0}
-                client.post(
-                    "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {tenant_key}"}
-                )
+                for key in (tenant_key, keys["verified_key"]):
+                    client.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"})
             body = {"model": "queued", "messages": [{"role": "user", "content": "hi"}], "stream": True}
             client.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {chat_key}"})
             client.post("/v1/chat/completions", json={"model": "echo", "messages": []})  # 401
@@ -179,10 +181,7 @@ def load(gateway: str, tenant_key: str, chat_key: str, stop: threading.Event) ->
 @pytest.fixture(scope="module")
 def loaded(fleet: dict[str, Any]) -> Iterator[dict[str, Any]]:
     stop = threading.Event()
-    workers = [
-        threading.Thread(target=load, args=(fleet["gateway"], fleet["tenant_key"], fleet["chat_key"], stop))
-        for _ in range(3)
-    ]
+    workers = [threading.Thread(target=load, args=(fleet["gateway"], fleet, stop)) for _ in range(3)]
     for worker in workers:
         worker.start()
     time.sleep(12)  # several scrapes and rule evaluations with traffic in every rate window
@@ -269,3 +268,13 @@ def test_promtool_accepts_the_production_files(check: str, tmp_path: Path) -> No
     files = {"config": DEPLOY / "prometheus/prometheus.yml", "rules": DEPLOY / "prometheus/alerts.yml"}
     done = subprocess.run([promtool, "check", check, str(files[check])], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_verified_mode_and_admission_signals_carry_real_counts(loaded: dict[str, Any]) -> None:
+    """Series that exist from the start (zeros) must also move: the verified tenant's explored misses are
+    labelled, and the one-slot pool queued and refused requests."""
+    for expr in ('sum(llmgw_cache_verified_outcomes_total{source="explored"})',
+                 'sum(llmgw_admission_shed_total{model="queued"})',
+                 'sum(llmgw_admission_wait_seconds_count{model="queued"})'):  # fmt: skip
+        result = query(loaded["prometheus"], expr)["data"]["result"]
+        assert result and float(result[0]["value"][1]) > 0, expr

@@ -95,6 +95,14 @@ COST_AND_SAVINGS = [
     ), "shadow-checked hits whose fresh answer disagreed"), (
         rate("llmgw_cache_semantic_feedback_total", "source"), "reported wrong ({{source}}) per second",
     )), "A sampled share of semantic hits is also answered upstream and the answers compared"),
+    Panel("Semantic cache (verified mode): labelled outcomes per second", "short", (
+        (rate("llmgw_cache_verified_outcomes_total", "source, outcome"), "{{source}} {{outcome}}"),
+    ), "The outcomes that certify verified mode's thresholds: explored misses (the fresh answer against the best "
+       "candidate's), shadow re-asks of verified hits, feedback (header, admin)"),
+    Panel("Semantic cache (verified mode): wrong share of labelled outcomes", "percentunit", ((ratio(
+        rate('llmgw_cache_verified_outcomes_total{outcome="wrong"}', "source"),
+        rate("llmgw_cache_verified_outcomes_total", "source"),
+    ), "{{source}}"),), "Among candidates labelled, the share whose stored answer was wrong for the question"),
     Panel("Cascade decisions per second", "reqps", (
         (rate("llmgw_cascade_decisions_total", "outcome"), "{{outcome}}"),
         (rate("llmgw_cascade_unscored_escalations_total", "reason"), "escalated, not scored: {{reason}}"),
