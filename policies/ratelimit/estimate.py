@@ -1,9 +1,9 @@
 """The token reservation made at admission, without a tokenizer.
 
 prompt: core.usage.estimate_prompt_tokens (≈ ceil(characters / 4) + 4 per chat message; one token per id).
-completion = max_completion_tokens or max_tokens, else the policy's default, else the process default; times
-`n`. Embeddings reserve the prompt only. Settlement replaces the estimate with the real usage, so the estimate
-only decides admission near the limit.
+completion = max_completion_tokens or max_tokens (core.completion), else the policy's reserve_completion_tokens,
+else the process's (PoliciesSettings); times `n`. Embeddings reserve the prompt only. Settlement replaces the
+estimate with the real usage, so the estimate only decides admission near the limit.
 """
 
 from typing import Any

@@ -55,12 +55,12 @@ class RateLimitStage:
     def __init__(
         self,
         limiter: Limiter,
-        default_max_tokens: int,
+        reserve_completion_tokens: int,
         lease_s: float = 30.0,
         estimate_cost: CostEstimate = lambda model, prompt, completion: 0.0,
     ) -> None:
         self._limiter = limiter
-        self._default_max_tokens = default_max_tokens
+        self._reserve_completion_tokens = reserve_completion_tokens
         self._leases = LeaseKeeper(limiter, lease_s)
         self._estimate_cost = estimate_cost
         self._plans = plan.PlanCache()
@@ -96,7 +96,7 @@ class RateLimitStage:
         member = new_member()
         if ctx.policy is None or ctx.principal is None:
             return Admission(member, [], {}, prompt)
-        default = ctx.policy.default_max_tokens or self._default_max_tokens
+        default = ctx.policy.reserve_completion_tokens or self._reserve_completion_tokens
         completion = estimate.completion_tokens(ctx.endpoint, ctx.body, default)
         cost = self._estimate_cost(ctx.model, prompt, completion)
         admitting = self._plans.get(ctx.principal, ctx.policy, ctx.model)

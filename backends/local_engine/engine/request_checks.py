@@ -11,6 +11,7 @@ from typing import Any
 
 from backends.local_engine.engine.sampling_params import SamplingParams
 from backends.local_engine.errors import InvalidParam
+from core.completion import requested_completion_field
 
 _REQUIRED = ("model", "messages", "prompt")  # null there is a mistake the validation names, not a default
 _INT64 = 2**63
@@ -49,7 +50,7 @@ def check_room(prompt_tokens: int, body: dict[str, Any], max_model_len: int, pro
     """vLLM's rule: a max_tokens (or max_completion_tokens) the request sets must fit in the context after the
     prompt, else InvalidParam naming it (the prompt's field when the prompt alone fills the context). Not set,
     it defaults to what is left of the context."""
-    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    name = requested_completion_field(body)
     max_tokens = body.get(name)
     if not _is_int(max_tokens) or prompt_tokens + max_tokens <= max_model_len:
         return

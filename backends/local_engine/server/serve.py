@@ -19,6 +19,7 @@ from backends.local_engine.config import EngineSettings
 from backends.local_engine.engine.threads import configure_openmp
 from backends.local_engine.server.served import LoadedEngine, ServedModel
 from backends.local_engine.server.server import create_app
+from core.renamed import accepted_names
 
 log = logging.getLogger("llmgw.engine")
 ENV_PREFIX = "LLMGW_ENGINE__"
@@ -62,9 +63,8 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str]) -> EngineSe
     values.update(
         {name: getattr(args, name) for name in EngineSettings.model_fields if getattr(args, name) is not None}
     )
-    return EngineSettings.model_validate(
-        {k: v for k, v in values.items() if k in EngineSettings.model_fields}
-    )
+    known = accepted_names(EngineSettings)  # the fields and their deprecated names
+    return EngineSettings.model_validate({k: v for k, v in values.items() if k in known})
 
 
 def run(args: argparse.Namespace) -> int:

@@ -36,7 +36,7 @@ function policyForm(current, rerender) {
     h('fieldset', {}, h('legend', {}, 'Policy'), h('div', { class: 'grid form-grid' },
       input('name', 'Name', p.name, { required: true, maxlength: 200 }),
       input('allowed_models', 'Allowed models (comma-separated; empty: all)', (p.allowed_models || []).join(', ')),
-      input('default_max_tokens', 'Default max_tokens for TPM', p.default_max_tokens, { ...numeric, min: 1, step: 1 }),
+      input('reserve_completion_tokens', 'Completion tokens reserved for TPM (request sets none)', p.reserve_completion_tokens, { ...numeric, min: 1, step: 1 }),
       select('redis_failure_mode', 'When Redis is down', [['', "the gateway's setting"], ['open', 'open (local share)'], ['closed', 'closed (503)']], p.redis_failure_mode))),
     limits('key_limits', 'Limits per key', p.key_limits), limits('tenant_limits', "Limits on the tenant's total", p.tenant_limits),
     budget('key_budget', 'Budget per key', p.key_budget), budget('tenant_budget', 'Tenant budget', p.tenant_budget),
@@ -104,7 +104,7 @@ function readForm(form, previous) {
     key_limits: section('key_limits', LIMITS), tenant_limits: section('tenant_limits', LIMITS),
     model_limits: parse('model_limits'),
     key_budget: section('key_budget', BUDGET), tenant_budget: section('tenant_budget', BUDGET),
-    default_max_tokens: number('default_max_tokens'),
+    reserve_completion_tokens: number('reserve_completion_tokens'),
     redis_failure_mode: get('redis_failure_mode') || null,
     cache, routing: parse('routing'), cascade: parse('cascade'),
   };
