@@ -4,7 +4,6 @@ Nested sections use a double underscore: LLMGW_ENGINE__DTYPE=int4. The YAML file
 declares models (public aliases) and their deployments; environment variables win over the file.
 """
 
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -60,7 +59,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, _YamlSource(settings_cls)
+        return init_settings, env_settings, _YamlSource(settings_cls, init_settings, env_settings)
 
     @field_validator("redis_url", mode="before")
     @classmethod
@@ -94,13 +93,18 @@ class Settings(BaseSettings):
 
 
 class _YamlSource(PydanticBaseSettingsSource):
-    """Reads the YAML file named by LLMGW_CONFIG_FILE (or config_file passed in)."""
+    """Reads the YAML file the config_file setting names: passed in, else LLMGW_CONFIG_FILE (read by `named_by`,
+    the sources before this one)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], *named_by: PydanticBaseSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self._named_by = named_by
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        path = os.environ.get("LLMGW_CONFIG_FILE")
+        path = next((named for source in self._named_by if (named := source().get("config_file"))), None)
         if not path:
             return {}
         try:
