@@ -43,11 +43,11 @@ async def settle() -> None:
 async def test_a_pool_with_room_starts_requests_without_waiting() -> None:
     clock = Clock()
     gate = make_gate(Slots(4.0), clock)
-    held = [ticket(clock) for _ in range(4)]
+    held = [ticket(clock) for _ in range(3)]  # standard fills 95 % of four slots: three whole ones
     for t in held:
         await gate.admit(t)
         assert t.started is not None and t.future is None  # no queue, no future: nothing awaited
-    assert gate.running["standard"] == 4
+    assert gate.running["standard"] == 3
 
 
 async def test_unknown_capacity_never_holds_a_request() -> None:
@@ -61,14 +61,14 @@ async def test_unknown_capacity_never_holds_a_request() -> None:
 async def test_a_full_pool_queues_and_a_release_starts_the_next() -> None:
     clock = Clock()
     gate = make_gate(Slots(2.0), clock)
-    first, second, third = ticket(clock), ticket(clock), ticket(clock)
+    first, second, third = (ticket(clock, service="interactive") for _ in range(3))
     await gate.admit(first), await gate.admit(second)
     waiting = asyncio.create_task(gate.admit(third))
     await settle()
     assert not waiting.done() and gate.waiting() == 1
     gate.release(first, 120)
     await asyncio.wait_for(waiting, 1)
-    assert third.started is not None and gate.running["standard"] == 2
+    assert third.started is not None and gate.running["interactive"] == 2
 
 
 async def test_higher_classes_take_freed_slots_first_and_find_headroom() -> None:
@@ -268,3 +268,17 @@ def test_a_policy_names_only_known_classes() -> None:
         Policy(routing={"service_class": "gold"})
     with pytest.raises(ValueError, match="weight"):
         Policy(routing={"weight": 0})
+
+
+async def test_a_small_pool_still_keeps_a_whole_slot_free_for_the_classes_above() -> None:
+    clock = Clock()
+    gate = make_gate(Slots(8.0), clock)
+    tasks = [asyncio.create_task(gate.admit(ticket(clock, "b", "batch"))) for _ in range(10)]
+    await settle()
+    assert gate.running["batch"] == 7  # 90 % of 8 is 7.2 slots: 7 whole ones
+    chat = ticket(clock, "i", "interactive")
+    await gate.admit(chat)
+    assert chat.started is not None
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

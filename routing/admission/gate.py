@@ -186,7 +186,9 @@ class PoolGate:
             return True
         busy = sum(self.running.values()) + self.others_running  # no class pushes running requests out
         share = self._classes[service].pool_share
-        return busy < total * share and self.running[service] < self.allowance()[service]
+        # whole slots: 90 % of 8 lets batch run 7, keeping one free; any class may use a pool's one slot
+        fits = busy + 1 <= max(math.floor(total * share + 1e-9), min(total, 1.0))
+        return fits and self.running[service] < self.allowance()[service]
 
     def allowance(self) -> dict[ClassName, float]:
         """This replica's part of each class's grant of the pool's slots (see the module docstring)."""
