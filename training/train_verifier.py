@@ -144,7 +144,7 @@ def export(
     (folder / "verifier.json").write_text(json.dumps(meta, indent=1))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--per-subject", type=int, default=20, help="MMLU questions per subject (shipped: 20)"
@@ -170,7 +170,7 @@ def main() -> None:
     parser.add_argument(
         "--natural-weight", type=float, default=3.0, help="training weight of a natural pair (others: 1)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     started = time.time()
     pairs = build(args.seed, args.per_subject, not args.no_hand)
     augmented = [] if args.no_augment else augment(pairs, args.seed)  # train split only

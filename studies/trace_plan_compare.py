@@ -8,7 +8,7 @@ weights, a measured activation peak and NCCL/non-torch overhead) and max_concurr
 
 Run it in the venv that holds llm-d-planner (its pins stay out of the project's .venv):
     python3 -m venv build/planner-venv && build/planner-venv/bin/pip install llm-d-planner==0.3.3
-    build/planner-venv/bin/python -m bench.trace_plan_compare     # writes bench/results/plan_compare.json
+    build/planner-venv/bin/python -m studies.trace_plan_compare     # writes studies/results/plan_compare.json
 """
 
 import json
