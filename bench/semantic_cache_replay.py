@@ -242,13 +242,41 @@ def main() -> None:
 # --- the upstream that answers by intent ---------------------------------------------------------------
 
 
+# tests/fakes.py's FakeUpstream, except that a chat completion's answer is "intent-N: …", N read from a JSON
+# file mapping each question text to its intent; run in its own process:
+#     python -m bench.semantic_cache_replay --intent-upstream PORT ANSWERS.json
+
+
 def start_intent_upstream(answers: Path) -> Process:
     port = free_port()
-    command = [sys.executable, "-m", "bench.semantic_cache_replay_upstream", str(port), str(answers)]
-    popen = subprocess.Popen(command, cwd=ROOT)
+    serve = ["-m", "bench.semantic_cache_replay", "--intent-upstream", str(port), str(answers)]
+    popen = subprocess.Popen([sys.executable, *serve], cwd=ROOT)
     wait_for_port(port)
     return Process(popen, port)
 
 
+def serve_intent_upstream(port: int, answers: Path) -> None:
+    import uvicorn
+
+    from tests.fakes import FakeUpstream, _completion, _json, _last_text
+
+    class IntentUpstream(FakeUpstream):
+        def __init__(self, intents: dict[str, int]) -> None:
+            super().__init__("intent")
+            self.intents = intents
+
+        async def _answer(self, path: str, body: dict[str, Any], receive: Any, send: Any) -> None:
+            intent = self.intents.get(_last_text(body), -1)
+            answer = _completion(body, f"the answer of intent {intent}")
+            answer["choices"][0]["message"]["content"] = f"intent-{intent}: the answer of intent {intent}"
+            await _json(send, 200, answer)
+
+    app = IntentUpstream(json.loads(answers.read_text()))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", loop="uvloop", http="httptools")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--intent-upstream"]:
+        serve_intent_upstream(int(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        main()

@@ -2,10 +2,10 @@
 the questions of bench/cache_latency.py encoded as the gateway encodes them, every question's word
 tables made beforehand (as for stored questions and, since semspeed, for the new one during its forward
 pass), then 2,000 random (stored, new) pairs judged one candidate at a time (`judge_all`: features, trees,
-exact rules) and their features alone. bench/cache_profile.py times whole lookups, but its p50 depends on
+exact rules) and their features alone. studies/cache_profile.py times whole lookups, but its p50 depends on
 how many candidates the index proposes, which the encoder's text normalisation changes.
 
-    python -m bench.verifier_cost [--name NAME]       # prints p50 / p99 ms per candidate
+    python -m studies.verifier_cost [--name NAME]     # prints p50 / p99 ms per candidate
 """
 
 import argparse
