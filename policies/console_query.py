@@ -107,7 +107,7 @@ async def series(
     filters: dict[str, str],
 ) -> list[dict[str, Any]]:
     """Requests, tokens and spend per time bucket and group; groups past MAX_SERIES summed as '(other)'."""
-    f = facts(Window(start, end), {group}, filters)
+    f = facts(Window(start, end), {group}, filters, days=bucket == "day", with_ts=True)
     column = f.c[group]
     async with engine.connect() as plain:
         conn = await _snapshot(plain)

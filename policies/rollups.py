@@ -1,32 +1,42 @@
-"""Hourly rollups of the usage records, kept by a compaction that is exact, idempotent and safe on replicas.
+"""Rollups of the usage records (hourly, and daily for tenants and keys), kept by a compaction that is exact,
+idempotent and safe on replicas.
 
 A compaction claims a batch of records not yet rolled up (`rolled` false), marks them rolled and adds their
-sums to the rollup rows of their hour, all in one transaction: a record is in the rollups exactly when it is
-marked, whatever crashes or retries. On PostgreSQL the claim is `FOR UPDATE SKIP LOCKED`, so replicas
+sums to the rollup rows of their hour (day), all in one transaction: a record is in every rollup exactly when
+it is marked, whatever crashes or retries. On PostgreSQL the claim is `FOR UPDATE SKIP LOCKED`, so replicas
 compacting together take disjoint batches, and rollup rows are upserted in one order (no deadlocks); SQLite
-runs one writer at a time. The queries (policies/usage_facts.py) read each record exactly once: from the
-rollups for the whole hours of a window where it is rolled, raw otherwise (the window's partial hours, and
+runs one writer at a time. The queries (policies/usage_facts.py) read each record exactly once: from a rollup
+for the whole hours (days) of a window where it is rolled, raw otherwise (the window's partial hours, and
 records not compacted yet), so their totals equal the raw records' whenever the compaction runs.
 
-Three rollups: `usage_hourly` (tenant, key, model, deployment, cache status), `usage_hourly_models` (model,
-deployment, cache status: the overview, a few rows an hour) and `usage_hourly_latency` (requests per model
-and latency bucket, LATENCY_BOUNDS, from which policies/usage_facts.py finds exact percentiles).
+ROLLUPS: `usage_hourly` (tenant, key, model, deployment, cache status), `usage_hourly_models` (model,
+deployment, cache status: the overview, a few rows an hour), `usage_daily_keys` and `usage_daily_tenants`;
+and `usage_hourly_latency` (requests per model and latency bucket, LATENCY_BOUNDS, from which
+policies/usage_facts.py finds exact percentiles).
 """
 
 import asyncio
 import logging
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Row, Table, case, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from policies.tables import UsageHourlyLatencyRow, UsageHourlyModelRow, UsageHourlyRow, UsageRow
+from policies.tables import (
+    UsageDailyKeyRow,
+    UsageDailyTenantRow,
+    UsageHourlyLatencyRow,
+    UsageHourlyModelRow,
+    UsageHourlyRow,
+    UsageRow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +50,30 @@ COMPACT_INTERVAL_S = 30.0  # how often each replica compacts (whoever claims a r
 _RAW = (UsageRow.ts, UsageRow.tenant_id, UsageRow.key_id, UsageRow.model, UsageRow.deployment,
         UsageRow.cache_status, UsageRow.status, UsageRow.prompt_tokens, UsageRow.completion_tokens,
         UsageRow.cached_tokens, UsageRow.cost_usd, UsageRow.latency_ms)  # fmt: skip
-Key = Callable[[Row[Any], datetime], tuple[Any, ...]]
+Grain = Literal["hour", "day"]
+
+
+@dataclass(frozen=True)
+class Rollup:
+    row: Any  # the table's ORM class; its time column is named after the grain ("hour" or "day")
+    grain: Grain
+    dims: tuple[str, ...]  # deployment is '' for none
+
+    @property
+    def table(self) -> Table:
+        return self.row.__table__
+
+    @property
+    def time(self) -> Any:
+        return getattr(self.row, self.grain)
+
+
+ROLLUPS = (  # the smallest one that has the dimensions a query needs serves it (usage_facts.py)
+    Rollup(UsageHourlyModelRow, "hour", ("model", "deployment", "cache_status")),
+    Rollup(UsageHourlyRow, "hour", ("tenant_id", "key_id", "model", "deployment", "cache_status")),
+    Rollup(UsageDailyTenantRow, "day", ("tenant_id",)),
+    Rollup(UsageDailyKeyRow, "day", ("tenant_id", "key_id")),
+)
 
 
 def latency_bucket(ms: float) -> int:
@@ -54,8 +87,9 @@ def latency_bucket_sql(column: Any) -> Any:
     )
 
 
-def hour_of(ts: datetime) -> datetime:
-    return ts.replace(minute=0, second=0, microsecond=0)
+def start_of(ts: datetime, grain: Grain) -> datetime:
+    hour = ts.replace(minute=0, second=0, microsecond=0)
+    return hour if grain == "hour" else hour.replace(hour=0)
 
 
 async def compact(engine: AsyncEngine, batch: int = COMPACT_BATCH) -> int:
@@ -79,32 +113,20 @@ async def compact_all(engine: AsyncEngine, batch: int = COMPACT_BATCH) -> int:
     return total
 
 
-def _dims(*names: str) -> Key:
-    def key(row: Row[Any], hour: datetime) -> tuple[Any, ...]:
-        return (hour, *("" if getattr(row, n) is None else getattr(row, n) for n in names))
-
-    return key
-
-
 async def _add(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> None:
-    fine: dict[tuple[Any, ...], list[Any]] = {}
-    models: dict[tuple[Any, ...], list[Any]] = {}
+    sums: list[dict[tuple[Any, ...], list[Any]]] = [{} for _ in ROLLUPS]
     latency: dict[tuple[Any, ...], list[Any]] = {}
-    by_key, by_model = (
-        _dims("tenant_id", "key_id", "model", "deployment", "cache_status"),
-        _dims("model", "deployment", "cache_status"),
-    )
     for row in rows:
-        hour = hour_of(row.ts)
         values = (1, int(row.status >= 400), row.prompt_tokens, row.completion_tokens, row.cached_tokens,
                   row.cost_usd, row.latency_ms)  # fmt: skip
-        for sums, key in ((fine, by_key(row, hour)), (models, by_model(row, hour))):
-            total = sums.setdefault(key, [0, 0, 0, 0, 0, 0.0, 0.0])
+        for rollup, table_sums in zip(ROLLUPS, sums, strict=True):
+            key = (start_of(row.ts, rollup.grain), *(getattr(row, n) or "" for n in rollup.dims))
+            total = table_sums.setdefault(key, [0, 0, 0, 0, 0, 0.0, 0.0])
             for i, value in enumerate(values):
                 total[i] += value
-        latency.setdefault((hour, row.model, latency_bucket(row.latency_ms)), [0])[0] += 1
-    await _upsert(conn, UsageHourlyRow.__table__, fine, MEASURES)  # type: ignore[arg-type]
-    await _upsert(conn, UsageHourlyModelRow.__table__, models, MEASURES)  # type: ignore[arg-type]
+        latency.setdefault((start_of(row.ts, "hour"), row.model, latency_bucket(row.latency_ms)), [0])[0] += 1
+    for rollup, table_sums in zip(ROLLUPS, sums, strict=True):
+        await _upsert(conn, rollup.table, table_sums, MEASURES)
     await _upsert(conn, UsageHourlyLatencyRow.__table__, latency, ("requests",))  # type: ignore[arg-type]
 
 

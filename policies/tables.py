@@ -117,7 +117,7 @@ class UsageRow(Base):
 
 
 def _measures() -> list[Any]:
-    """What an hourly rollup row sums over the usage records of its hour and dimensions."""
+    """What a rollup row sums over the usage records of its hour (or day) and dimensions."""
     return [
         mapped_column("requests", BigInteger, default=0),
         mapped_column("errors", BigInteger, default=0),
@@ -152,6 +152,27 @@ class UsageHourlyModelRow(Base):
     model: Mapped[str] = mapped_column(String(200), primary_key=True)
     deployment: Mapped[str] = mapped_column(String(200), primary_key=True)
     cache_status: Mapped[str] = mapped_column(String(32), primary_key=True)
+    requests, errors, prompt_tokens, completion_tokens, cached_tokens, cost_usd, latency_ms_sum = _measures()
+
+
+class UsageDailyKeyRow(Base):
+    """Usage per day (UTC), tenant and key: a key's or a tenant's month in a few rows a key."""
+
+    __tablename__ = "usage_daily_keys"
+
+    day: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    requests, errors, prompt_tokens, completion_tokens, cached_tokens, cost_usd, latency_ms_sum = _measures()
+
+
+class UsageDailyTenantRow(Base):
+    """Usage per day (UTC) and tenant."""
+
+    __tablename__ = "usage_daily_tenants"
+
+    day: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     requests, errors, prompt_tokens, completion_tokens, cached_tokens, cost_usd, latency_ms_sum = _measures()
 
 

@@ -1,7 +1,8 @@
-"""A window's usage as facts: the hourly rollups for its whole hours, the raw records for the rest.
+"""A window's usage as facts: the rollups for its whole days and hours, the raw records for the rest.
 
 A window [start, end) splits into its whole hours [h0, h1) and its partial edges [start, h0), [h1, end).
-The facts of the whole hours are the rollup rows of those hours plus the records there not rolled up yet;
+The facts of the whole hours are rollup rows (daily ones for the whole days among them, where a daily rollup
+has the dimensions asked for, hourly ones for the other hours) plus the records there not rolled up yet;
 the edges are read raw. Each record is counted once (policies/rollups.py), in one statement, so one
 snapshot: the sums equal the raw records' sums. Percentiles are exact nearest-rank: the latency histogram
 (rollups and raw alike) names the bucket that holds the k-th latency, and the records of that bucket in the
@@ -16,10 +17,8 @@ from typing import Any
 from sqlalchemy import Subquery, case, func, literal, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from policies.rollups import LATENCY_BOUNDS, MEASURES, latency_bucket_sql
-from policies.tables import UsageHourlyLatencyRow, UsageHourlyModelRow, UsageHourlyRow, UsageRow
-
-MODEL_DIMS = frozenset({"model", "deployment", "cache_status"})  # what usage_hourly_models keeps
+from policies.rollups import LATENCY_BOUNDS, MEASURES, ROLLUPS, Grain, Rollup, latency_bucket_sql, start_of
+from policies.tables import UsageHourlyLatencyRow, UsageRow
 
 
 @dataclass(frozen=True)
@@ -29,8 +28,8 @@ class Window:
 
     def whole_hours(self) -> tuple[datetime | None, datetime | None] | None:
         """[h0, h1) (None: unbounded on that side), or None when the window holds no whole hour."""
-        h0 = None if self.start is None else _ceil_hour(self.start)
-        h1 = None if self.end is None else self.end.replace(minute=0, second=0, microsecond=0)
+        h0 = None if self.start is None else _ceil(self.start, "hour")
+        h1 = None if self.end is None else start_of(self.end, "hour")
         if h0 is not None and h1 is not None and h0 >= h1:
             return None
         return h0, h1
@@ -52,13 +51,31 @@ class Window:
         hours = self.whole_hours()
         return None if hours is None else _range(hour, *hours)
 
+    def rolled_spans(self, days: bool) -> list[tuple[Grain, datetime | None, datetime | None]]:
+        """The whole hours as rollup spans: with `days`, their whole days at day grain, the hours around
+        them at hour grain."""
+        hours = self.whole_hours()
+        if hours is None:
+            return []
+        h0, h1 = hours
+        d0 = None if h0 is None else _ceil(h0, "day")
+        d1 = None if h1 is None else start_of(h1, "day")
+        if not days or (d0 is not None and d1 is not None and d0 >= d1):
+            return [("hour", h0, h1)]
+        spans: list[tuple[Grain, datetime | None, datetime | None]] = [("day", d0, d1)]
+        if d0 is not None and h0 is not None and h0 < d0:
+            spans.append(("hour", h0, d0))
+        if d1 is not None and h1 is not None and d1 < h1:
+            spans.append(("hour", d1, h1))
+        return spans
+
     def conditions(self) -> list[Any]:
         return _range(UsageRow.ts, self.start, self.end)
 
 
-def _ceil_hour(value: datetime) -> datetime:
-    floor = value.replace(minute=0, second=0, microsecond=0)
-    return floor if floor == value else floor + timedelta(hours=1)
+def _ceil(value: datetime, grain: Grain) -> datetime:
+    floor = start_of(value, grain)
+    return floor if floor == value else floor + (timedelta(hours=1) if grain == "hour" else timedelta(days=1))
 
 
 def _range(column: Any, low: datetime | None, high: datetime | None) -> list[Any]:
@@ -69,31 +86,41 @@ def _range(column: Any, low: datetime | None, high: datetime | None) -> list[Any
     ]
 
 
-def facts(window: Window, dims: set[str], filters: dict[str, str]) -> Subquery:
-    """Columns ts, the rollup's dimensions (deployment '' for none) and MEASURES; `dims` and the filters'
-    columns choose the rollup: usage_hourly_models when they are all in MODEL_DIMS, else usage_hourly."""
-    table = UsageHourlyModelRow if dims | set(filters) <= MODEL_DIMS else UsageHourlyRow
-    names = [c.name for c in table.__table__.primary_key.columns if c.name != "hour"]  # type: ignore[attr-defined]
+def _rollup(grain: Grain, needed: set[str]) -> Rollup | None:
+    return next((r for r in ROLLUPS if r.grain == grain and needed <= set(r.dims)), None)
+
+
+def facts(
+    window: Window, dims: set[str], filters: dict[str, str], days: bool = True, with_ts: bool = False
+) -> Subquery:
+    """Columns: `ts` (with_ts), the `dims` (deployment '' for none) and MEASURES, over the window. The whole
+    days come from the smallest daily rollup with the dimensions (`days`: where daily buckets do), the other
+    whole hours from the smallest hourly one, the rest raw."""
+    needed = dims | set(filters)
+    names = sorted(dims)
     raw_columns = [
-        UsageRow.ts.label("ts"),
+        *([UsageRow.ts.label("ts")] if with_ts else []),
         *(func.coalesce(UsageRow.deployment, "").label(n) if n == "deployment" else getattr(UsageRow, n)
           for n in names),
-        literal(1).label("requests"),
-        case((UsageRow.status >= 400, 1), else_=0).label("errors"),
+        literal(1).label("requests"), case((UsageRow.status >= 400, 1), else_=0).label("errors"),
         UsageRow.prompt_tokens, UsageRow.completion_tokens, UsageRow.cached_tokens, UsageRow.cost_usd,
         UsageRow.latency_ms.label("latency_ms_sum"),
     ]  # fmt: skip
     raw_filters = [getattr(UsageRow, k) == v for k, v in filters.items()]
     parts = [select(*raw_columns).where(*part, *raw_filters) for part in window.raw_parts()]
-    rolled = window.rollup_conditions(table.hour)
-    if rolled is not None:
-        rollup_filters = [getattr(table, k) == v for k, v in filters.items()]
+    hourly, daily = _rollup("hour", needed), _rollup("day", needed) if days else None
+    assert hourly is not None, needed
+    for rollup, low, high in window.rolled_spans(daily is not None):
+        table = daily if rollup == "day" and daily is not None else hourly
         columns = [
-            table.hour.label("ts"),
-            *(getattr(table, n) for n in names),
-            *(getattr(table, m) for m in MEASURES),
+            *([table.time.label("ts")] if with_ts else []),
+            *(getattr(table.row, n) for n in names),
+            *(getattr(table.row, m) for m in MEASURES),
         ]
-        parts.append(select(*columns).where(*rolled, *rollup_filters))
+        conditions = _range(table.time, low, high)
+        parts.append(
+            select(*columns).where(*conditions, *(getattr(table.row, k) == v for k, v in filters.items()))
+        )
     return union_all(*parts).subquery("facts")
 
 

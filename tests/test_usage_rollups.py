@@ -23,6 +23,11 @@ BASE = datetime(2026, 3, 1, 0, 0)
 WINDOWS = [
     (None, None),
     (BASE + timedelta(minutes=17, seconds=3), BASE + timedelta(hours=20, minutes=41)),
+    (
+        BASE + timedelta(hours=5, minutes=1),
+        BASE + timedelta(days=2, hours=7, minutes=59),
+    ),  # days, hours, edges
+    (BASE + timedelta(days=1), BASE + timedelta(days=3)),  # whole days only
     (BASE + timedelta(hours=2), BASE + timedelta(hours=9)),  # whole hours only
     (BASE + timedelta(hours=3, minutes=5), BASE + timedelta(hours=3, minutes=50)),  # inside one hour
     (BASE + timedelta(hours=5, minutes=30), None),
@@ -36,7 +41,7 @@ def _records(n: int = 900) -> list[dict[str, Any]]:
     for i in range(n):
         prompt, completion = rng.randrange(1, 500), rng.randrange(0, 200)
         rows.append({
-            "ts": BASE + timedelta(seconds=rng.randrange(24 * 3600), microseconds=rng.randrange(10**6)),
+            "ts": BASE + timedelta(seconds=rng.randrange(3 * 24 * 3600), microseconds=rng.randrange(10**6)),
             "request_id": f"r{i}", "tenant_id": f"t{i % 3}", "key_id": f"k{i % 7}",
             "model": ["m1", "m2", "m3"][rng.randrange(3)], "deployment": [None, "d1", "d2"][i % 3],
             "endpoint": "chat", "status": 500 if rng.random() < 0.1 else 200, "prompt_tokens": prompt,
@@ -73,9 +78,15 @@ def _expected(rows: list[dict[str, Any]], start: datetime | None, end: datetime 
         total[0] += 1
         total[1] += r["completion_tokens"]
         total[2] += r["cached_tokens"]
+    by_tenant: dict[str, list[Any]] = defaultdict(lambda: [0, 0, 0.0])
+    for r in inside:
+        by_tenant[r["tenant_id"]][0] += 1
+        by_tenant[r["tenant_id"]][1] += r["prompt_tokens"]
+        by_tenant[r["tenant_id"]][2] = round(by_tenant[r["tenant_id"]][2] + r["cost_usd"], 12)
     latencies = [r["latency_ms"] for r in inside]
     return {"models": models, "p50": _nearest_rank(latencies, 0.5), "p95": _nearest_rank(latencies, 0.95),
-            "by_key": dict(by_key), "requests": len(inside)}  # fmt: skip
+            "by_key": dict(by_key), "requests": len(inside),
+            "by_tenant": {t: [n, p, round(c, 9)] for t, (n, p, c) in by_tenant.items()}}  # fmt: skip
 
 
 async def _measured(engine: Any, start: datetime | None, end: datetime | None) -> dict[str, Any]:
@@ -87,6 +98,12 @@ async def _measured(engine: Any, start: datetime | None, end: datetime | None) -
     usage = await aggregate_usage(engine, ["key_id", "deployment"], start, end)
     by_key = {(u["key_id"], u["deployment"]): [u["requests"], u["completion_tokens"], u["cached_tokens"]]
               for u in usage}  # fmt: skip
+    tenants = await aggregate_usage(engine, ["tenant_id"], start, end)  # daily rollups for whole days
+    by_tenant = {
+        u["tenant_id"]: [u["requests"], u["prompt_tokens"], round(u["cost_usd"], 9)] for u in tenants
+    }
+    daily_tenants = await series(engine, "tenant_id", "day", start, end, {})
+    assert sum(s["requests"] for s in daily_tenants) == sum(n for n, _, _ in by_tenant.values())
     hourly = await series(engine, "tenant_id", "hour", start, end, {})
     daily = await series(engine, "key_id", "day", start, end, {"model": "m2"})
     assert sum(s["requests"] for s in hourly) == figures["totals"]["requests"]
@@ -94,7 +111,7 @@ async def _measured(engine: Any, start: datetime | None, end: datetime | None) -
     totals = figures["totals"]
     return {"models": models, "p50": totals["p50_latency_ms"] if totals["requests"] else 0.0,
             "p95": totals["p95_latency_ms"] if totals["requests"] else 0.0, "by_key": by_key,
-            "requests": totals["requests"]}  # fmt: skip
+            "requests": totals["requests"], "by_tenant": by_tenant}  # fmt: skip
 
 
 async def _engine(database: Database, rows: list[dict[str, Any]]) -> Any:

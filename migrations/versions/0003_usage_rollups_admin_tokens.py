@@ -1,4 +1,4 @@
-"""hourly usage rollups (issue 46) and scoped admin tokens
+"""hourly and daily usage rollups (issue 46) and scoped admin tokens
 
 usage_records.rolled marks the records already summed into the rollups (policies/rollups.py compacts the
 others; the queries read a record either from its rollup or raw, never both). ix_usage_unrolled finds those
@@ -61,6 +61,21 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("hour", "model", "deployment", "cache_status"),
     )
     op.create_table(
+        "usage_daily_keys",
+        sa.Column("day", sa.DateTime(), nullable=False),
+        sa.Column("tenant_id", sa.String(length=64), nullable=False),
+        sa.Column("key_id", sa.String(length=64), nullable=False),
+        *_measures(),
+        sa.PrimaryKeyConstraint("day", "tenant_id", "key_id"),
+    )
+    op.create_table(
+        "usage_daily_tenants",
+        sa.Column("day", sa.DateTime(), nullable=False),
+        sa.Column("tenant_id", sa.String(length=64), nullable=False),
+        *_measures(),
+        sa.PrimaryKeyConstraint("day", "tenant_id"),
+    )
+    op.create_table(
         "usage_hourly_latency",
         sa.Column("hour", sa.DateTime(), nullable=False),
         sa.Column("model", sa.String(length=200), nullable=False),
@@ -85,6 +100,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("admin_tokens")
     op.drop_table("usage_hourly_latency")
+    op.drop_table("usage_daily_tenants")
+    op.drop_table("usage_daily_keys")
     op.drop_table("usage_hourly_models")
     op.drop_table("usage_hourly")
     with op.batch_alter_table("usage_records", schema=None) as batch_op:
