@@ -31,9 +31,8 @@ from bench.cross_task import (
     save_heldout,
     shipped_need,
 )
-from bench.routellm_data import REPO, RESULTS
+from bench.routellm_data import REPO, RESULTS, load_mt_bench
 from bench.routellm_gsm8k import gsm8k_rows
-from bench.routellm_tasks import load_mt_bench
 from bench.router_selection import (
     CANDIDATES,
     TEXT_CANDIDATES,

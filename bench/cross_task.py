@@ -21,8 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.routellm_data import Records, cached_embeddings, load_records
-from bench.routellm_tasks import subject_groups
+from bench.routellm_data import Records, cached_embeddings, load_records, subject_groups
 from bench.router_selection import UNSEEN, HeldOut, TaskData, choose, strong_need
 from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
 from routing import features

@@ -19,9 +19,8 @@ import json
 from pathlib import Path
 
 from bench.cross_task import print_rows, public, rows_for, shipped_need
-from bench.routellm_data import REPO, RESULTS, STRONG_COLUMN, WEAK_COLUMN, _contaminated
-from bench.routellm_tasks import GSM8K_RECORDS as RECORDS
-from bench.routellm_tasks import load_gsm8k
+from bench.routellm_data import GSM8K_RECORDS as RECORDS
+from bench.routellm_data import REPO, RESULTS, STRONG_COLUMN, WEAK_COLUMN, _contaminated, load_gsm8k
 
 ROUTER = REPO / "routing" / "models" / "router_lr.npz"
 

@@ -22,8 +22,7 @@ import json
 
 import numpy as np
 
-from bench.routellm_data import Records, load_records
-from bench.routellm_tasks import GROUPS, load_gsm8k, load_mt_bench, subject_groups
+from bench.routellm_data import GROUPS, Records, load_gsm8k, load_mt_bench, load_records, subject_groups
 from bench.routing_curves import bootstrap_apgr, routing_curve
 from studies import RESULTS
 

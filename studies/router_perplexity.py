@@ -31,8 +31,7 @@ import torch
 from scipy.stats import rankdata
 
 from bench.cross_task import mmlu_sample
-from bench.routellm_data import Records
-from bench.routellm_tasks import load_gsm8k, load_mt_bench
+from bench.routellm_data import Records, load_gsm8k, load_mt_bench
 from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
 from studies import RESULTS
 

@@ -188,7 +188,7 @@ def test_bootstrap_intervals_cover_the_estimate_and_random_centres_on_one_half()
 
 
 def test_the_gsm8k_records_load_as_a_third_task() -> None:
-    from bench.routellm_tasks import load_gsm8k
+    from bench.routellm_data import load_gsm8k
 
     records = load_gsm8k()
     assert len(records.prompts) == 1307 and len(set(records.prompts)) > 1300  # 1319 less 12 contaminated
