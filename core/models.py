@@ -17,21 +17,33 @@ class DeploymentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not a silent default
 
-    name: str = Field(min_length=1, max_length=200)
-    backend: BackendKind = "openai"
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        description="the deployment's own name (its pool, health, breaker, metrics)",
+    )
+    backend: BackendKind = Field(
+        default="openai",
+        description="openai: any OpenAI-compatible server at base_url; local_engine: the embedded engine; "
+        "local_embeddings: an in-process embedding model",
+    )
     base_url: str | None = None  # e.g. http://vllm-small:8000/v1
     model: str = Field(min_length=1)  # the model name the upstream expects
     api_key_env: str | None = None  # name of the env var holding the upstream key
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = Field(default=1.0, gt=0, description="its share against the alias's other deployments")
     input_price_per_1m: float = Field(default=0.0, ge=0)  # USD per 1M prompt tokens
     output_price_per_1m: float = Field(default=0.0, ge=0)  # USD per 1M completion tokens
     # USD per 1M prompt tokens the upstream served from its prefix cache (usage.prompt_tokens_details.
     # cached_tokens), as OpenAI and Anthropic discount them; None = the input price
     cached_input_price_per_1m: float | None = Field(default=None, ge=0)
-    connect_timeout_s: float = Field(default=5.0, gt=0)
-    read_timeout_s: float = Field(default=600.0, gt=0)
-    max_connections: int = Field(default=1024, ge=1)
-    endpoints: list[Endpoint] = Field(default_factory=lambda: ["chat", "completions"])
+    connect_timeout_s: float = Field(default=5.0, gt=0, description="to open a connection to the upstream")
+    read_timeout_s: float = Field(default=600.0, gt=0, description="between bytes of the upstream's answer")
+    max_connections: int = Field(
+        default=1024, ge=1, description="requests in flight to this upstream at once"
+    )
+    endpoints: list[Endpoint] = Field(
+        default_factory=lambda: ["chat", "completions"], description="the APIs this deployment serves"
+    )
     # for backend=local_engine: the engine settings of this deployment (fields of the engine's EngineSettings,
     # checked when settings load); None = the gateway's engine settings
     engine: dict[str, Any] | None = None
@@ -94,10 +106,10 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
-    deployments: list[DeploymentConfig] = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=200, description="the public alias clients ask for")
+    deployments: list[DeploymentConfig] = Field(min_length=1, description="where the alias is served")
     fallbacks: list[str] = Field(default_factory=list)  # other aliases to try when all deployments fail
-    owned_by: str = "llmgw"
+    owned_by: str = Field(default="llmgw", description="not used yet: /v1/models says llmgw for every alias")
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelConfig":

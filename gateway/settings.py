@@ -28,20 +28,49 @@ DEFAULT_MASTER_KEY = "sk-llmgw-local"
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LLMGW_", env_nested_delimiter="__", extra="ignore")
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=1, le=65535)
-    workers: int = Field(default=1, ge=1)
-    log_level: str = "info"
-    config_file: Path | None = None
-    master_key: SecretStr = SecretStr(DEFAULT_MASTER_KEY)
-    admin_token: SecretStr | None = None
-    database_url: str = "sqlite+aiosqlite:///./llmgw.db"
-    redis_url: str | None = None
-    max_body_bytes: int = 4 * 1024 * 1024
+    host: str = Field(default="127.0.0.1", description="address the gateway listens on")
+    port: int = Field(default=8000, ge=1, le=65535, description="port the gateway listens on")
+    workers: int = Field(
+        default=1,
+        ge=1,
+        description="gateway processes (uvicorn workers) sharing the port and one metrics directory",
+    )
+    log_level: str = Field(
+        default="info", description="uvicorn's log level: critical, error, warning, info, debug"
+    )
+    config_file: Path | None = Field(
+        default=None,
+        description="the YAML file of settings (models and their deployments); variables win over it",
+    )
+    master_key: SecretStr = Field(
+        default=SecretStr(DEFAULT_MASTER_KEY),
+        description="a proxy key under no tenant's policy; the default serves a loopback-only gateway alone",
+    )
+    admin_token: SecretStr | None = Field(
+        default=None, description="the admin API's and the console's token, with every right; None = both off"
+    )
+    database_url: str = Field(
+        default="sqlite+aiosqlite:///./llmgw.db",
+        description="tenants, keys, policies and usage; postgres:// and postgresql:// mean PostgreSQL (asyncpg)",
+    )
+    redis_url: str | None = Field(
+        default=None,
+        description="shared rate limits, cache and Responses store for a fleet; None or blank = in-process",
+    )
+    max_body_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        description="larger request bodies (as sent, or once decompressed) are refused (413)",
+    )
     shutdown_grace_s: float = Field(default=30.0, ge=0)  # SIGTERM: in-flight work gets this long, then is cut
-    models: list[ModelConfig] = Field(default_factory=default_models)
+    models: list[ModelConfig] = Field(
+        default_factory=default_models,
+        description="public aliases and the deployments behind them (the YAML file's `models`); default: one "
+        "alias, smollm2, served by the embedded engine",
+    )
     engine: EngineSettings = Field(default_factory=EngineSettings)
-    engine_startup_timeout_s: float = 300.0
+    engine_startup_timeout_s: float = Field(
+        default=300.0, description="an embedded engine not ready this long after start has failed to load"
+    )
     cache: CacheSettings = Field(default_factory=CacheSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     policies: PoliciesSettings = Field(default_factory=PoliciesSettings)

@@ -14,4 +14,4 @@ class TracingSettings(BaseModel):
         default=None,
         description="OTLP/HTTP traces URL; None = OTEL_EXPORTER_OTLP_* variables or localhost:4318",
     )
-    service_name: str = "llmgw"
+    service_name: str = "llmgw"  # the service.name resource attribute of every span

@@ -27,7 +27,7 @@ class RedisOptions(BaseModel):
     sentinel_username: str | None = (
         None  # credentials of the Sentinels themselves (the URL's are the master's)
     )
-    sentinel_password: SecretStr | None = None
+    sentinel_password: SecretStr | None = None  # with sentinel_username
 
 
 class DatabaseOptions(BaseModel):
@@ -43,7 +43,7 @@ class DatabaseOptions(BaseModel):
     sslmode: SslMode | None = None  # PostgreSQL's libpq meanings; None = the URL's, else "prefer"
     sslrootcert: Path | None = None  # CA bundle for verify-ca / verify-full
     sslcert: Path | None = None  # client certificate (mutual TLS)
-    sslkey: Path | None = None
+    sslkey: Path | None = None  # its private key
 
 
 class PoliciesSettings(AcceptsFormerNames):
@@ -75,11 +75,11 @@ class PoliciesSettings(AcceptsFormerNames):
         validation_alias=formerly("reserve_completion_tokens", "default_max_tokens"),
         description="completion tokens a request's TPM reservation counts when neither the request "
         "(max_completion_tokens / max_tokens) nor its policy sets any; settlement replaces it with the real "
-        "usage. Formerly default_max_tokens (still read)",
+        "usage",
     )
     usage_queue_size: int = Field(default=50_000, ge=1)  # records buffered while the database is away
-    usage_batch_size: int = Field(default=500, ge=1)
-    usage_flush_interval_s: float = 1.0
+    usage_batch_size: int = Field(default=500, ge=1)  # usage records written per transaction, at most
+    usage_flush_interval_s: float = 1.0  # buffered usage records are written this often
     usage_retry_max_s: float = Field(default=5.0, gt=0)  # backoff cap between write attempts
     usage_shutdown_timeout_s: float = Field(default=10.0, ge=0)  # then what is still buffered is dropped
 

@@ -61,7 +61,7 @@ class Policy(AcceptsFormerNames):
         ge=1,
         validation_alias=formerly("reserve_completion_tokens", "default_max_tokens"),
         description="completion tokens the TPM reservation counts when the request sets no max_tokens; None ="
-        " the gateway's policies.reserve_completion_tokens. Formerly default_max_tokens (still read)",
+        " the gateway's policies.reserve_completion_tokens",
     )
     redis_failure_mode: Literal["open", "closed"] | None = Field(
         default=None,

@@ -37,8 +37,10 @@ class ConfidenceConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: ConfidenceMethod = "mean_logprob"
-    threshold: float = -0.4
+    method: ConfidenceMethod = Field(
+        default="mean_logprob", description="how the small answer is judged (above)"
+    )
+    threshold: float = Field(default=-0.4, description="scores at or above it keep the small answer")
     window: int = Field(default=4, ge=1, description="tokens per window for min_window")
     model_path: str | None = Field(default=None, description="a .npz from training/train_router.py")
     escalate_share: float | None = Field(
@@ -71,7 +73,9 @@ class CascadePolicy(BaseModel):
         description="buffer: decide on the whole small answer, then stream it; prefix: decide after "
         "`prefix_tokens` tokens (their logprobs and margins, as a whole answer's) and stream the rest live",
     )
-    prefix_tokens: int = Field(default=16, ge=1)
+    prefix_tokens: int = Field(
+        default=16, ge=1, description="stream_mode prefix: tokens judged before streaming"
+    )
 
 
 class RoutingPolicy(BaseModel):
@@ -98,9 +102,9 @@ class RoutingPolicy(BaseModel):
 class ScoreWeights(BaseModel):
     """Weights of the engine_score strategy: prefix match minus queue depth minus KV-cache usage."""
 
-    prefix: float = 1.0
-    queue: float = 0.5
-    kv_usage: float = 0.3
+    prefix: float = Field(default=1.0, description="times the share of the prompt's blocks the replica holds")
+    queue: float = Field(default=0.5, description="times its queue depth relative to the pool's mean")
+    kv_usage: float = Field(default=0.3, description="times its KV-cache usage (0..1, scraped)")
 
 
 class RoutingSettings(BaseModel):
@@ -108,7 +112,7 @@ class RoutingSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a silent default
 
-    default_strategy: StrategyName = "peak_ewma"
+    default_strategy: StrategyName = Field(default="peak_ewma", description="for aliases of upstream servers")
     engine_strategy: StrategyName = Field(default="engine_score", description="default for engine pools")
     strategies: dict[str, StrategyName] = Field(default_factory=dict, description="per model alias")
     engine_pools: list[str] = Field(
@@ -122,16 +126,20 @@ class RoutingSettings(BaseModel):
     score_weights: ScoreWeights = Field(default_factory=ScoreWeights)
     ewma_decay_s: float = Field(default=10.0, gt=0, description="peak-EWMA time constant")
     scrape_metrics: bool = Field(default=True, description="read engine pools' /metrics in the background")
-    scrape_interval_s: float = Field(default=1.0, gt=0)
+    scrape_interval_s: float = Field(
+        default=1.0, gt=0, description="how often engine pools' /metrics are read"
+    )
     metrics_stale_s: float = Field(default=5.0, gt=0, description="older scraped numbers are ignored")
-    health_checks: bool = True
-    health_interval_s: float = Field(default=10.0, gt=0)
+    health_checks: bool = Field(default=True, description="probe every deployment; a failed probe ejects it")
+    health_interval_s: float = Field(default=10.0, gt=0, description="how often deployments are probed")
     failures_to_open: int = Field(default=3, ge=1, description="consecutive failures that open the breaker")
     open_cooldown_s: float = Field(default=30.0, gt=0, description="ejection time before half-open probes")
     half_open_probes: int = Field(default=1, ge=1, description="requests let through while half-open")
     max_attempts: int = Field(default=3, ge=1, description="tries per alias (other replicas first)")
-    backoff_base_s: float = Field(default=0.05, ge=0)
-    backoff_max_s: float = Field(default=1.0, ge=0)
+    backoff_base_s: float = Field(
+        default=0.05, ge=0, description="retry wait: uniform in [0, min(backoff_max_s, this × 2^(attempt-1))]"
+    )
+    backoff_max_s: float = Field(default=1.0, ge=0, description="the longest retry wait")
     retry_budget_ratio: float = Field(
         default=0.2, ge=0, description="retries per first attempt, per deployment"
     )

@@ -69,7 +69,6 @@ class EngineSettings(KernelSettings, AcceptsFormerNames):
     # the max_tokens of a request that sets neither max_tokens nor max_completion_tokens (stopping earlier
     # where the context fills); None: until the context fills, as vLLM's chat endpoint does. 256 keeps a
     # laptop CPU's answers to seconds. (Not the policies' reserve_completion_tokens, a rate-limit reservation.)
-    # Formerly default_max_tokens (still read).
     max_tokens_when_unset: int | None = Field(
         default=256, ge=1, validation_alias=formerly("max_tokens_when_unset", "default_max_tokens")
     )

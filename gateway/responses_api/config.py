@@ -15,4 +15,6 @@ class ResponsesSettings(BaseModel):
         default=7 * 24 * 3600, ge=1, description="how long a stored response stays retrievable"
     )
     max_entries: int = Field(default=10_000, ge=1, description="in-process store only; the oldest go first")
-    key_prefix: str = "llmgw:responses"
+    key_prefix: str = Field(
+        default="llmgw:responses", description="every Redis key of the store starts with it"
+    )
