@@ -8,10 +8,18 @@ with metrics and access log off: the observability cost), `virtual-key` (a virtu
 has RPM/TPM/concurrency limits checked in Redis, usage records written to the database).
 
     .venv/bin/python bench/gateway_overhead.py [--seconds 5] [--rounds 3] [--modes master virtual-key]
+
+Before vs after (`--trees`): gateways from two source trees (e.g. `git worktree add /tmp/before main`), each
+imported from its tree; on a shared, busy box one run after the other measures the load as much as the code, so
+each round loads every gateway in turn and the median over rounds is reported (gateway CPU per request, rps;
+no direct runs). Writes bench/results/gateway_overhead_ab.json.
+
+    PYTHONPATH=. .venv/bin/python bench/gateway_overhead.py --trees /tmp/before . --rounds 7
 """
 
 import argparse
 import asyncio
+import os
 import socket
 import statistics
 import sys
@@ -164,15 +172,69 @@ def run_mode(upstream: Process, mode: str, args: argparse.Namespace) -> tuple[li
     return [{"mode": mode, **summarise(c, r)} for c, r in rounds.items()], streaming
 
 
+def compare_trees(args: argparse.Namespace) -> None:
+    """`--trees BEFORE AFTER`: every tree's gateway per mode, loaded in turn each round (see the docstring)."""
+    trees = [str(Path(tree).resolve()) for tree in args.trees]
+    os.chdir("/")  # `python -m gateway.cli` must import the tree on PYTHONPATH, not the current directory
+    upstream = start_fake_upstream()
+    gateways: dict[tuple[str, str], tuple[Process, str]] = {}
+    samples: dict[tuple[str, str, int], list[dict[str, float]]] = {}
+    try:
+        for tree in trees:
+            for mode in args.modes:
+                os.environ["PYTHONPATH"] = tree
+                gateways[(tree, mode)] = start_mode(upstream, mode)
+        for gateway, key in gateways.values():
+            wrk(gateway.url + "/v1/chat/completions", chat_body("bench-model"), key, 4, 1)  # warm-up
+        for _ in range(args.rounds):
+            for connections in args.connections:
+                for (tree, mode), (gateway, key) in gateways.items():
+                    before = gateway.cpu_seconds()
+                    out = wrk(gateway.url + "/v1/chat/completions", chat_body("bench-model"), key, connections,
+                              args.seconds)  # fmt: skip
+                    cpu_us = (gateway.cpu_seconds() - before) * 1e6 / max(out["requests"], 1)
+                    run = {"cpu_us": cpu_us, "rps": out["requests"] / args.seconds,
+                           "errors": out["errors"] + out["non2xx"]}  # fmt: skip
+                    samples.setdefault((tree, mode, connections), []).append(run)
+    finally:
+        for gateway, _ in gateways.values():
+            gateway.stop()
+        upstream.stop()
+    rows: list[dict[str, Any]] = []
+    for (tree, mode, connections), runs in sorted(samples.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+        cpu = statistics.median(r["cpu_us"] for r in runs)
+        rps = statistics.median(r["rps"] for r in runs)
+        errors = sum(r["errors"] for r in runs)
+        rows.append({"tree": tree, "mode": mode, "connections": connections, "cpu_us_per_request": cpu,
+                     "rps": rps, "errors": errors, "cpu_us_runs": [round(r["cpu_us"]) for r in runs]})  # fmt: skip
+        print(
+            f"{mode:>11} {connections:>3} conns  {tree:<24} CPU/request {cpu:6.0f} µs  rps {rps:6.0f}  errors {errors}"
+        )
+    print(f"wrote {write_json('gateway_overhead_ab', {'load_generator': 'wrk -t1', 'rows': rows})}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--connections", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--modes", nargs="+", default=["master", "no-metrics", "virtual-key"])
+    parser.add_argument("--trees", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two source trees")
+    parser.add_argument("--seconds", type=float, help="per load run (default 5; 2 with --trees)")
+    parser.add_argument("--rounds", type=int, help="default 3; 7 with --trees")
+    parser.add_argument("--connections", type=int, nargs="+", help="default 1 16 64; 1 16 with --trees")
+    parser.add_argument(
+        "--modes", nargs="+", help="default master no-metrics virtual-key; master virtual-key with --trees"
+    )
     args = parser.parse_args()
+    defaults = (
+        (2.0, 7, [1, 16], ["master", "virtual-key"])
+        if args.trees
+        else (5.0, 3, [1, 16, 64], ["master", "no-metrics", "virtual-key"])
+    )
+    for name, default in zip(("seconds", "rounds", "connections", "modes"), defaults, strict=True):
+        setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
+    if args.trees:
+        compare_trees(args)
+        return
     upstream = start_fake_upstream()
     rows, streaming = [], None
     try:
