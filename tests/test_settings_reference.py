@@ -11,9 +11,6 @@ UNDESCRIBED = {
     "engine.max_model_len", "engine.max_num_seqs", "engine.num_threads", "engine.single_thread_max_tokens",
     "engine.enable_prefix_caching", "engine.speculative_ngram", "engine.num_speculative_tokens",
     "engine.ngram_min", "engine.ngram_max", "engine.served_model_name",
-    "routing.admission.enabled", "routing.admission.default_class", "routing.admission.classes",
-    "routing.admission.classes.interactive.rank", "routing.admission.classes.standard.rank",
-    "routing.admission.classes.batch.rank",
 }  # fmt: skip
 
 

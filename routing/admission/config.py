@@ -19,7 +19,7 @@ class ServiceClass(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rank: int = Field(ge=0, le=100)
+    rank: int = Field(ge=0, le=100, description="order of service (lower first); sent as vLLM's priority")
     ttft_s: float = Field(gt=0, description="time-to-first-token target (goodput, the SLO metric)")
     itl_s: float = Field(gt=0, description="mean inter-token latency target")
     queue_deadline_s: float = Field(
@@ -47,13 +47,16 @@ class AdmissionSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="hold a saturated pool's excess in per-class queues")
     fair: bool = Field(
         default=True, description="weighted fair sharing between tenants of a class; false: first come, "
         "first served within a class (to measure what fairness buys)"
     )  # fmt: skip
-    default_class: ClassName = "standard"
-    classes: dict[ClassName, ServiceClass] = Field(default_factory=_default_classes)
+    default_class: ClassName = Field(default="standard", description="for tenants whose policy names none")
+    classes: dict[ClassName, ServiceClass] = Field(
+        default_factory=_default_classes,
+        description="interactive, standard, batch: their order, SLOs, deadlines",
+    )
     kv_high: float = Field(
         default=0.98, gt=0, le=1, description="an engine this full of KV cache (scraped) takes no new request"
     )  # fmt: skip
