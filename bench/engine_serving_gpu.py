@@ -10,6 +10,7 @@ with the same lengths, so no run hits the prefix cache of the one before. Scenar
   burst      the workload at the first --configs entry (token budget per step : max running sequences)
   sweep      the same workload at every --configs entry (budget and admission cap chosen by measurement)
   poisson    Poisson arrivals of --poisson-requests requests at --rates x the burst's request throughput
+  ab         at each --ab-configs entry: decode pipelined while requests wait for a slot, off then on
   decode128  128 requests at once: decode-only steps at 128 running sequences against their memory floor
   breakdown  profiled steps of the decode128 workload (attention / matmul / other kernels / sampling / host)
   prefix     TTFT of a 1,024-token shared prefix + 32 own tokens, cold vs prefix-cached
@@ -120,7 +121,8 @@ def shape_section(shape: str, args, ceil: Ceilings) -> None:
     configs = [tuple(int(x) for x in c.split(":")) for c in args.configs.split(",")]
     budget, seqs = configs[0]
     settings = dict(max_model_len=args.max_model_len, max_num_batched_tokens=max(b for b, _ in configs),
-                    max_num_seqs=max(128, *(s for _, s in configs)), kv_cache_memory_mb=args.kv_mb)  # fmt: skip
+                    max_num_seqs=max(128, *(s for _, s in configs)), kv_cache_memory_mb=args.kv_mb,
+                    **args.kernel_fields)  # fmt: skip
     ours = build_ours_from(random_checkpoint(shape, "cuda" if cuda else "cpu"), shape, "bf16" if cuda else "fp32",
                            **settings)  # fmt: skip
     from bench.engine_gpu_models import decode_bytes
@@ -159,6 +161,21 @@ def shape_section(shape: str, args, ceil: Ceilings) -> None:
             requests = with_poisson(make(args.poisson_requests, content), fraction * capacity, content)
             run(ours, f"{shape} poisson {fraction:g}x ({fraction * capacity:.2f} req/s) {budget}:{seqs}",
                 requests, ceil, cost, args)  # fmt: skip
+    if "ab" in scenarios:  # the pipeline while requests wait for a slot: before (off) and after (on)
+        for b, s in [tuple(int(x) for x in c.split(":")) for c in args.ab_configs.split(",")]:
+            set_limits(ours, b, s)
+            scheduler = ours.engine.scheduler
+            for label, patch in (("before: no pipeline while waiting", True), ("after", False)):
+                content += 1
+                if patch:  # the condition before: any waiting request stops the pipeline
+                    scheduler.can_admit = lambda scheduler=scheduler: bool(scheduler.waiting)
+                try:
+                    run(
+                        ours, f"{shape} burst {b}:{s} {label}", make(args.requests, content), ceil, cost, args
+                    )
+                finally:
+                    scheduler.__dict__.pop("can_admit", None)
+        set_limits(ours, budget, seqs)
     if "decode128" in scenarios:
         set_limits(ours, budget, max(seqs, 128))
         run(ours, f"{shape} decode128 {budget}", make(128, 900), ceil, cost, args)
@@ -173,7 +190,8 @@ def shape_section(shape: str, args, ceil: Ceilings) -> None:
         except Exception as error:  # keep the other figures
             log(f"{shape} breakdown failed: {error!r}")
     if "prefix" in scenarios:
-        RESULTS.setdefault("prefix", {})[shape] = ttft = prefix_ttft(ours, vocab, seed=31)
+        label = f"{shape} {args.kernels}".strip()
+        RESULTS.setdefault("prefix", {})[label] = ttft = prefix_ttft(ours, vocab, seed=31)
         log(f"{shape} prefix TTFT: {json.dumps(ttft)}")
     ours.free()
 
@@ -210,6 +228,7 @@ def main() -> None:
         default="2048:256,4096:256,1024:256,2048:128",
         help="token budget : max running sequences; the first is the engine's for every scenario",
     )
+    parser.add_argument("--ab-configs", default="2048:128", help="configs of the ab scenario")
     parser.add_argument("--rates", default="0.5,0.8,1.0", help="Poisson rates as fractions of burst req/s")
     parser.add_argument("--requests", type=int, default=512)
     parser.add_argument("--poisson-requests", type=int, default=256)
@@ -221,8 +240,14 @@ def main() -> None:
     parser.add_argument("--profile-steps", type=int, default=90)
     parser.add_argument("--seed", type=int, default=45)
     parser.add_argument("--quick", action="store_true", help="CPU dry run: tiny model, short prompts")
+    parser.add_argument("--json", default="engine_serving_gpu.json", help="file name under --out")
+    parser.add_argument("--kernels", default="", help="KernelSettings fields, name=value,...")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     args = parser.parse_args()
+    from backends.local_engine.config import KernelSettings
+
+    given = dict(item.split("=", 1) for item in args.kernels.split(",") if item)
+    args.kernel_fields = KernelSettings(**given).model_dump(include=set(given))
     if args.quick:
         args.shapes, args.requests, args.poisson_requests, args.kv_mb = "tiny", 24, 12, 64
         args.configs, args.max_model_len, args.profile_steps = "64:8,32:8", 1200, 10
@@ -242,7 +267,7 @@ def main() -> None:
             traceback.print_exc()
             RESULTS.setdefault("errors", {})[shape] = repr(error)
         sync()
-        (Path(args.out) / "engine_serving_gpu.json").write_text(json.dumps(RESULTS, indent=1))
+        (Path(args.out) / args.json).write_text(json.dumps(RESULTS, indent=1))
     print("\n".join(table()), flush=True)
 
 

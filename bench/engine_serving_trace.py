@@ -274,10 +274,9 @@ def profile_breakdown(
 
 def _attribute(events: list[dict], kinds: list[str]) -> dict:
     """Kernel time by part and the host's remainder, per step kind (`kinds`: one per forward, in order)."""
-    spans = sorted(
-        (e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "bench_step" and "dur" in e
-    )
-    marks = sorted(e["ts"] for e in events if e.get("name") == "bench_model_done")
+    host = [e for e in events if e.get("cat") == "user_annotation" and "dur" in e]  # not gpu_user_annotation
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in host if e["name"] == "bench_step")
+    marks = sorted(e["ts"] for e in host if e["name"] == "bench_model_done")
     kernels = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
     totals: dict[str, dict[str, float]] = {}
     counts: dict[str, int] = {}

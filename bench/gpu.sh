@@ -6,8 +6,8 @@
 # One-liner on the device (carry .whl): bench/gpu.sh python3 -m bench.engine_serving_gpu --shapes llama-8b
 set -e
 if [ "$1" = wheels ]; then
-  pins=$(grep -hoE '^(pydantic|pydantic-core|annotated-types|typing-inspection|typing-extensions|orjson)==[^ ]+' \
-    requirements/runtime.txt | sort -u)
+  pins=$(grep -hoE '^(pydantic|pydantic-core|annotated-types|typing-inspection|typing-extensions|orjson|gguf)==[^ ]+' \
+    requirements/runtime.txt requirements/engine.txt | sort -u)
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl $pins

@@ -13,8 +13,8 @@ from backends.local_engine.engine.sampling_params import SamplingParams
 def engine(async_decode: bool, **settings) -> tuple[LLMEngine, FakeRunner]:
     runner = FakeRunner(num_blocks=64, device_input=True)
     sampler = DeviceSampler(0)
-    config = EngineSettings(max_model_len=256, max_num_batched_tokens=64, max_num_seqs=8,
-                            async_decode=async_decode, **settings)  # fmt: skip
+    fields = {"max_model_len": 256, "max_num_batched_tokens": 64, "max_num_seqs": 8, **settings}
+    config = EngineSettings(async_decode=async_decode, **fields)
     return LLMEngine(
         config, runner, fake_probs, FakeDetokenizer, sampler.sample, sampler.sample_async
     ), runner
@@ -84,3 +84,25 @@ def test_async_decode_registers_prefix_blocks_with_the_real_tokens() -> None:
     first = llm.step()
     assert first[0].seq_id == seq_id and first[0].num_cached_tokens == 12  # the last block is recomputed
     assert first[0].new_token_ids == [next_token(follow_up)]
+
+
+def test_async_decode_runs_while_requests_wait_for_a_slot_and_admits_them_when_one_frees() -> None:
+    plan = {0: [([i + 1, i + 2], SamplingParams(max_tokens=6 + 4 * i, temperature=0.0)) for i in range(5)]}
+    plain, _ = engine(False, max_num_seqs=2)
+    fast, runner = engine(True, max_num_seqs=2)
+    assert list(run(fast, plan, {}).values()) == list(run(plain, plan, {}).values())
+    assert runner.device_input_steps > 10  # pipelined though three, then two, then one, waited
+
+
+def test_a_waiting_request_that_outranks_a_running_one_stops_the_pipeline() -> None:
+    llm, _ = engine(True, max_num_seqs=1)
+    llm.add_request([1, 2], SamplingParams(max_tokens=30, temperature=0.0, priority=5))
+    for _ in range(4):
+        llm.step()
+    assert not llm.scheduler.can_admit()
+    urgent = llm.add_request([3, 4], SamplingParams(max_tokens=2, temperature=0.0))  # priority 0 < 5
+    assert llm.scheduler.can_admit()
+    finished = []
+    while llm.has_work:
+        finished += [out.seq_id for out in llm.step() if out.finish_reason is not None]
+    assert finished[0] == urgent and llm.scheduler.num_preemptions == 1

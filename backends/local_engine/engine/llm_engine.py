@@ -200,12 +200,13 @@ class LLMEngine:
     # --- asynchronous decode (pipeline.py) ------------------------------------------------------------
 
     def _async_ok(self, seqs: list[Sequence]) -> bool:
-        """A decode step of `seqs` may run before the host has seen their last tokens: nothing waits
-        for admission, the next step cannot preempt, and every request samples on the device alone."""
+        """A decode step of `seqs` may run before the host has seen their last tokens: no waiting request
+        can be admitted (none waits, or every slot is held by equal or higher priority), the next step
+        cannot preempt, and every request samples on the device alone."""
         accepts = getattr(self.runner, "accepts_device_input", None)
         return (
             self._sample_async_fn is not None
-            and not self.scheduler.waiting
+            and not self.scheduler.can_admit()
             and accepts is not None
             and accepts(len(seqs))
             and len(seqs) <= min(self.block_manager.num_free_blocks, self.settings.max_num_batched_tokens)

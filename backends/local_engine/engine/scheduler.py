@@ -56,6 +56,16 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def can_admit(self) -> bool:
+        """Whether the next step may admit a waiting sequence: one waits and a slot is free, or it outranks
+        a running one (priority preemption). False while every slot is held by equal or higher priority:
+        the next steps are the running sequences' alone (the CUDA engine pipelines them, pipeline.py)."""
+        if not self.waiting:
+            return False
+        if len(self.running) < self.max_num_seqs:
+            return True
+        return bool(self.running) and self.waiting[0].params.priority < self.running[-1].params.priority
+
     def schedule(self) -> SchedulerOutput:
         """This step's batch, under one token budget: the decode section, then the prefill section."""
         step = _Step(self.max_num_batched_tokens)
