@@ -106,40 +106,58 @@ async def series(
     end: datetime | None,
     filters: dict[str, str],
 ) -> list[dict[str, Any]]:
-    """Requests, tokens and spend per time bucket and group; groups past MAX_SERIES summed as '(other)'."""
-    f = facts(Window(start, end), {group}, filters, days=bucket == "day", with_ts=True)
-    column = f.c[group]
+    """Requests, tokens and spend per time bucket and group; groups past MAX_SERIES summed as '(other)'.
+
+    The largest groups are ranked over the coarsest rollups; their buckets are read for them alone (an index
+    on key and day), and '(other)' is each bucket's total (a small rollup) less theirs: exact in requests and
+    tokens, in spend to the last bits of a float sum."""
+    window = Window(start, end)
     async with engine.connect() as plain:
         conn = await _snapshot(plain)
+        ranked = facts(window, {group}, filters)
+        column = ranked.c[group]
         top_query = (
             select(column).group_by(column)
-            .order_by(func.sum(f.c.cost_usd).desc(), func.sum(f.c.requests).desc(), column).limit(MAX_SERIES)
+            .order_by(func.sum(ranked.c.cost_usd).desc(), func.sum(ranked.c.requests).desc(), column)
+            .limit(MAX_SERIES)
         )  # fmt: skip
         top = [value for (value,) in await conn.execute(top_query)]
-        at = _bucket(conn, bucket, f.c.ts).label("t")
-        label = case((column.in_(top), column), else_=literal_column("'(other)'")).label("group")
-        query = (
-            select(
-                at,
-                label,
-                func.sum(f.c.requests).label("requests"),
-                func.coalesce(func.sum(f.c.prompt_tokens + f.c.completion_tokens), 0).label("tokens"),
-                func.coalesce(func.sum(f.c.cost_usd), 0.0).label("cost_usd"),
-            )
-            .group_by(literal_column("1"), literal_column("2"))  # by position: the expressions hold binds
-            .order_by(literal_column("1"), literal_column("2"))
+        lines = await _per_bucket(
+            conn, facts(window, {group}, {**filters, group: top}, bucket, True), bucket, group
         )
-        rows = (await conn.execute(query)).mappings().all()
+        totals = await _per_bucket(conn, facts(window, set(), filters, bucket, True), bucket, None)
+    shown: dict[str, list[Any]] = {}
+    for (t, _), sums in lines.items():
+        seen = shown.setdefault(t, [0, 0, 0.0])
+        for i, value in enumerate(sums):
+            seen[i] += value
+    rows = [(t, name, sums) for (t, name), sums in lines.items()]
+    for (t, _), (requests, tokens, cost) in totals.items():
+        seen = shown.get(t, [0, 0, 0.0])
+        if requests > seen[0]:
+            rows.append((t, "(other)", [requests - seen[0], tokens - seen[1], max(cost - seen[2], 0.0)]))
     return [
-        {
-            "t": _iso(row["t"]),
-            "group": row["group"],
-            "requests": int(row["requests"]),
-            "tokens": int(row["tokens"] or 0),
-            "cost_usd": float(row["cost_usd"] or 0.0),
-        }
-        for row in rows
+        {"t": _iso(t), "group": name, "requests": sums[0], "tokens": sums[1], "cost_usd": sums[2]}
+        for t, name, sums in sorted(rows, key=lambda r: (_iso(r[0]), r[1]))
     ]
+
+
+async def _per_bucket(
+    conn: AsyncConnection, f: Any, bucket: Bucket, group: str | None
+) -> dict[tuple[Any, str | None], list[Any]]:
+    """Requests, tokens and spend per bucket (and group)."""
+    columns = [_bucket(conn, bucket, f.c.ts).label("t"), *([f.c[group]] if group else [])]
+    sums = [
+        func.sum(f.c.requests),
+        func.sum(f.c.prompt_tokens + f.c.completion_tokens),
+        func.sum(f.c.cost_usd),
+    ]
+    by_position = [literal_column(str(i + 1)) for i in range(len(columns))]  # the expressions hold binds
+    result = {}
+    for row in await conn.execute(select(*columns, *sums).group_by(*by_position)):
+        t, name = row[0], (row[1] if group else None)
+        result[(t, name)] = [int(row[-3] or 0), int(row[-2] or 0), float(row[-1] or 0.0)]
+    return result
 
 
 def _iso(value: Any) -> str:

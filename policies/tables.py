@@ -155,10 +155,22 @@ class UsageHourlyModelRow(Base):
     requests, errors, prompt_tokens, completion_tokens, cached_tokens, cost_usd, latency_ms_sum = _measures()
 
 
+class UsageWeeklyKeyRow(Base):
+    """Usage per week (from Monday 00:00 UTC), tenant and key: a key's month in a few rows."""
+
+    __tablename__ = "usage_weekly_keys"
+
+    week: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    requests, errors, prompt_tokens, completion_tokens, cached_tokens, cost_usd, latency_ms_sum = _measures()
+
+
 class UsageDailyKeyRow(Base):
-    """Usage per day (UTC), tenant and key: a key's or a tenant's month in a few rows a key."""
+    """Usage per day (UTC), tenant and key (a few keys' days: ix_usage_daily_keys_key)."""
 
     __tablename__ = "usage_daily_keys"
+    __table_args__ = (Index("ix_usage_daily_keys_key", "key_id", "day"),)
 
     day: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
     tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -1,8 +1,9 @@
-"""A window's usage as facts: the rollups for its whole days and hours, the raw records for the rest.
+"""A window's usage as facts: the rollups for its whole weeks, days and hours, the raw records for the rest.
 
 A window [start, end) splits into its whole hours [h0, h1) and its partial edges [start, h0), [h1, end).
-The facts of the whole hours are rollup rows (daily ones for the whole days among them, where a daily rollup
-has the dimensions asked for, hourly ones for the other hours) plus the records there not rolled up yet;
+The facts of the whole hours are rollup rows (weekly ones for its whole weeks, daily ones for the whole days
+around them, hourly ones for the other hours, wherever a rollup of that grain has the dimensions asked for)
+plus the records there not rolled up yet;
 the edges are read raw. Each record is counted once (policies/rollups.py), in one statement, so one
 snapshot: the sums equal the raw records' sums. Percentiles are exact nearest-rank: the latency histogram
 (rollups and raw alike) names the bucket that holds the k-th latency, and the records of that bucket in the
@@ -11,13 +12,23 @@ window give its value (over the index on model and latency).
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Subquery, case, func, literal, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from policies.rollups import LATENCY_BOUNDS, MEASURES, ROLLUPS, Grain, Rollup, latency_bucket_sql, start_of
+from policies.rollups import (
+    GRAINS,
+    LATENCY_BOUNDS,
+    MEASURES,
+    ROLLUPS,
+    Grain,
+    Rollup,
+    latency_bucket_sql,
+    next_start,
+    start_of,
+)
 from policies.tables import UsageHourlyLatencyRow, UsageRow
 
 
@@ -51,31 +62,37 @@ class Window:
         hours = self.whole_hours()
         return None if hours is None else _range(hour, *hours)
 
-    def rolled_spans(self, days: bool) -> list[tuple[Grain, datetime | None, datetime | None]]:
-        """The whole hours as rollup spans: with `days`, their whole days at day grain, the hours around
-        them at hour grain."""
+    def rolled_spans(self, grains: tuple[Grain, ...]) -> list[tuple[Grain, datetime | None, datetime | None]]:
+        """The whole hours as rollup spans: the whole periods of the coarsest grain, then of the next one
+        around them, down to hours (`grains`: coarsest first, ending with "hour")."""
         hours = self.whole_hours()
-        if hours is None:
-            return []
-        h0, h1 = hours
-        d0 = None if h0 is None else _ceil(h0, "day")
-        d1 = None if h1 is None else start_of(h1, "day")
-        if not days or (d0 is not None and d1 is not None and d0 >= d1):
-            return [("hour", h0, h1)]
-        spans: list[tuple[Grain, datetime | None, datetime | None]] = [("day", d0, d1)]
-        if d0 is not None and h0 is not None and h0 < d0:
-            spans.append(("hour", h0, d0))
-        if d1 is not None and h1 is not None and d1 < h1:
-            spans.append(("hour", d1, h1))
-        return spans
+        return [] if hours is None else _spans(*hours, grains)
 
     def conditions(self) -> list[Any]:
         return _range(UsageRow.ts, self.start, self.end)
 
 
+def _spans(
+    low: datetime | None, high: datetime | None, grains: tuple[Grain, ...]
+) -> list[tuple[Grain, datetime | None, datetime | None]]:
+    grain = grains[0]
+    if grain == "hour":
+        return [("hour", low, high)]
+    first = None if low is None else _ceil(low, grain)
+    last = None if high is None else start_of(high, grain)
+    if first is not None and last is not None and first >= last:
+        return _spans(low, high, grains[1:])
+    spans: list[tuple[Grain, datetime | None, datetime | None]] = [(grain, first, last)]
+    if low is not None and first is not None and low < first:
+        spans += _spans(low, first, grains[1:])
+    if high is not None and last is not None and last < high:
+        spans += _spans(last, high, grains[1:])
+    return spans
+
+
 def _ceil(value: datetime, grain: Grain) -> datetime:
     floor = start_of(value, grain)
-    return floor if floor == value else floor + (timedelta(hours=1) if grain == "hour" else timedelta(days=1))
+    return floor if floor == value else next_start(floor, grain)
 
 
 def _range(column: Any, low: datetime | None, high: datetime | None) -> list[Any]:
@@ -90,12 +107,22 @@ def _rollup(grain: Grain, needed: set[str]) -> Rollup | None:
     return next((r for r in ROLLUPS if r.grain == grain and needed <= set(r.dims)), None)
 
 
+Filters = dict[str, str | list[str]]  # column -> a value, or the values it may take
+
+
+def _matches(table: Any, filters: Filters) -> list[Any]:
+    return [
+        getattr(table, k).in_(v) if isinstance(v, list) else getattr(table, k) == v
+        for k, v in filters.items()
+    ]
+
+
 def facts(
-    window: Window, dims: set[str], filters: dict[str, str], days: bool = True, with_ts: bool = False
+    window: Window, dims: set[str], filters: Filters, coarsest: Grain = "week", with_ts: bool = False
 ) -> Subquery:
-    """Columns: `ts` (with_ts), the `dims` (deployment '' for none) and MEASURES, over the window. The whole
-    days come from the smallest daily rollup with the dimensions (`days`: where daily buckets do), the other
-    whole hours from the smallest hourly one, the rest raw."""
+    """Columns: `ts` (with_ts), the `dims` (deployment '' for none) and MEASURES, over the window. Its whole
+    weeks, days and hours come from the smallest rollup of that grain with the dimensions (no coarser than
+    `coarsest`: the buckets a series needs), the rest raw."""
     needed = dims | set(filters)
     names = sorted(dims)
     raw_columns = [
@@ -106,21 +133,18 @@ def facts(
         UsageRow.prompt_tokens, UsageRow.completion_tokens, UsageRow.cached_tokens, UsageRow.cost_usd,
         UsageRow.latency_ms.label("latency_ms_sum"),
     ]  # fmt: skip
-    raw_filters = [getattr(UsageRow, k) == v for k, v in filters.items()]
-    parts = [select(*raw_columns).where(*part, *raw_filters) for part in window.raw_parts()]
-    hourly, daily = _rollup("hour", needed), _rollup("day", needed) if days else None
-    assert hourly is not None, needed
-    for rollup, low, high in window.rolled_spans(daily is not None):
-        table = daily if rollup == "day" and daily is not None else hourly
+    parts = [select(*raw_columns).where(*part, *_matches(UsageRow, filters)) for part in window.raw_parts()]
+    allowed = GRAINS[GRAINS.index(coarsest) :]
+    tables = {g: r for g in allowed if (r := _rollup(g, needed)) is not None}
+    assert "hour" in tables, needed
+    for grain, low, high in window.rolled_spans(tuple(tables)):
+        table = tables[grain]
         columns = [
             *([table.time.label("ts")] if with_ts else []),
             *(getattr(table.row, n) for n in names),
             *(getattr(table.row, m) for m in MEASURES),
         ]
-        conditions = _range(table.time, low, high)
-        parts.append(
-            select(*columns).where(*conditions, *(getattr(table.row, k) == v for k, v in filters.items()))
-        )
+        parts.append(select(*columns).where(*_range(table.time, low, high), *_matches(table.row, filters)))
     return union_all(*parts).subquery("facts")
 
 

@@ -1,4 +1,4 @@
-"""hourly and daily usage rollups (issue 46) and scoped admin tokens
+"""hourly, daily and weekly usage rollups (issue 46) and scoped admin tokens
 
 usage_records.rolled marks the records already summed into the rollups (policies/rollups.py compacts the
 others; the queries read a record either from its rollup or raw, never both). ix_usage_unrolled finds those
@@ -68,6 +68,15 @@ def upgrade() -> None:
         *_measures(),
         sa.PrimaryKeyConstraint("day", "tenant_id", "key_id"),
     )
+    op.create_index("ix_usage_daily_keys_key", "usage_daily_keys", ["key_id", "day"])
+    op.create_table(
+        "usage_weekly_keys",
+        sa.Column("week", sa.DateTime(), nullable=False),
+        sa.Column("tenant_id", sa.String(length=64), nullable=False),
+        sa.Column("key_id", sa.String(length=64), nullable=False),
+        *_measures(),
+        sa.PrimaryKeyConstraint("week", "tenant_id", "key_id"),
+    )
     op.create_table(
         "usage_daily_tenants",
         sa.Column("day", sa.DateTime(), nullable=False),
@@ -101,6 +110,8 @@ def downgrade() -> None:
     op.drop_table("admin_tokens")
     op.drop_table("usage_hourly_latency")
     op.drop_table("usage_daily_tenants")
+    op.drop_table("usage_weekly_keys")
+    op.drop_index("ix_usage_daily_keys_key", table_name="usage_daily_keys")
     op.drop_table("usage_daily_keys")
     op.drop_table("usage_hourly_models")
     op.drop_table("usage_hourly")
