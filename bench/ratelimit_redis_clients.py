@@ -29,10 +29,9 @@ from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
 
-from bench.policies_ratelimit import measure
+from bench.policies_ratelimit import POLICY, _nothing, measure
 from core.context import Principal
 from policies.config import RedisOptions
-from policies.policy import Budget, Limits, Policy
 from policies.ratelimit.buckets import Bucket, Spend
 from policies.ratelimit.connect import open_pool
 from policies.ratelimit.plan import admission_buckets, spends
@@ -47,11 +46,6 @@ from tests.redis_deploy_servers import (
 )
 from tests.redis_servers import RedisServer
 
-POLICY = Policy(
-    key_limits=Limits(rpm=10**9, tpm=10**12),
-    tenant_limits=Limits(rpm=10**9, tpm=10**12, max_concurrent=10**6),
-    tenant_budget=Budget(usd_per_day=10**9),
-)
 TENANTS = 16
 Request = Callable[[], Awaitable[object]]
 Work = list[tuple[list[Bucket], list[Spend]]]
@@ -169,10 +163,6 @@ async def main(args: argparse.Namespace) -> None:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), **derived, **measured}, indent=2))
     print(f"→ {out}")
-
-
-async def _nothing() -> None:
-    return None
 
 
 def cli() -> None:
