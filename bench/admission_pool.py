@@ -12,6 +12,7 @@ until its `llmgw_admission_pool_slots` is a number.
 
 import asyncio
 import re
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -20,8 +21,9 @@ from typing import Any
 import aiohttp
 
 from bench.engine_http import EngineServer
-from bench.engine_routing import KEY, gateway_config, wait_ready
+from bench.engine_routing import KEY, gateway_config, one_request, wait_ready
 from bench.harness import Process, start_gateway
+from bench.trace_data import TraceRequest
 from gateway.settings import Settings
 from policies.policy import Policy
 from policies.provision import provision_virtual_key
@@ -96,8 +98,15 @@ class GatewayFleet:
         return out
 
     def stop(self) -> None:
+        """Terminate all; a replica still draining requests (whose clients timed out) after 20 s is killed."""
         for replica in self.replicas:
-            replica.stop()
+            replica.popen.terminate()
+        for replica in self.replicas:
+            try:
+                replica.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                replica.popen.kill()
+                replica.popen.wait()
 
 
 def admission_series(text: str) -> dict[str, float]:
@@ -149,3 +158,36 @@ async def _saturate(
 
 def new_database_url() -> str:
     return f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='llmgw-admission-')}/llmgw.db"
+
+
+async def pool_capacity(
+    engines: list[EngineServer],
+    requests: list[TraceRequest],
+    cal: dict[str, float],
+    seconds: float,
+    clients: int,
+) -> dict[str, float]:
+    """The pool's measured capacity for a request mix: `clients` closed-loop clients per engine (more than it runs
+    at once, so it always has requests waiting) send `requests` in turn (unique prompts of their input length,
+    their output length with ignore_eos) for `seconds`; what the requests that ended in time served, per second:
+    prompt + completion tokens, and batch-1 work (`cal`'s seconds per token)."""
+    served = {"prompt": 0, "completion": 0, "requests": 0}
+    turn = iter(range(10**9))
+    deadline = time.monotonic() + seconds
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+
+        async def client(engine: EngineServer) -> None:
+            while time.monotonic() < deadline:
+                index = next(turn)
+                r = requests[index % len(requests)]
+                prompt = f"{index} " + "ledger " * max(r.input_length - 2, 1)
+                result = await one_request(session, engine.url, prompt, r.output_length, model="m")
+                if time.monotonic() <= deadline:
+                    served["prompt"] += result["prompt_tokens"]
+                    served["completion"] += result["tokens"]
+                    served["requests"] += 1
+
+        await asyncio.gather(*(client(e) for e in engines for _ in range(clients)))
+    work = served["prompt"] * cal["s_per_prompt_token"] + served["completion"] * cal["s_per_output_token"]
+    return {**{k: v / seconds for k, v in served.items()}, "tok_s": (served["prompt"] + served["completion"]) / seconds,
+            "work_rate": work / seconds, "seconds": seconds}  # fmt: skip

@@ -1,0 +1,391 @@
+"""Issue 44's targets through the real gateway in front of a pool of real engines (CPU, SmolLM2), driven by AIPerf
+(bench/trace_aiperf.py: build/aiperf-venv with aiperf==0.13.0, SmolLM2's tokenizer in build/hf-cache).
+
+Pool: `--replicas` `llmgw engine serve` processes (SmolLM2-135M int4, one thread each, at most `--max-num-seqs`
+running: the engine's own batch limit, as vLLM's --max-num-seqs), one alias `pool`, behind `--gateways` gateway
+replicas sharing Redis (127.0.0.1:6379) and one database; each AIPerf process sends to one replica (tenant i to
+replica i mod gateways). The gateways learn each engine's slots from its scraped metrics (no max_concurrency
+unless `--max-concurrency`); the class's rank reaches the engines as vLLM's `priority`. Every case runs with
+admission on (`fair`: weighted fair sharing between tenants), on with `fair: false` (`fifo`), and `off`
+(routing.admission.enabled=false), each with fresh gateway processes.
+
+Load is relative to the pool's capacity, calibrated as bench/trace_replay.py does: batch-1 seconds per prompt
+and per output token on each engine; a slice's work is Σ(batch-1 seconds), and a load of L over D seconds is a
+run of consecutive trace requests holding L × replicas × D seconds of work, re-timed to span D.
+
+1. priority: an interactive tenant (class interactive) replays a Mooncake conversation-trace slice at
+   `--interactive-load` alone (its baseline, admission fair and off), then beside a batch tenant (class batch)
+   replaying the Azure code trace at `--batch-load` (3×). The batch tenant alone with admission off gives the
+   pool's capacity for its mix (served tokens/s, and batch-1 work served per second); its "remaining capacity"
+   beside the interactive tenant is that × (1 − the interactive tenant's served work rate ÷ the pool's).
+   Reported: interactive p95 TTFT ÷ alone (target ≤ 1.5), goodput against its class's SLO (≥ 95 %), batch
+   served tokens/s ÷ remaining capacity (≥ 90 %), refusals by status with how many carried Retry-After,
+   timeouts (AIPerf's client timeout `--client-timeout-s`; target none).
+2. fair share: two standard tenants replay two Azure conversation-trace slices at `--share-loads` (2× and
+   1.5×): served tokens per 30 s window from AIPerf's records, Jain's index per window (target ≥ 0.95); then
+   weights 2 : 1 (the weight-2 tenant offers the smaller load): shares per window (target within 10 % of 2).
+3. overhead: bench/admission_overhead.py (fake upstream, on / off), plus the interactive tenant alone with
+   admission fair and off (TTFT p50 difference).
+
+    .venv/bin/python -m bench.admission_replay                       # bench/results/admission_replay.json
+    .venv/bin/python -m bench.admission_replay --gateways 1 --scenarios fair_share --name admission_replay_1gw
+"""
+
+import argparse
+import asyncio
+import os
+import signal
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench import trace_data as td
+from bench.admission_overhead import measure as measure_overhead
+from bench.admission_overhead import print_table as print_overhead
+from bench.admission_pool import (
+    GatewayFleet,
+    Tenant,
+    learn_capacity,
+    new_database_url,
+    pool_capacity,
+    pool_config,
+    provision,
+    slots_of,
+)
+from bench.admission_records import Record, jain, overlap, read_records, served_windows, summarise
+from bench.admission_report import print_tables, targets
+from bench.engine_http import EngineServer
+from bench.harness import ROOT, write_json
+from bench.trace_aiperf import HF_CACHE, aiperf_command, run_aiperf
+from bench.trace_replay import batch1_work, calibrate
+from routing.admission.config import AdmissionSettings
+
+TENANTS = [
+    Tenant("probe", "standard"), Tenant("interactive", "interactive"), Tenant("batch", "batch"),
+    Tenant("std-a", "standard"), Tenant("std-b", "standard"), Tenant("std-heavy", "standard", 2.0),
+    Tenant("std-light", "standard", 1.0),
+]  # fmt: skip
+CLASS_OF = {t.name: t.service_class for t in TENANTS}
+
+
+@dataclass
+class Load:
+    tenant: str
+    trace: list[td.TraceRequest]
+    length_div: int
+    delay_s: float = 0.0  # its AIPerf starts this much after the others (a small one starts faster)
+
+
+@dataclass
+class Pool:
+    args: argparse.Namespace
+    engines: list[EngineServer]
+    cal: dict[str, float]
+    keys: dict[str, str]
+    database_url: str
+    capacity: dict[
+        str, float
+    ]  # pool_capacity on the batch mix: tok_s, work_rate (batch-1 seconds per second)
+
+    def work(self, records: list[Record], window: tuple[float, float]) -> float:
+        """Batch-1 seconds of the requests answered in `window`, per second of it."""
+        lo, hi = window
+        done = [r for r in records if r.status == "200" and lo <= r.end_s < hi]
+        seconds = sum(r.prompt_tokens * self.cal["s_per_prompt_token"] + r.completion_tokens
+                      * self.cal["s_per_output_token"] for r in done)  # fmt: skip
+        return seconds / (hi - lo) if hi > lo else 0.0
+
+
+def classes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The default classes, with the CPU-scaled SLOs and deadlines of this run."""
+    out = {name: c.model_dump() for name, c in AdmissionSettings().classes.items()}
+    out["interactive"].update(ttft_s=args.interactive_ttft_s, itl_s=args.interactive_itl_s)
+    out["batch"].update(queue_deadline_s=args.batch_deadline_s)
+    return out
+
+
+def scaled(name: str, args: argparse.Namespace, start_s: float) -> tuple[list[td.TraceRequest], int]:
+    """Trace `name` from `start_s` (an hour of it), lengths scaled; with the length divisor used."""
+    div = args.length_div if name == "mooncake" else args.azure_length_div
+    return td.scale(td.window(td.load(name), start_s, 3600), div, 1.0, args.max_input), div
+
+
+def fit(name: str, pool: "Pool", start_s: float, load: float, duration_s: float,
+        offset_s: float = 0.0) -> tuple[list[td.TraceRequest], int]:  # fmt: skip
+    """Consecutive requests of trace `name` from `start_s` holding load × the pool's measured capacity × duration
+    of batch-1 work, re-timed to span `duration_s` and shifted by `offset_s`; with the length divisor used."""
+    requests, div = scaled(name, pool.args, start_s)
+    budget, picked, work = load * pool.capacity["work_rate"] * duration_s, [], 0.0
+    for request in requests:
+        picked.append(request)
+        work += batch1_work([request], pool.cal)
+        if work >= budget:
+            break
+    factor = duration_s * 1000 / max(picked[-1].t_ms - picked[0].t_ms, 1.0)
+    first = picked[0].t_ms
+    return [replace(r, t_ms=(r.t_ms - first) * factor + offset_s * 1000) for r in picked], div
+
+
+async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict[str, Any]:
+    """Fresh gateways in `mode`, the pool's slots learned, then one AIPerf per tenant, all at once."""
+    args = pool.args
+    prefix = f"llmgw-admbench-{time.time_ns()}:"
+    config = pool_config(pool.engines, mode, pool.database_url, classes(args), args.max_concurrency, prefix)
+    fleet = GatewayFleet(config, args.gateways)
+    started = time.time()
+    load_before = os.getloadavg()
+    try:
+        await fleet.ready()
+        await asyncio.sleep(1.5)  # the first scrapes
+        slots = await learn_capacity(fleet, pool.keys["probe"], args.probe_clients) if mode != "off" else []
+        await asyncio.sleep(2.0)
+        commands, outs = [], []
+        for index, load in enumerate(loads):
+            case = Path(args.work_dir) / label / mode
+            trace_file = td.write_mooncake(load.trace, case / f"{load.tenant}.jsonl")
+            slo = classes(args)[CLASS_OF[load.tenant]]
+            tenant_args = argparse.Namespace(**{**vars(args), "length_div": load.length_div,
+                                                "slo_ttft_ms": slo["ttft_s"] * 1000, "slo_itl_ms": slo["itl_s"] * 1000,
+                                                "aiperf_timeout_s": args.client_timeout_s})  # fmt: skip
+            outs.append(case / load.tenant)
+            commands.append(aiperf_command(tenant_args, fleet.url(index), pool.keys[load.tenant], trace_file,
+                                           outs[-1], args.seed + index) + ["--export-http-trace"])  # fmt: skip
+        timeout = args.client_timeout_s + max(r.t_ms for load in loads for r in load.trace) / 1000 + 300
+        sampling = asyncio.create_task(sample_slots(fleet, slots_seen := []))
+        walls = await asyncio.gather(
+            *(launch(c, load.delay_s, timeout) for c, load in zip(commands, loads, strict=True))
+        )
+        sampling.cancel()
+        series = await fleet.metrics()
+    finally:
+        fleet.stop()
+    records = {load.tenant: read_records(out) for load, out in zip(loads, outs, strict=True)}
+    counts = {t: len(r) for t, r in records.items()}
+    print(f"== {label} {mode}: {counts} requests, {time.time() - started:.0f} s, slots {slots}, "
+          f"load avg {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    return {"records": records, "slots_learned": slots, "slots_during": slot_stats(slots_seen), "aiperf_wall_s": walls, "case_wall_s": time.time() - started,
+            "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
+            "gateway_series": [compact(s) for s in series]}  # fmt: skip
+
+
+async def launch(command: list[str], delay_s: float, timeout: float) -> float:
+    await asyncio.sleep(delay_s)
+    return await asyncio.to_thread(run_aiperf, command, timeout)
+
+
+async def sample_slots(fleet: GatewayFleet, seen: list[list[float | None]]) -> None:
+    """Each replica's estimate of the pool's slots, every second, while the load runs."""
+    while True:
+        seen.append([slots_of(series) for series in await fleet.metrics()])
+        await asyncio.sleep(1.0)
+
+
+def slot_stats(seen: list[list[float | None]]) -> list[dict[str, float]]:
+    out = []
+    for column in zip(*seen, strict=True):
+        known = [v for v in column if v is not None]
+        out.append({"min": min(known), "mean": sum(known) / len(known), "max": max(known)} if known else {})
+    return out
+
+
+def compact(series: dict[str, float]) -> dict[str, float]:
+    keep = ("llmgw_admission_shed_total", "llmgw_admission_slo_requests_total", "llmgw_admission_served_tokens_total",
+            "llmgw_admission_pool_slots")  # fmt: skip
+    return {k: v for k, v in series.items() if k.startswith(keep)}
+
+
+def tenant_figures(
+    pool: Pool,
+    case: dict[str, Any],
+    tenant: str,
+    window: tuple[float, float],
+    records: list[Record] | None = None,
+) -> dict:
+    slo = classes(pool.args)[CLASS_OF[tenant]]
+    records = case["records"][tenant] if records is None else records
+    return {**summarise(records, slo["ttft_s"] * 1000, slo["itl_s"] * 1000, window),
+            "work_rate": pool.work(records, window)}  # fmt: skip
+
+
+def case_meta(case: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in case.items() if k != "records"}
+
+
+async def priority(pool: Pool, results: dict[str, Any]) -> None:
+    args = pool.args
+    lead, span = args.lead_s, args.duration_s
+    inter, inter_div = fit("mooncake", pool, args.start_s, args.interactive_load, span, lead)
+    batch, batch_div = fit("azure_code", pool, args.start_s, args.batch_load, span + 2 * lead)
+    out = results.setdefault(
+        "priority", {"slices": {"interactive": td.describe(inter), "batch": td.describe(batch)}}
+    )
+    cap = {"served_tok_s": pool.capacity["tok_s"], "work_rate": pool.capacity["work_rate"]}
+    alone: dict[str, dict] = {}
+    for mode in ("fair", "off"):
+        case = await run_case(pool, "alone", mode, [Load("interactive", inter, inter_div)])
+        records = case["records"]["interactive"]
+        alone[mode] = tenant_figures(pool, case, "interactive", (records[0].start_s, records[-1].start_s))
+        out.setdefault("alone", {})[mode] = {**case_meta(case), "interactive": alone[mode]}
+        save(results)
+    for mode in args.modes:
+        loads = [
+            Load("interactive", inter, inter_div, args.interactive_delay_s),
+            Load("batch", batch, batch_div),
+        ]
+        case = await run_case(pool, "mixed", mode, loads)
+        both = case["records"]["interactive"], case["records"]["batch"]
+        window = overlap(
+            *both
+        )  # AIPerf's start-up differs: only the interactive requests sent beside the batch
+        mixed = [r for r in both[0] if window[0] <= r.start_s <= window[1]]
+        i = {
+            **tenant_figures(pool, case, "interactive", window, mixed),
+            "in_overlap": len(mixed) / len(both[0]),
+        }
+        b = tenant_figures(pool, case, "batch", window)
+        remaining = cap["served_tok_s"] * max(0.0, 1 - i["work_rate"] / max(cap["work_rate"], 1e-9))
+        base = alone["off" if mode == "off" else "fair"]
+        out.setdefault("mixed", {})[mode] = {
+            **case_meta(case), "interactive": i, "batch": b, "remaining_tok_s": remaining,
+            "p95_vs_alone": (i["ttft_p95_ms"] or float("inf")) / (base["ttft_p95_ms"] or float("inf")),
+            "batch_vs_remaining": b["served_tok_s"] / remaining if remaining else None,
+            "window_s": window[1] - window[0],
+        }  # fmt: skip
+        save(results)
+
+
+async def fair_share(pool: Pool, results: dict[str, Any]) -> None:
+    args = pool.args
+    span = args.share_duration_s
+    high, div = fit("azure_conv", pool, args.start_s, args.share_loads[0], span)
+    low, _ = fit("azure_conv", pool, args.start_s + 900, args.share_loads[1], span)
+    out = results.setdefault("fair_share", {"slices": {"high": td.describe(high), "low": td.describe(low)}})
+    cases = [("equal", m, Load("std-a", high, div), Load("std-b", low, div)) for m in args.modes]
+    cases += [("weighted", m, Load("std-heavy", low, div), Load("std-light", high, div))
+              for m in args.modes if m != "off"]  # fmt: skip
+    for label, mode, first, second in cases:
+        case = await run_case(pool, label, mode, [first, second])
+        a, b = case["records"][first.tenant], case["records"][second.tenant]
+        lo, hi = overlap(a, b)
+        wa, wb = served_windows(a, lo, hi, args.window_s), served_windows(b, lo, hi, args.window_s)
+        ratios = [x / y if y else None for x, y in zip(wa, wb, strict=True)]
+        out.setdefault(label, {})[mode] = {
+            **case_meta(case), first.tenant: tenant_figures(pool, case, first.tenant, (lo, hi)),
+            second.tenant: tenant_figures(pool, case, second.tenant, (lo, hi)),
+            "windows": {first.tenant: wa, second.tenant: wb}, "window_s": args.window_s,
+            "jain": [jain([x, y]) for x, y in zip(wa, wb, strict=True)],
+            "ratio": ratios, "ratio_overall": sum(wa) / sum(wb) if sum(wb) else None,
+        }  # fmt: skip
+        save(results)
+
+
+def save(results: dict[str, Any]) -> None:
+    results["targets"] = targets(results)
+    write_json(results["setup"]["name"], results)
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    results: dict[str, Any] = {
+        "setup": {**vars(args), "load_avg_start": os.getloadavg(), "started": time.time()}
+    }
+    if "overhead" in args.scenarios:
+        results["overhead"] = await asyncio.to_thread(
+            measure_overhead, args.overhead_rounds, args.overhead_requests
+        )
+        save(results)
+    settings = dict(served_model_name="m", dtype="int4", device="cpu", kv_cache_memory_mb=args.kv_mb, num_threads=1,
+                    max_model_len=args.max_input + 256, max_num_batched_tokens=args.batched_tokens,
+                    max_num_seqs=args.max_num_seqs)  # fmt: skip
+    engines = [EngineServer(**settings) for _ in range(args.replicas)]
+    try:
+        for engine in engines:
+            await engine.wait_ready()
+        cal = await calibrate(engines)
+        database_url = new_database_url()
+        config = pool_config(engines, "fair", database_url, classes(args), None, "llmgw-admbench:")
+        batch_mix = scaled("azure_code", args, args.start_s)[0][:2000]
+        capacity = await pool_capacity(engines, batch_mix, cal, args.capacity_s, 2 * args.max_num_seqs)
+        pool = Pool(args, engines, cal, await provision(config, TENANTS), database_url, capacity)
+        results["setup"].update(calibration=cal, capacity=capacity)
+        print(f"== calibration {cal}\n== capacity {capacity}", flush=True)
+        if "priority" in args.scenarios:
+            await priority(pool, results)
+        if "fair_share" in args.scenarios:
+            await fair_share(pool, results)
+    finally:
+        for engine in engines:
+            engine.stop()
+    results["setup"].update(load_avg_end=os.getloadavg(), wall_s=time.time() - results["setup"]["started"])
+    save(results)
+    print_tables(results)
+    if "overhead" in results:
+        print_overhead(results["overhead"])
+    print(f"wrote {ROOT / 'bench' / 'results' / (args.name + '.json')}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add = parser.add_argument
+    add("--scenarios", nargs="+", default=["overhead", "priority", "fair_share"])
+    add("--modes", nargs="+", default=["fair", "fifo", "off"])
+    add("--replicas", type=int, default=2, help="engines in the pool")
+    add("--gateways", type=int, default=2, help="gateway replicas sharing Redis")
+    add("--max-num-seqs", type=int, default=4, help="each engine's running-batch limit")
+    add("--max-concurrency", type=int, default=None, help="deployment max_concurrency (default: learned)")
+    add("--kv-mb", type=int, default=96)
+    add("--batched-tokens", type=int, default=128)
+    add("--length-div", type=int, default=64, help="Mooncake lengths ÷ this")
+    add(
+        "--azure-length-div", type=int, default=8, help="Azure lengths ÷ this (their prompts are ~5× shorter)"
+    )
+    add("--max-input", type=int, default=256)
+    add("--start-s", type=float, default=600, help="trace second the slices start at")
+    add("--interactive-load", type=float, default=0.4)
+    add("--batch-load", type=float, default=3.0)
+    add("--share-loads", type=float, nargs=2, default=[2.0, 1.5])
+    add("--duration-s", type=float, default=60, help="the interactive tenant's span")
+    add(
+        "--lead-s",
+        type=float,
+        default=10,
+        help="the batch tenant's trace starts this much earlier, ends later",
+    )
+    add(
+        "--interactive-delay-s",
+        type=float,
+        default=5,
+        help="its AIPerf starts later (the batch's starts slower)",
+    )
+    add("--share-duration-s", type=float, default=90)
+    add("--window-s", type=float, default=30)
+    add("--interactive-ttft-s", type=float, default=2.0, help="the interactive class's TTFT SLO (CPU-scaled)")
+    add("--interactive-itl-s", type=float, default=0.2)
+    add(
+        "--batch-deadline-s",
+        type=float,
+        default=20,
+        help="the batch class's queue deadline (< client timeout)",
+    )
+    add("--client-timeout-s", type=float, default=40, help="AIPerf's request timeout")
+    add("--probe-clients", type=int, default=16)
+    add("--capacity-s", type=float, default=30, help="closed-loop saturation measuring the pool's capacity")
+    add("--overhead-rounds", type=int, default=12)
+    add("--overhead-requests", type=int, default=250)
+    add("--seed", type=int, default=44)
+    add("--aiperf", default=str(ROOT / "build" / "aiperf-venv" / "bin" / "aiperf"))
+    add("--tokenizer", default=str(HF_CACHE))
+    add("--work-dir", default="/tmp/admission_replay")
+    add("--name", default="admission_replay")
+    signal.signal(signal.SIGTERM, _interrupted)  # stop the engines and gateways on the way out
+    asyncio.run(main_async(parser.parse_args()))
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    main()
