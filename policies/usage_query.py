@@ -19,11 +19,19 @@ async def aggregate_usage(
     start: datetime | None = None,
     end: datetime | None = None,
     filters: dict[str, str] | None = None,
+    limit: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Sums over the window's facts: hourly rollups for its whole hours, raw records for the rest."""
-    f = facts(Window(start, end), set(group_by), filters or {})
+    """Sums over the window's facts (rollups for its whole hours, days and weeks, raw records for the rest),
+    ordered by the groups; with `limit`, only the `limit` groups with the most spend, those first."""
+    f = facts(Window(start, end), set(group_by), dict(filters or {}))
     columns = [func.nullif(f.c[n], "").label(n) if n == "deployment" else f.c[n] for n in group_by]
-    query = select(*columns, *_totals(f)).group_by(*columns).order_by(*columns)
+    query = select(*columns, *_totals(f)).group_by(*columns)
+    if limit is None:
+        query = query.order_by(*columns)
+    else:
+        query = query.order_by(func.sum(f.c.cost_usd).desc(), func.sum(f.c.requests).desc(), *columns).limit(
+            limit
+        )
     async with engine.connect() as conn:
         rows = (await conn.execute(query)).mappings().all()
     return [_clean(dict(row)) for row in rows]

@@ -102,7 +102,7 @@ def _expected(rows: list[dict[str, Any]], start: datetime | None, end: datetime 
         line[0] += 1
         line[1] += r["prompt_tokens"] + r["completion_tokens"]
         line[2] += r["cost_usd"]
-    return {"daily_keys": sorted((t, g, n, tokens, round(c, 7)) for (t, g), (n, tokens, c) in daily.items()),
+    return {"top_keys": top[:5], "daily_keys": sorted((t, g, n, tokens, round(c, 7)) for (t, g), (n, tokens, c) in daily.items()),
             "models": models, "p50": _nearest_rank(latencies, 0.5), "p95": _nearest_rank(latencies, 0.95),
             "by_key": dict(by_key), "requests": len(inside),
             "by_tenant": {t: [n, p, round(c, 7)] for t, (n, p, c) in by_tenant.items()}}  # fmt: skip
@@ -124,12 +124,13 @@ async def _measured(engine: Any, start: datetime | None, end: datetime | None) -
     daily_tenants = await series(engine, "tenant_id", "day", start, end, {})
     assert sum(s["requests"] for s in daily_tenants) == sum(n for n, _, _ in by_tenant.values())
     daily_keys = await series(engine, "key_id", "day", start, end, {})
+    top_keys = [u["key_id"] for u in await aggregate_usage(engine, ["key_id"], start, end, limit=5)]
     hourly = await series(engine, "tenant_id", "hour", start, end, {})
     daily = await series(engine, "key_id", "day", start, end, {"model": "m2"})
     assert sum(s["requests"] for s in hourly) == figures["totals"]["requests"]
     assert sum(s["requests"] for s in daily) == models.get("m2", {}).get("requests", 0)
     totals = figures["totals"]
-    return {"daily_keys": [(s["t"], s["group"], s["requests"], s["tokens"], round(s["cost_usd"], 7)) for s in daily_keys],
+    return {"top_keys": top_keys, "daily_keys": [(s["t"], s["group"], s["requests"], s["tokens"], round(s["cost_usd"], 7)) for s in daily_keys],
             "models": models, "p50": totals["p50_latency_ms"] if totals["requests"] else 0.0,
             "p95": totals["p95_latency_ms"] if totals["requests"] else 0.0, "by_key": by_key,
             "requests": totals["requests"], "by_tenant": by_tenant}  # fmt: skip

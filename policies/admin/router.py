@@ -225,11 +225,12 @@ def _usage_routes(router: APIRouter, deps: AdminDeps) -> None:
         tenant_id: str | None = None,
         key_id: str | None = None,
         model: str | None = None,
+        limit: Annotated[int | None, Query(ge=1, description="only the groups with the most spend")] = None,
     ) -> UsageOut:
         group_by = group_by or ["tenant_id"]
         filters = {k: v for k, v in {"tenant_id": tenant_id, "key_id": key_id, "model": model}.items() if v}
         start, end = _naive_utc(start), _naive_utc(end)
-        data = await aggregate_usage(deps.engine, group_by, start, end, filters)
+        data = await aggregate_usage(deps.engine, group_by, start, end, filters, limit)
         return UsageOut(start=start, end=end, group_by=list(group_by), data=data)
 
     @router.post("/cache/flush", response_model=CacheFlushOut)

@@ -5,6 +5,7 @@ import { field, fmt, h, table } from './dom.js';
 import { lineChart } from './chart.js';
 
 const state = { group: 'model', metric: 'cost_usd', bucket: '' };
+const TABLE_ROWS = 200; // the table shows the groups with the most spend (a month of 10,000 keys is 1.7 MB)
 const METRICS = { cost_usd: ['Spend (USD)', fmt.usd], tokens: ['Tokens', fmt.int], requests: ['Requests', fmt.int] };
 
 export async function usagePage(root, rerender) {
@@ -14,7 +15,7 @@ export async function usagePage(root, rerender) {
   const params = { group: state.group, bucket, ...window };
   const [series, totals] = await Promise.all([
     admin.get('usage/series', params),
-    admin.get('usage', { group_by: state.group, ...window }),
+    admin.get('usage', { group_by: state.group, ...window, limit: TABLE_ROWS }),
   ]);
   const select = (id, label, options, value, key) => {
     const el = h('select', {}, options.map(([v, text]) => h('option', { value: v, selected: v === value }, text)));
@@ -36,7 +37,8 @@ export async function usagePage(root, rerender) {
   root.append(h('figure', { class: 'chart', id: 'usage-chart' },
     lineChart(lines, { title: `${label} per ${bucket} by ${state.group}`, format }),
     h('figcaption', {}, h('ul', { class: 'legend' }, lines.map((s, i) => h('li', {}, h('span', { class: `swatch s${i % 12}`, 'aria-hidden': 'true' }), s.name))))));
-  root.append(table(`Totals by ${state.group} in the window`, [
+  const most = totals.data.length === TABLE_ROWS ? ` (the ${TABLE_ROWS} with the most spend)` : '';
+  root.append(table(`Totals by ${state.group} in the window${most}`, [
     { label: state.group, value: (r) => r[state.group] },
     { label: 'Requests', num: true, value: (r) => r.requests, format: fmt.int },
     { label: 'Prompt tokens', num: true, value: (r) => r.prompt_tokens, format: fmt.int },
