@@ -11,6 +11,8 @@ with the same lengths, so no run hits the prefix cache of the one before. Scenar
   sweep      the same workload at every --configs entry (budget and admission cap chosen by measurement)
   poisson    Poisson arrivals of --poisson-requests requests at --rates x the burst's request throughput
   ab         at each --ab-configs entry: decode pipelined while requests wait for a slot, off then on
+  trace      a window of --trace (Azure conv by default) at full length and its own timing; prompts are
+             random ids of each request's length (--max-model-len must hold them)
   decode128  128 requests at once: decode-only steps at 128 running sequences against their memory floor
   breakdown  profiled steps of the decode128 workload (attention / matmul / other kernels / sampling / host)
   prefix     TTFT of a 1,024-token shared prefix + 32 own tokens, cold vs prefix-cached
@@ -176,6 +178,16 @@ def shape_section(shape: str, args, ceil: Ceilings) -> None:
                 finally:
                     scheduler.__dict__.pop("can_admit", None)
         set_limits(ours, budget, seqs)
+    if "trace" in scenarios:  # a production trace's window at full length and real timing
+        from bench.trace_data import load, window
+
+        start, seconds = (float(x) for x in args.trace_window.split(":"))
+        rows = window(load(args.trace, Path(args.trace_dir)), start, seconds)
+        rng = random.Random(seed)
+        requests = [Request([rng.randrange(10, vocab) for _ in range(min(r.input_length, args.max_model_len - 2))],
+                            max(1, min(r.output_length, args.max_model_len - r.input_length - 1)),
+                            r.t_ms / 1e3) for r in rows]  # fmt: skip
+        run(ours, f"{shape} {args.trace} {args.trace_window} {budget}:{seqs}", requests, ceil, cost, args)
     if "decode128" in scenarios:
         set_limits(ours, budget, max(seqs, 128))
         run(ours, f"{shape} decode128 {budget}", make(128, 900), ceil, cost, args)
@@ -228,6 +240,9 @@ def main() -> None:
         default="2048:256,4096:256,1024:256,2048:128",
         help="token budget : max running sequences; the first is the engine's for every scenario",
     )
+    parser.add_argument("--trace", default="azure_conv", help="trace scenario: a bench/trace_data.py name")
+    parser.add_argument("--trace-dir", default="../shared/traces", help="where its file is")
+    parser.add_argument("--trace-window", default="0:90", help="start:seconds of the trace")
     parser.add_argument("--ab-configs", default="2048:128", help="configs of the ab scenario")
     parser.add_argument("--rates", default="0.5,0.8,1.0", help="Poisson rates as fractions of burst req/s")
     parser.add_argument("--requests", type=int, default=512)
