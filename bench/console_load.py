@@ -17,6 +17,7 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -108,9 +109,12 @@ def window(seconds: int) -> dict[str, str]:
     return {"start": (end - timedelta(seconds=seconds)).isoformat() + "Z", "end": end.isoformat() + "Z"}
 
 
-def pages() -> dict[str, list[tuple[str, dict[str, Any]]]]:
+Call = tuple[Any, ...]  # (path, params) or (path, params, a function of its answer giving the next call)
+
+
+def pages() -> dict[str, list[Call]]:
     """The calls each page makes when it opens (gateway/ui/static/js/*.js), for the default 24-hour window
-    and the widest one (30 days)."""
+    and the widest one (30 days); calls made from another's answer follow it."""
     day, month = window(86400), window(30 * 86400)
     today = {"start": datetime.utcnow().strftime("%Y-%m-%dT00:00:00Z")}
     admin = "/ui/api/admin/"
@@ -122,14 +126,31 @@ def pages() -> dict[str, list[tuple[str, dict[str, Any]]]]:
                              (admin + "usage", {"group_by": "tenant_id", **today})],
         "policies": [(admin + "policies", {})],
         "models and routing": [(admin + "models", {}), ("/ui/api/runtime", {})],
-        "usage by model (24 h)": [(admin + "usage/series", {"group": "model", "bucket": "hour", **day}),
-                                  (admin + "usage", {"group_by": "model", "limit": 200, **day})],
-        "usage by key (30 d)": [(admin + "usage/series", {"group": "key_id", "bucket": "day", **month}),
-                                (admin + "usage", {"group_by": "key_id", "limit": 200, **month})],
+        "usage by model (24 h)": [(admin + "usage", {"group_by": "model", "limit": 200, **day},
+                                   then_series("model", "hour", day))],
+        "usage by key (30 d)": [(admin + "usage", {"group_by": "key_id", "limit": 200, **month},
+                                 then_series("key_id", "day", month))],
         "caches (24 h)": [("/ui/api/runtime", {}), (admin + "usage", {"group_by": "cache_status", **day}),
                           (admin + "tenants", {})],
         "usage CSV (30 d, by tenant)": [("/ui/api/usage.csv", {"group": "tenant_id", "bucket": "day", **month})],
     }  # fmt: skip
+
+
+def then_series(group: str, bucket: str, window: dict[str, str]) -> Callable[[httpx.Response], Call]:
+    """The usage page's second call: the series of the first groups of its ranked totals (usage.js)."""
+
+    def call(totals: httpx.Response) -> Call:
+        groups = [row[group] for row in totals.json()["data"][:12]]
+        return ("/ui/api/admin/usage/series", {"group": group, "bucket": bucket, "groups": groups, **window})
+
+    return call
+
+
+async def _call(client: httpx.AsyncClient, call: Call) -> list[httpx.Response]:
+    """A call, then the call made from its answer (if any)."""
+    path, params, *then = call
+    answer = await client.get(path, params=params)
+    return [answer, *(await _call(client, then[0](answer)) if then else [])]
 
 
 async def time_pages(base: str, rounds: int) -> dict[str, dict[str, float]]:
@@ -140,7 +161,9 @@ async def time_pages(base: str, rounds: int) -> dict[str, dict[str, float]]:
             samples = []
             for _ in range(rounds + 1):
                 started = time.perf_counter()
-                answers = await asyncio.gather(*(client.get(path, params=params) for path, params in calls))
+                answers = [
+                    a for chain in await asyncio.gather(*(_call(client, c) for c in calls)) for a in chain
+                ]
                 samples.append((time.perf_counter() - started) * 1000)
                 assert all(a.status_code == 200 for a in answers), [(a.url, a.status_code) for a in answers]
             kept = samples[1:]

@@ -105,8 +105,10 @@ async def series(
     start: datetime | None,
     end: datetime | None,
     filters: dict[str, str],
+    groups: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Requests, tokens and spend per time bucket and group; groups past MAX_SERIES summed as '(other)'.
+    `groups`: the groups to draw (at most MAX_SERIES) when the caller has ranked them already.
 
     The largest groups are ranked over the coarsest rollups; their buckets are read for them alone (an index
     on key and day), and '(other)' is each bucket's total (a small rollup) less theirs: exact in requests and
@@ -121,7 +123,7 @@ async def series(
             .order_by(func.sum(ranked.c.cost_usd).desc(), func.sum(ranked.c.requests).desc(), column)
             .limit(MAX_SERIES)
         )  # fmt: skip
-        top = [value for (value,) in await conn.execute(top_query)]
+        top = groups[:MAX_SERIES] if groups else [value for (value,) in await conn.execute(top_query)]
         lines = await _per_bucket(
             conn, facts(window, {group}, {**filters, group: top}, bucket, True), bucket, group
         )

@@ -125,6 +125,8 @@ async def _measured(engine: Any, start: datetime | None, end: datetime | None) -
     assert sum(s["requests"] for s in daily_tenants) == sum(n for n, _, _ in by_tenant.values())
     daily_keys = await series(engine, "key_id", "day", start, end, {})
     top_keys = [u["key_id"] for u in await aggregate_usage(engine, ["key_id"], start, end, limit=5)]
+    ranked = [u["key_id"] for u in await aggregate_usage(engine, ["key_id"], start, end, limit=12)]
+    assert await series(engine, "key_id", "day", start, end, {}, ranked) == daily_keys  # the usage page's way
     hourly = await series(engine, "tenant_id", "hour", start, end, {})
     daily = await series(engine, "key_id", "day", start, end, {"model": "m2"})
     assert sum(s["requests"] for s in hourly) == figures["totals"]["requests"]

@@ -5,9 +5,9 @@ They are part of the admin API (same guard, same errors), so the console shows e
 """
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from core.models import ModelConfig
 from policies.admin.inputs import Moment
@@ -49,11 +49,14 @@ def console_routes(router: APIRouter, deps: Any) -> None:
         tenant_id: str | None = None,
         key_id: str | None = None,
         model: str | None = None,
+        groups: Annotated[list[str] | None, Query(description="draw these (else the 12 largest)")] = None,
     ) -> dict[str, Any]:
-        """Requests, tokens and spend per hour or day, one series per tenant, key or model (the 12 largest)."""
+        """Requests, tokens and spend per hour or day, one series per tenant, key or model (the 12 largest, or
+        the `groups` given: the console's usage page passes the first of `GET /usage?limit=`'s answer, which
+        ranks them the same way), the rest as '(other)'."""
         start, end = _naive_utc(start), _naive_utc(end)
         filters = {k: v for k, v in {"tenant_id": tenant_id, "key_id": key_id, "model": model}.items() if v}
-        data = await series(deps.engine, group, bucket, start, end, filters)
+        data = await series(deps.engine, group, bucket, start, end, filters, groups)
         return {"start": _iso(start), "end": _iso(end), "group": group, "bucket": bucket, "data": data}
 
 
