@@ -13,7 +13,7 @@ from sqlalchemy import case, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from policies.tables import ApiKeyRow
-from policies.usage_facts import Window, facts, latency_histogram, percentile
+from policies.usage_facts import Window, facts, latency_histogram, percentiles
 
 SeriesGroup = Literal["tenant_id", "key_id", "model"]
 Bucket = Literal["hour", "day"]
@@ -65,12 +65,15 @@ async def overview(
         for counts in histogram.values():
             for bucket, n in counts.items():
                 everything[bucket] = everything.get(bucket, 0) + n
-        for row, names, counts in [
+        targets = [
             *((m, [m["model"]], histogram.get(m["model"], {})) for m in models),
             (totals, [m["model"] for m in models], everything),
-        ]:
-            for name, p in PERCENTILES:
-                row[name] = await percentile(conn, window, names, counts, p)
+        ]
+        wanted = [(names, counts, p) for _, names, counts in targets for _, p in PERCENTILES]
+        values = iter(await percentiles(conn, window, wanted))
+        for row, _, _ in targets:
+            for name, _ in PERCENTILES:
+                row[name] = next(values)
     for row in [*models, totals]:
         _clean(row)
         price_in, price_out = prices.get(row.get("model") or "", (0.0, 0.0))

@@ -169,10 +169,21 @@ async def latency_histogram(conn: AsyncConnection, window: Window) -> dict[str, 
     return histogram
 
 
-async def percentile(
-    conn: AsyncConnection, window: Window, models: list[str], counts: dict[int, int], p: float
-) -> float | None:
-    """The nearest-rank p-th latency of these models' records in the window (counts: their histogram)."""
+Percentile = tuple[list[str], dict[int, int], float]  # models, their latency histogram, p
+
+
+async def percentiles(conn: AsyncConnection, window: Window, wanted: list[Percentile]) -> list[float | None]:
+    """The nearest-rank p-th latency of each (models, histogram, p) over the window, in one statement."""
+    queries = [(i, q) for i, w in enumerate(wanted) if (q := _percentile(window, *w)) is not None]
+    found: dict[int, float] = {}
+    if queries:
+        parts = [select(literal(i).label("i"), q.subquery().c.latency_ms) for i, q in queries]
+        found = {int(i): value for i, value in await conn.execute(union_all(*parts))}
+    return [found.get(i) for i in range(len(wanted))]
+
+
+def _percentile(window: Window, models: list[str], counts: dict[int, int], p: float) -> Any:
+    """The query of the k-th latency: within the histogram bucket that holds it, at its rank there."""
     n = sum(counts.values())
     if n == 0 or not models:
         return None
@@ -187,4 +198,4 @@ async def percentile(
                           None if high is None else UsageRow.latency_ms < high) if c is not None]  # fmt: skip
     model = UsageRow.model == models[0] if len(models) == 1 else UsageRow.model.in_(models)
     query = select(UsageRow.latency_ms).where(model, *bounds, *window.conditions())
-    return (await conn.execute(query.order_by(UsageRow.latency_ms).offset(k - below - 1).limit(1))).scalar()
+    return query.order_by(UsageRow.latency_ms).offset(k - below - 1).limit(1)
