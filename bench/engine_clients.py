@@ -32,11 +32,9 @@ SETTINGS = {  # label -> engine settings (the environment's LLMGW_ENGINE__* name
     "fixed threads": {"adaptive_threads": False},
     # int4 through torch's packed kernel and the model's own forward: the default before the AVX2 kernels
     # and the one-call step (cpu_kernels.py, cpu_decode.py; 2026-12-04, seventh session)
-    "torch int4": {"LLMGW_INT4_CPU_KERNEL": "torch"},
+    "torch int4": {"int4_cpu_kernel": "torch"},
     # our kernels with their AVX2 tiles on a CPU that has AVX-512 VNNI (the default there since the eighth session)
-    "avx2 tiles": {"LLMGW_INT4_CPU_KERNEL": "avx2"},
-    # the CPU kernels holding the GIL through a call, as they did before it was released (A/B)
-    "gil held": {"LLMGW_CPU_KERNELS_HOLD_GIL": "1"},
+    "avx2 tiles": {"int4_cpu_kernel": "avx2"},
     # adaptive threads that give up the second thread only for a neighbour above 0.9 of a core (default 0.5)
     "yield 0.9": {"threads_yield_above": 0.9},
 }
