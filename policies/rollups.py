@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Row, Table, case, select, update
+from sqlalchemy import Row, Table, case, func, literal_column, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -109,12 +109,47 @@ async def compact(engine: AsyncEngine, batch: int = COMPACT_BATCH) -> int:
     claim = select(UsageRow.id).where(~UsageRow.rolled).order_by(UsageRow.id).limit(batch)
     async with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
-            claim = claim.with_for_update(skip_locked=True)
+            marked = update(UsageRow).where(
+                UsageRow.id.in_(claim.with_for_update(skip_locked=True).scalar_subquery())
+            )
+            return int((await conn.execute(_in_postgresql(marked.values(rolled=True)))).scalar() or 0)
         marked = update(UsageRow).where(UsageRow.id.in_(claim.scalar_subquery())).values(rolled=True)
         rows = (await conn.execute(marked.returning(*_RAW))).all()
         if rows:
             await _add(conn, rows)
     return len(rows)
+
+
+def _in_postgresql(marked: Any) -> Any:
+    """One statement: the claim, and each rollup's sums of the claimed records added in key order (the same
+    sums _add makes, aggregated by the server rather than in this process)."""
+    claimed = marked.returning(*_RAW).cte("claimed")
+    c = claimed.c
+    values = [func.count(), func.sum(case((c.status >= 400, 1), else_=0)), func.sum(c.prompt_tokens),
+              func.sum(c.completion_tokens), func.sum(c.cached_tokens), func.sum(c.cost_usd), func.sum(c.latency_ms)]  # fmt: skip
+    steps = []
+    for i, rollup in enumerate(ROLLUPS):
+        keys = [func.date_trunc(rollup.grain, c.ts),
+                *(func.coalesce(c[n], "") if n == "deployment" else c[n] for n in rollup.dims)]  # fmt: skip
+        steps.append(_adding(rollup.table, keys, values, MEASURES, claimed, f"add{i}"))
+    latency = [func.date_trunc("hour", c.ts), c.model, latency_bucket_sql(c.latency_ms)]
+    steps.append(
+        _adding(UsageHourlyLatencyRow.__table__, latency, [func.count()], ("requests",), claimed, "lat")
+    )  # type: ignore[arg-type]
+    return select(func.count()).select_from(claimed).add_cte(*steps)
+
+
+def _adding(
+    table: Table, keys: list[Any], values: list[Any], measures: tuple[str, ...], claimed: Any, name: str
+) -> Any:
+    positions = [literal_column(str(i + 1)) for i in range(len(keys))]
+    rows = select(*keys, *values).select_from(claimed).group_by(*positions).order_by(*positions)
+    names = [col.name for col in table.primary_key.columns]
+    insert = postgresql_insert(table).from_select([*names, *measures], rows)
+    upsert = insert.on_conflict_do_update(
+        index_elements=names, set_={m: table.c[m] + insert.excluded[m] for m in measures}
+    )
+    return upsert.cte(name)
 
 
 async def compact_all(engine: AsyncEngine, batch: int = COMPACT_BATCH) -> int:
