@@ -1,7 +1,7 @@
 """Rebuild a shipped artifact into a scratch folder and compare it with the committed one.
 
     .venv/bin/python -m training.check cascade    # routing/models/cascade_confidence.npz, ~10 s
-    .venv/bin/python -m training.check router     # routing/models/router_lr.npz, 2-7 min (embeddings cached after)
+    .venv/bin/python -m training.check router     # routing/models/router_lr.npz, 1.5-7 min (embeddings cached after)
     .venv/bin/python -m training.check verifier --cache build/verifier_encodings.pkl   # cache/verifier_model/
     .venv/bin/python -m training.check all        # (the verifier encodes ~36,000 questions: ~15 min on 2 busy cores)
 
