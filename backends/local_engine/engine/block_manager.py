@@ -128,6 +128,8 @@ class BlockManager:
             return
         done = self._num_registered.get(seq.seq_id, 0)
         full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
+        if full <= done:  # no block completed since (most decode steps)
+            return
         parent = self._key_at(seq, done - 1)
         size, width = self.block_size, _ID_BYTES * self.block_size
         data = token_bytes(seq.token_ids[done * size : full * size])

@@ -74,13 +74,13 @@ class Scheduler:
 
         # Decode: each running sequence with one token (plus its speculative drafts) left to compute.
         for seq in decodes:
-            if seq in self.running and step.budget > 0:
+            if seq.status is SequenceStatus.RUNNING and step.budget > 0:  # not preempted meanwhile
                 self._grow_or_preempt(seq, step)
 
         # Prefill: the next chunk of prompts already running, then new requests from the waiting queue
         # while budget, sequence slots and free blocks last (none after a preemption: blocks are short).
         for seq in prefills:
-            if seq in self.running and step.budget > 0:
+            if seq.status is SequenceStatus.RUNNING and step.budget > 0:  # not preempted meanwhile
                 self._grow_or_preempt(seq, step)
         if step.output.preempted:
             return step.output
@@ -130,6 +130,9 @@ class Scheduler:
         """Blocks for the tokens of `seq` that fit the budget; short of blocks, the running sequence with
         the largest key is preempted (possibly `seq` itself, which then waits)."""
         num_new = self._fit_to_budget(seq, step.budget)
+        if len(seq.block_table) * self.block_manager.block_size >= seq.num_computed_tokens + num_new:
+            step.add(seq, num_new)  # its blocks already hold the chunk (most decode steps)
+            return
         while not self.block_manager.can_grow(seq, num_new):
             victim = self.running[-1]
             self._preempt(victim, step)
