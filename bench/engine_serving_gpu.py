@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from bench.engine_gpu import copy_bandwidth, prefix_ttft
-from bench.engine_gpu_models import Ours, build_ours_from, random_checkpoint, sync
+from bench.engine_gpu_models import Ours, build_ours_from, decode_bytes, random_checkpoint, sync
 from bench.engine_serving_trace import (
     Ceilings,
     ModelCost,
@@ -127,8 +127,6 @@ def shape_section(shape: str, args, ceil: Ceilings) -> None:
                     **args.kernel_fields)  # fmt: skip
     ours = build_ours_from(random_checkpoint(shape, "cuda" if cuda else "cpu"), shape, "bf16" if cuda else "fp32",
                            **settings)  # fmt: skip
-    from bench.engine_gpu_models import decode_bytes
-
     cost = ModelCost.of(ours.runner, decode_bytes(ours.runner))
     vocab = ours.runner.config.vocab_size
     log(f"{shape}: built; KV blocks {ours.runner.num_blocks}, cost {cost}")
