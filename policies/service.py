@@ -115,8 +115,10 @@ async def create_policy_services(
         AccountingStage(usage),
     ]
     admin = AdminDeps(store, engine, directory, notifier, connections.admin_token, cache_flush)
-    rollups = RollupCompactor(engine)
-    rollups.start()
+    rollups = None  # the rollups serve the admin API's usage figures: kept only where it is on
+    if connections.admin_token is not None:
+        rollups = RollupCompactor(engine)
+        rollups.start()
     return PolicyServices(
         engine,
         store,

@@ -41,7 +41,7 @@ def admin_guard(
                 401, "Provide the admin token as 'Authorization: Bearer <token>'.", code="missing_admin_token"
             )
         if hmac.compare_digest(given.strip().encode(), expected):
-            scope = request.scope.get("extensions", {}).get(SCOPE_EXTENSION, ADMIN)
+            scope = (request.scope.get("extensions") or {}).get(SCOPE_EXTENSION, ADMIN)
         else:
             scope = await lookup(hash_key(given.strip())) if lookup is not None else None
         if scope is None:
