@@ -113,18 +113,24 @@ def scaled(name: str, args: argparse.Namespace, start_s: float) -> tuple[list[td
 
 def fit(name: str, pool: "Pool", start_s: float, load: float, duration_s: float,
         offset_s: float = 0.0) -> tuple[list[td.TraceRequest], int]:  # fmt: skip
-    """Consecutive requests of trace `name` from `start_s` holding load × the pool's measured capacity × duration
-    of batch-1 work, re-timed to span `duration_s` and shifted by `offset_s`; with the length divisor used."""
+    """Trace `name` from `start_s` cut to load × the pool's measured capacity × `duration_s` of batch-1 work,
+    keeping its own arrival pattern: a window of native time (`duration_s`, longer when that holds too little
+    work, then compressed to `duration_s`), thinned evenly by index to the work wanted (one request in k).
+    Thinning, not stretching a run of consecutive requests: the Mooncake trace stamps its arrivals in 3 s
+    ticks of about 10 requests, which stretching would turn into bursts of 10. Shifted by `offset_s`; with
+    the length divisor used."""
     requests, div = scaled(name, pool.args, start_s)
-    budget, picked, work = load * pool.capacity["work_rate"] * duration_s, [], 0.0
-    for request in requests:
-        picked.append(request)
-        work += batch1_work([request], pool.cal)
-        if work >= budget:
+    budget, span = load * pool.capacity["work_rate"] * duration_s, duration_s
+    while True:
+        window = [r for r in requests if r.t_ms < span * 1000]
+        total = batch1_work(window, pool.cal)
+        if total >= budget or len(window) == len(requests):
             break
-    factor = duration_s * 1000 / max(picked[-1].t_ms - picked[0].t_ms, 1.0)
-    first = picked[0].t_ms
-    return [replace(r, t_ms=(r.t_ms - first) * factor + offset_s * 1000) for r in picked], div
+        span *= budget / max(total, 1e-9) * 1.05
+    k = max(total / budget, 1.0)
+    kept = [r for index, r in enumerate(window) if int((index + 1) / k) > int(index / k)]
+    factor = duration_s / span
+    return [replace(r, t_ms=r.t_ms * factor + offset_s * 1000) for r in kept], div
 
 
 async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict[str, Any]:
@@ -222,7 +228,7 @@ async def priority(pool: Pool, results: dict[str, Any]) -> None:
     )
     cap = {"served_tok_s": pool.capacity["tok_s"], "work_rate": pool.capacity["work_rate"]}
     alone: dict[str, dict] = {}
-    for mode in ("fair", "off"):
+    for mode in [m for m in ("fair", "off") if m in args.modes]:  # alone, fifo is fair
         case = await run_case(pool, "alone", mode, [Load("interactive", inter, inter_div)])
         records = case["records"]["interactive"]
         alone[mode] = tenant_figures(pool, case, "interactive", (records[0].start_s, records[-1].start_s))
