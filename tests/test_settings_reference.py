@@ -6,12 +6,7 @@ from pathlib import Path
 from types import ModuleType
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-UNDESCRIBED = {
-    "engine.int4_pdl", "engine.int4_group_size", "engine.block_size", "engine.kv_cache_memory_mb",
-    "engine.max_model_len", "engine.num_threads", "engine.single_thread_max_tokens",
-    "engine.enable_prefix_caching", "engine.speculative_ngram", "engine.num_speculative_tokens",
-    "engine.ngram_min", "engine.ngram_max", "engine.served_model_name",
-}  # fmt: skip
+UNDESCRIBED: set[str] = set()
 
 
 def builder() -> ModuleType:

@@ -34,7 +34,7 @@ class KernelSettings(BaseModel):
     # both measured slower on the H200 (8B batch 1 367.6 and 363.2 tok/s against 398.6; studies/README.md,
     # "Eleventh session"), so off; kept until their CUDA code is removed
     int4_fused: bool = False
-    int4_pdl: bool = False
+    int4_pdl: bool = False  # see int4_fused (programmatic dependent launch between int4_mma kernels)
     # CUDA bf16: batch-1 layers through the Triton GEMV (kernels/triton/gemv.py) instead of cuBLAS
     # (bench/engine_gpu.py picks per machine)
     bf16_gemv: bool = True
@@ -58,14 +58,14 @@ class EngineSettings(KernelSettings, AcceptsFormerNames):
     # int4 (g32, +0.06 % perplexity vs fp32) with 2 threads above 8 tokens per step: the best measured client
     # table on 2 cores (studies/README.md, "Client table (issue 14)")
     dtype: Literal["fp32", "bf16", "fp16", "int8", "int4"] = "int4"
-    int4_group_size: int = 32
-    block_size: int = 16
-    kv_cache_memory_mb: int = 512
+    int4_group_size: int = 32  # weights per int4 scale group (quantized when loading fp weights)
+    block_size: int = 16  # tokens per paged KV-cache block (prefix caching shares whole blocks)
+    kv_cache_memory_mb: int = 512  # memory of the paged KV cache; with block_size it sets the blocks
     # the KV pool's dtype. "auto": bf16 on the CPU for every format but fp32 (the gather and attention of a
     # 16-row decode step read half the bytes: step 59-80 -> 48-67 ms, int4 perplexity +0.04 %; studies/README.md,
     # "KV cache in bf16 on the CPU"), fp32 for fp32 weights (the reference), the activations' dtype on CUDA
     kv_cache_dtype: Literal["auto", "bf16", "fp32"] = "auto"
-    max_model_len: int = 2048
+    max_model_len: int = 2048  # longest prompt + answer in tokens; longer requests get a 400
     # the max_tokens of a request that sets neither max_tokens nor max_completion_tokens (stopping earlier
     # where the context fills); None: until the context fills, as vLLM's chat endpoint does. 256 keeps a
     # laptop CPU's answers to seconds. (Not the policies' reserve_completion_tokens, a rate-limit reservation.)
@@ -80,21 +80,23 @@ class EngineSettings(KernelSettings, AcceptsFormerNames):
     # the admission cap (running sequences). CUDA, unless set: 256 (CUDA_SCHEDULING; 8B: 4,466 output tok/s
     # against 4,216 at 128 in the same run)
     max_num_seqs: int = 32
-    num_threads: int = 2
+    num_threads: int = 2  # CPU threads of a step (torch and the C++ kernels)
     # CPU: every step runs on num_threads threads less the cores other processes keep busy (threads.CpuShare;
     # OpenMP waits spin briefly). False: the fixed rule with sleeping waits, where steps of at most
     # single_thread_max_tokens tokens run on one thread (studies/README.md, "Client table")
     adaptive_threads: bool = True
     # adaptive: one thread fewer for each core's worth of other processes' use beyond this fraction of a core
     threads_yield_above: float = 0.5
-    single_thread_max_tokens: int = 8
-    enable_prefix_caching: bool = True
-    speculative_ngram: bool = False
-    num_speculative_tokens: int = 4
-    ngram_min: int = 1
-    ngram_max: int = 4
+    single_thread_max_tokens: int = (
+        8  # fixed rule (adaptive_threads false): steps this small run on one thread
+    )
+    enable_prefix_caching: bool = True  # reuse KV blocks of prompts sharing a prefix (hash of full blocks)
+    speculative_ngram: bool = False  # speculative decoding by n-gram lookup in the sequence itself
+    num_speculative_tokens: int = 4  # tokens proposed per step when speculating
+    ngram_min: int = 1  # shortest n-gram matched to propose
+    ngram_max: int = 4  # longest n-gram matched to propose
     spec_min_acceptance: float = 0.3  # per sequence, proposals pause while acceptance stays below this
-    served_model_name: str = "smollm2"
+    served_model_name: str = "smollm2"  # the model name the engine's server answers to
     device: str = "cpu"  # "cuda": paged-attention kernels, CUDA graphs for decode steps, on-device sampling
     cuda_graphs: bool = True  # capture one decode graph per batch-size bucket at start (CUDA only)
     # plain decode steps run one step ahead of the host: the next step reads the sampled tokens on the
