@@ -4,13 +4,13 @@ shown once in the creation's answer, revocable at once on every replica (each ad
 The configured LLMGW_ADMIN_TOKEN is none of them: it keeps every right and is never stored.
 """
 
-from datetime import datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.admin.http import ADMIN, READ, TokenLookup
+from policies.admin.schemas import Timestamp
 from policies.store import Store
 
 
@@ -26,8 +26,8 @@ class AdminTokenOut(BaseModel):
     name: str
     scope: Literal["read", "admin"]
     prefix: str
-    created_at: datetime
-    revoked_at: datetime | None
+    created_at: Timestamp  # UTC with its offset, as every admin answer's times
+    revoked_at: Timestamp | None
 
 
 class AdminTokenCreated(AdminTokenOut):
