@@ -82,6 +82,10 @@ class PoliciesSettings(AcceptsFormerNames):
     usage_flush_interval_s: float = 1.0  # buffered usage records are written this often
     usage_retry_max_s: float = Field(default=5.0, gt=0)  # backoff cap between write attempts
     usage_shutdown_timeout_s: float = Field(default=10.0, ge=0)  # then what is still buffered is dropped
+    usage_rollup_interval_s: float = Field(
+        default=30.0, gt=0, description="how often each replica rolls usage records up (admin API on)"
+    )
+    usage_rollup_batch: int = Field(default=5000, ge=1, description="usage records rolled up per transaction")
 
     def migrates_at_start(self, database_url: str) -> bool:
         """Whether the gateway (and the `llmgw keys` command) upgrades the schema itself."""

@@ -193,11 +193,15 @@ async def _upsert(
 
 
 class RollupCompactor:
-    """Compacts every COMPACT_INTERVAL_S off the request path; a failure waits for the next round."""
+    """Compacts every `interval_s` (policies.usage_rollup_interval_s) off the request path, `batch` records a
+    transaction; a failure waits for the next round."""
 
-    def __init__(self, engine: AsyncEngine, interval_s: float = COMPACT_INTERVAL_S) -> None:
+    def __init__(
+        self, engine: AsyncEngine, interval_s: float = COMPACT_INTERVAL_S, batch: int = COMPACT_BATCH
+    ) -> None:
         self._engine = engine
         self._interval_s = interval_s
+        self._batch = batch
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -207,7 +211,7 @@ class RollupCompactor:
     async def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                while not self._stopping.is_set() and await compact(self._engine) == COMPACT_BATCH:
+                while not self._stopping.is_set() and await compact(self._engine, self._batch) == self._batch:
                     pass
             except Exception as exc:  # the database is away: the records wait, the queries read them raw
                 log.warning("rolling up usage records failed (%s); next try in %.0fs", type(exc).__name__,

@@ -117,7 +117,7 @@ async def create_policy_services(
     admin = AdminDeps(store, engine, directory, notifier, connections.admin_token, cache_flush)
     rollups = None  # the rollups serve the admin API's usage figures: kept only where it is on
     if connections.admin_token is not None:
-        rollups = RollupCompactor(engine)
+        rollups = RollupCompactor(engine, config.usage_rollup_interval_s, config.usage_rollup_batch)
         rollups.start()
     return PolicyServices(
         engine,
