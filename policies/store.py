@@ -34,6 +34,16 @@ class Snapshot:
     models: list[dict[str, Any]]
 
 
+def stored_spec(spec: Policy) -> dict[str, Any]:
+    """A policy as the database keeps it. Renamed fields are written under their former name while replicas
+    of the previous release may still read the row (they refuse keys they do not know); this release reads
+    both (core/renamed.py). reserve_completion_tokens: stored as default_max_tokens."""
+    data = spec.model_dump(mode="json")
+    if "reserve_completion_tokens" in data:
+        data["default_max_tokens"] = data.pop("reserve_completion_tokens")
+    return data
+
+
 class Store:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
@@ -55,7 +65,7 @@ class Store:
 
     # policies
     async def create_policy(self, name: str, spec: Policy) -> PolicyRow:
-        row = PolicyRow(id=new_id("pol"), name=name, spec=spec.model_dump(mode="json"))
+        row = PolicyRow(id=new_id("pol"), name=name, spec=stored_spec(spec))
         async with self._tx() as session:
             session.add(row)
         return row
@@ -73,7 +83,7 @@ class Store:
             if name is not None:
                 row.name = name
             if spec is not None:
-                row.spec = spec.model_dump(mode="json")
+                row.spec = stored_spec(spec)
         return row
 
     async def delete_policy(self, policy_id: str) -> None:

@@ -81,3 +81,20 @@ def test_renamed_fields_list_their_old_names() -> None:
     assert old_names(PoliciesSettings.model_fields["reserve_completion_tokens"]) == ["default_max_tokens"]
     assert old_names(PoliciesSettings.model_fields["window_s"]) == []
     assert {"max_tokens_when_unset", "default_max_tokens", "dtype"} <= accepted_names(EngineSettings)
+
+
+async def test_policies_are_stored_under_the_former_name_for_replicas_of_the_previous_release(
+    tmp_path,
+) -> None:
+    """An older replica refuses keys it does not know: the row keeps `default_max_tokens` for this release,
+    and this release reads it back as reserve_completion_tokens (the admin API answers the new name)."""
+    from policies.policy import Policy
+    from policies.provision import open_store
+    from tests.policies_support import Database, make_settings
+
+    settings = make_settings(Database(f"sqlite+aiosqlite:///{tmp_path}/r.db", None))
+    async with open_store(settings) as store:
+        row = await store.create_policy("p", Policy(reserve_completion_tokens=77))
+        assert row.spec["default_max_tokens"] == 77 and "reserve_completion_tokens" not in row.spec
+        stored = await store.get_policy(row.id)
+    assert Policy.model_validate(stored.spec).reserve_completion_tokens == 77
