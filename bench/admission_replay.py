@@ -158,7 +158,8 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
             commands.append(aiperf_command(tenant_args, fleet.url(index), pool.keys[load.tenant], trace_file,
                                            outs[-1], args.seed + index) + ["--export-http-trace"])  # fmt: skip
         timeout = args.client_timeout_s + max(r.t_ms for load in loads for r in load.trace) / 1000 + 300
-        sampling = asyncio.create_task(sample_slots(fleet, slots_seen := []))
+        slots_seen: list[list[float | None]] = []
+        sampling = asyncio.create_task(sample_slots(fleet, slots_seen))
         walls = await asyncio.gather(
             *(launch(c, load.delay_s, timeout) for c, load in zip(commands, loads, strict=True))
         )
@@ -170,8 +171,8 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
     counts = {t: len(r) for t, r in records.items()}
     print(f"== {label} {mode}: {counts} requests, {time.time() - started:.0f} s, slots {slots}, "
           f"load avg {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
-    return {"records": records, "slots_learned": slots, "slots_during": slot_stats(slots_seen), "aiperf_wall_s": walls, "case_wall_s": time.time() - started,
-            "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
+    return {"records": records, "slots_learned": slots, "slots_during": slot_stats(slots_seen),
+            "aiperf_wall_s": walls, "case_wall_s": time.time() - started, "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
             "gateway_series": [compact(s) for s in series]}  # fmt: skip
 
 
@@ -270,7 +271,7 @@ async def fair_share(pool: Pool, results: dict[str, Any]) -> None:
     cases = [("equal", m, Load("std-a", high, div), Load("std-b", low, div)) for m in args.modes]
     cases += [("weighted", m, Load("std-heavy", low, div), Load("std-light", high, div))
               for m in args.modes if m != "off"]  # fmt: skip
-    for label, mode, first, second in cases:
+    for label, mode, first, second in [c for c in cases if c[0] in args.share_cases]:
         case = await run_case(pool, label, mode, [first, second])
         a, b = case["records"][first.tenant], case["records"][second.tenant]
         lo, hi = overlap(a, b)
@@ -366,6 +367,7 @@ def main() -> None:
         help="its AIPerf starts later (the batch's starts slower)",
     )
     add("--share-duration-s", type=float, default=90)
+    add("--share-cases", nargs="+", default=["equal", "weighted"])
     add("--window-s", type=float, default=30)
     add("--interactive-ttft-s", type=float, default=2.0, help="the interactive class's TTFT SLO (CPU-scaled)")
     add("--interactive-itl-s", type=float, default=0.2)
