@@ -282,3 +282,27 @@ async def test_a_small_pool_still_keeps_a_whole_slot_free_for_the_classes_above(
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def test_a_step_spent_on_prefill_does_not_shrink_the_learned_capacity() -> None:
+    """Requests wait while a step's budget goes to prefill chunks with slots free: the capacity is the most
+    the engine ran while requests waited over the window, not the latest count."""
+    estimate = CapacityEstimate(stale_s=5.0, kv_high=0.98, window_s=60.0)
+    engine = replica("engine")
+    for at, running in ((1.0, 8), (2.0, 3), (3.0, 2), (4.0, 6)):
+        engine.engine = EngineLoad(waiting=2, running=running, kv_usage=0.5, at=at)
+        assert estimate.slots([engine], at).total == 8
+    engine.engine = EngineLoad(waiting=1, running=5, kv_usage=0.5, at=70.0)  # the peak left the window
+    assert estimate.slots([engine], 70.0).total == 5
+
+
+def test_the_expected_wait_uses_the_fleets_queue_and_rate() -> None:
+    clock = Clock()
+    gate = make_gate(Slots(4.0), clock)
+    gate.others_queued, gate.others_rate = {"interactive": 2.0, "standard": 6.0}, 2.0
+    assert gate.expected_wait("standard") == pytest.approx(8 / 2.0)  # nothing freed here yet: theirs alone
+    assert gate.expected_wait("interactive") == pytest.approx(2 / 2.0)
+    for _ in range(4):
+        clock.now += 0.5
+        gate.rate.tick()
+    assert gate.expected_wait("standard") == pytest.approx(8 / (2.0 + 4 / 1.5))

@@ -131,8 +131,11 @@ class Admission:
     async def _ticks(self) -> None:
         while True:
             await asyncio.sleep(self.settings.tick_s)
-            for gate in list(self.gates.values()):
-                gate.tick()
+            for alias, gate in list(self.gates.items()):
+                if gate.waiting():
+                    gate.tick()
+                else:
+                    self._slots(alias)  # learn every scrape, not only when a request arrives
 
     async def aclose(self) -> None:
         if self._task is not None:

@@ -1,8 +1,10 @@
 """How many requests a pool can run at once, from its deployments' settings and the engines' own metrics.
 
 A deployment's slots are its `max_concurrency` when set (vLLM's `--max-num-seqs`, say). Otherwise they are
-learned from its scraped metrics: when the engine has requests waiting, it runs all it can, so its running
-count is its capacity; while nothing waits and its KV cache has room, the estimate grows by one slot per
+learned from its scraped metrics: when the engine has requests waiting, it runs all it can, so the most it
+ran while requests waited over the last `window_s` is its capacity (not the latest count: an engine spending
+a step's token budget on prefill chunks leaves requests waiting with slots free, as vLLM's chunked prefill
+does); while nothing waits and its KV cache has room, the estimate grows by one slot per
 fresh scrape (additive increase, so a capacity seen under a KV-limited mix is not kept forever). Until an
 engine has been seen saturated its slots are unknown, and a pool with an unknown deployment is not held
 back (the engines queue). An engine whose KV cache is fuller than `kv_high` takes nothing new; ejected
@@ -11,6 +13,7 @@ is down.
 """
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from routing.replica import Replica
@@ -24,9 +27,11 @@ class Slots:
 
 
 class CapacityEstimate:
-    def __init__(self, stale_s: float, kv_high: float) -> None:
+    def __init__(self, stale_s: float, kv_high: float, window_s: float = 60.0) -> None:
         self._stale_s = stale_s
         self._kv_high = kv_high
+        self._window_s = window_s
+        self._peaks: dict[str, deque[tuple[float, float]]] = {}
         self._learned: dict[str, float] = {}
         self._seen_at: dict[str, float] = {}
 
@@ -59,7 +64,11 @@ class CapacityEstimate:
             return self._learned.get(name)
         self._seen_at[name] = load.at
         if load.waiting > 0:
-            self._learned[name] = max(load.running, 1.0)
+            peaks = self._peaks.setdefault(name, deque())
+            peaks.append((load.at, load.running))
+            while peaks[0][0] < load.at - self._window_s:
+                peaks.popleft()
+            self._learned[name] = max(max(running for _, running in peaks), 1.0)
         elif (
             name in self._learned
             and load.running >= self._learned[name] - 0.5

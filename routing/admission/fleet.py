@@ -61,6 +61,7 @@ class FleetSync:
                 if time.monotonic() - self._last_ok > self._ttl_ms / 1000:
                     for gate in self._admission.gates.values():
                         gate.others, gate.ledger.others, gate.others_running = {}, {}, 0.0
+                        gate.others_queued, gate.others_rate = {}, 0.0
             await asyncio.sleep(self._interval)
 
     async def sync(self) -> None:
@@ -70,9 +71,8 @@ class FleetSync:
     async def _sync_gate(self, gate: PoolGate) -> None:
         now_ms = int(time.time() * 1000)
         members, mine = f"{self._prefix}{gate.alias}:replicas", self._record_key(gate.alias, self.replica_id)
-        record = json.dumps(
-            {"demand": gate.demand(), "running": gate.running_total(), "service": gate.ledger.local()}
-        )
+        record = json.dumps({"demand": gate.demand(), "running": gate.running_total(), "queued": gate.queued(),
+                             "rate": gate.release_rate(), "service": gate.ledger.local()})  # fmt: skip
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.set(mine, record, px=self._ttl_ms)
             pipe.zadd(members, {self.replica_id: now_ms + self._ttl_ms})
@@ -84,19 +84,23 @@ class FleetSync:
         records = await self._redis.mget([self._record_key(gate.alias, r) for r in others]) if others else []
         demand: dict[str, float] = {}
         service: dict[str, float] = {}
-        running = 0.0
+        queued: dict[str, float] = {}
+        running = rate = 0.0
         for raw in records:
             if raw is None:
                 continue
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 data: dict[str, Any] = json.loads(raw)
                 running += float(data["running"])
+                rate += float(data.get("rate", 0.0))
+                for name, count in data.get("queued", {}).items():
+                    queued[name] = queued.get(name, 0.0) + float(count)
                 for name, count in data["demand"].items():
                     demand[name] = demand.get(name, 0.0) + float(count)
                 for tenant, amount in data["service"].items():
                     service[tenant] = service.get(tenant, 0.0) + float(amount)
         gate.others, gate.ledger.others = demand, service  # type: ignore[assignment]
-        gate.others_running = running
+        gate.others_running, gate.others_queued, gate.others_rate = running, queued, rate  # type: ignore[assignment]
         if gate.waiting():
             gate.tick()
 

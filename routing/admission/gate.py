@@ -74,6 +74,8 @@ class PoolGate:
         self.running: dict[ClassName, int] = dict.fromkeys(self._ranked, 0)
         self.others: dict[ClassName, float] = {}  # other replicas' demand per class (fleet.py)
         self.others_running = 0.0  # and the requests they run
+        self.others_queued: dict[ClassName, float] = {}  # and those waiting
+        self.others_rate = 0.0  # and the slots they see freed per second
         self.slots = Slots(None)
         self.rate = StartRate(clock)
 
@@ -108,10 +110,17 @@ class PoolGate:
 
     # -- queueing -------------------------------------------------------------------------------------
 
+    def expected_wait(self, service: ClassName) -> float:
+        """Seconds until the requests ahead of one of `service` have started, at the fleet's measured rate of
+        freed slots (0 while no rate is known yet: the request waits, at most its deadline)."""
+        rate = (self.rate.per_s() or 0.0) + self.others_rate
+        return self._ahead(service) / rate if rate > 0 else 0.0
+
+    def release_rate(self) -> float:
+        return self.rate.per_s() or 0.0
+
     async def _wait(self, ticket: Ticket, queue: ClassQueue) -> None:
-        ahead = self._ahead(ticket.service)
-        rate = self.rate.per_s()
-        expected = ahead / rate if rate else 0.0
+        expected = self.expected_wait(ticket.service)
         if len(queue) > self._classes[ticket.service].max_queued:
             self._drop(ticket, queue, "queue_full")
             raise _saturated(self.alias, expected)
@@ -127,8 +136,7 @@ class PoolGate:
             if ticket.started is not None:  # started as the wait ran out: keep it
                 return
             self._drop(ticket, queue, "expired")
-            rate = self.rate.per_s()
-            raise _saturated(self.alias, self._ahead(ticket.service) / rate if rate else 1.0) from None
+            raise _saturated(self.alias, self.expected_wait(ticket.service) or 1.0) from None
         except UpstreamError:  # refused while waiting (the pool went down): already counted
             raise
         except BaseException:  # the client went away while waiting
@@ -148,11 +156,11 @@ class PoolGate:
         return asyncio.get_running_loop().time() + (deadline - self._clock())
 
     def _ahead(self, service: ClassName) -> float:
-        """Requests that start before one of `service` joining now: waiting in its class or above."""
+        """Requests that start before one of `service` joining now: waiting in its class or above, on every
+        replica (the others' as last synced)."""
         rank = self._classes[service].rank
         classes = [c for c in self._ranked if self._classes[c].rank <= rank]
-        return sum(len(self.queues[c]) for c in classes) + sum(self.others.get(c, 0.0) for c in classes
-                                                               if c != service)  # fmt: skip
+        return sum(len(self.queues[c]) + self.others_queued.get(c, 0.0) for c in classes)
 
     def waiting(self) -> int:
         return sum(len(queue) for queue in self.queues.values())
@@ -209,6 +217,9 @@ class PoolGate:
 
     def running_total(self) -> int:
         return sum(self.running.values())
+
+    def queued(self) -> dict[ClassName, int]:
+        return {c: len(self.queues[c]) for c in self._ranked}
 
     def _start(self, ticket: Ticket, queued: bool) -> None:
         ticket.started = self._clock()
