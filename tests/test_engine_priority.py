@@ -94,3 +94,38 @@ def test_a_non_integer_priority_is_a_400_in_openai_shape(server, value):
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["param"] == "priority" and error["type"] == "invalid_request_error" and error["message"]
+
+
+def test_lower_priority_prefill_gets_a_small_share_of_a_step_while_an_urgent_sequence_runs():
+    sched = make_scheduler(num_blocks=200, budget=128, max_seqs=4)
+    sched.lower_priority_prefill_tokens = 16
+    urgent = seq(1, priority=0, length=5)
+    sched.add(urgent)
+    simulate_step(sched)  # its prompt: now it decodes
+    batch = seq(2, priority=2, length=300)
+    sched.add(batch)
+    for _ in range(3):
+        out = sched.schedule()
+        chunks = {item.seq.seq_id: item.num_new_tokens for item in out.scheduled}
+        assert chunks == {urgent.seq_id: 1, batch.seq_id: 16}  # the batch prompt: 16 tokens a step, not 127
+        for item in out.scheduled:
+            item.seq.num_computed_tokens += item.num_new_tokens
+            if item.seq is urgent:
+                urgent.append_token(3)
+    sched.finish(urgent, "stop")
+    out = sched.schedule()  # alone, the batch prompt takes the whole budget again
+    assert [(item.seq, item.num_new_tokens) for item in out.scheduled] == [(batch, 128)]
+
+
+def test_one_priority_for_all_is_never_capped():
+    sched = make_scheduler(num_blocks=200, budget=128, max_seqs=4)
+    sched.lower_priority_prefill_tokens = 16
+    first, second = seq(1, priority=1, length=5), seq(2, priority=1, length=300)
+    sched.add(first)
+    simulate_step(sched)
+    sched.add(second)
+    out = sched.schedule()
+    assert {item.seq.seq_id: item.num_new_tokens for item in out.scheduled} == {
+        first.seq_id: 1,
+        second.seq_id: 127,
+    }

@@ -66,7 +66,10 @@ class LLMEngine:
         self.block_manager = BlockManager(
             runner.num_blocks, runner.block_size, settings.enable_prefix_caching
         )
-        self.scheduler = Scheduler(self.block_manager, settings.max_num_batched_tokens, settings.max_num_seqs)
+        self.scheduler = Scheduler(
+            self.block_manager, settings.max_num_batched_tokens, settings.max_num_seqs,
+            settings.lower_priority_prefill_tokens,
+        )  # fmt: skip
         self.proposer = (
             NgramProposer(settings.num_speculative_tokens, settings.ngram_min, settings.ngram_max)
             if settings.speculative_ngram

@@ -33,10 +33,18 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, max_num_batched_tokens: int, max_num_seqs: int) -> None:
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
+        lower_priority_prefill_tokens: int | None = None,
+    ) -> None:
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
+        # prefill tokens a step gives sequences less urgent than the most urgent one present (None: no cap)
+        self.lower_priority_prefill_tokens = lower_priority_prefill_tokens
         self.waiting: list[Sequence] = []  # in key order: the next to admit first
         self.running: list[Sequence] = []  # in key order: the first to preempt last
         self.num_preemptions = 0
@@ -79,17 +87,27 @@ class Scheduler:
 
         # Prefill: the next chunk of prompts already running, then new requests from the waiting queue
         # while budget, sequence slots and free blocks last (none after a preemption: blocks are short).
+        # Sequences less urgent than the most urgent one present share lower_priority_prefill_tokens a step,
+        # so a batch prompt's chunks do not lengthen an interactive sequence's steps.
+        lower = _LowerShare(self.lower_priority_prefill_tokens, [*self.running, *self.waiting[:1]])
         for seq in prefills:
             if seq.status is SequenceStatus.RUNNING and step.budget > 0:  # not preempted meanwhile
-                self._grow_or_preempt(seq, step)
+                cap = lower.cap(seq, step.budget)
+                if cap > 0:
+                    before = step.budget
+                    self._grow_or_preempt(seq, step, cap)
+                    lower.spend(seq, before - step.budget)
         if step.output.preempted:
             return step.output
         while self.waiting and step.budget > 0:
             seq = self.waiting[0]
+            cap = lower.cap(seq, step.budget)
+            if cap <= 0:
+                break
             # a prompt whose logprobs are asked for is computed whole: cached blocks would skip positions
             wants_all = seq.params.prompt_logprobs is not None
             matched = [] if wants_all else self.block_manager.match_prefix(seq.token_ids)
-            num_new = min(len(seq) - len(matched) * self.block_manager.block_size, step.budget)
+            num_new = min(len(seq) - len(matched) * self.block_manager.block_size, cap)
             needed = self.block_manager.num_new_blocks_to_admit(seq, matched, num_new)
             if not self._make_room(seq, needed, step):
                 break
@@ -103,6 +121,7 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             insort(self.running, seq, key=_key)
             step.add(seq, num_new)
+            lower.spend(seq, num_new)
         return step.output
 
     def _make_room(self, seq: Sequence, needed_blocks: int, step: "_Step") -> bool:
@@ -126,10 +145,10 @@ class Scheduler:
                 return True
         return False
 
-    def _grow_or_preempt(self, seq: Sequence, step: "_Step") -> None:
-        """Blocks for the tokens of `seq` that fit the budget; short of blocks, the running sequence with
-        the largest key is preempted (possibly `seq` itself, which then waits)."""
-        num_new = self._fit_to_budget(seq, step.budget)
+    def _grow_or_preempt(self, seq: Sequence, step: "_Step", cap: int | None = None) -> None:
+        """Blocks for the tokens of `seq` that fit the budget (and `cap`); short of blocks, the running
+        sequence with the largest key is preempted (possibly `seq` itself, which then waits)."""
+        num_new = self._fit_to_budget(seq, step.budget if cap is None else min(cap, step.budget))
         if len(seq.block_table) * self.block_manager.block_size >= seq.num_computed_tokens + num_new:
             step.add(seq, num_new)  # its blocks already hold the chunk (most decode steps)
             return
@@ -185,6 +204,23 @@ def _key(seq: Sequence) -> tuple[int, int]:
 
 def _is_decoding(seq: Sequence) -> bool:
     return seq.num_uncomputed_tokens <= 1 + seq.num_draft_tokens
+
+
+class _LowerShare:
+    """The prefill tokens left this step for sequences less urgent than the most urgent one present."""
+
+    def __init__(self, tokens: int | None, present: list[Sequence]) -> None:
+        self._left = tokens
+        self._urgent = min((s.params.priority for s in present), default=0)
+
+    def cap(self, seq: Sequence, budget: int) -> int:
+        if self._left is None or seq.params.priority <= self._urgent:
+            return budget
+        return min(budget, self._left)
+
+    def spend(self, seq: Sequence, tokens: int) -> None:
+        if self._left is not None and seq.params.priority > self._urgent:
+            self._left -= tokens
 
 
 class _Step:
