@@ -141,7 +141,9 @@ def _index(settings: CacheSettings, embedder: Embedder | None) -> "SemanticIndex
     return SemanticIndex(embedder.dim, settings.index, settings.hnsw_m, settings.hnsw_ef_search)
 
 
-def _redis(settings: CacheSettings, redis_url: str | None, connect: Callable[[], Redis] | None) -> Redis | None:
+def _redis(
+    settings: CacheSettings, redis_url: str | None, connect: Callable[[], Redis] | None
+) -> Redis | None:
     use_redis = settings.store == "redis" or (settings.store == "auto" and redis_url)
     if not use_redis:
         return None

@@ -52,7 +52,9 @@ def test_one_trace_with_a_span_per_stage_under_the_callers_traceparent(
     by_name = {s.name: s for s in spans}
     assert {"llmgw chat", "observe", "auth", "policy", "limits", "exact_cache", "cascade", "accounting", "route",
             "admission.queue", "backend.attempt"} <= set(by_name)  # fmt: skip
-    assert by_name["admission.queue"].parent.span_id == by_name["route"].context.span_id  # the wait for a slot
+    assert (
+        by_name["admission.queue"].parent.span_id == by_name["route"].context.span_id
+    )  # the wait for a slot
     root = by_name["llmgw chat"]
     assert format(root.context.trace_id, "032x") == TRACE_ID and format(root.parent.span_id, "016x") == PARENT
     assert (
