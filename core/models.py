@@ -109,7 +109,7 @@ class ModelConfig(BaseModel):
     name: str = Field(min_length=1, max_length=200, description="the public alias clients ask for")
     deployments: list[DeploymentConfig] = Field(min_length=1, description="where the alias is served")
     fallbacks: list[str] = Field(default_factory=list)  # other aliases to try when all deployments fail
-    owned_by: str = Field(default="llmgw", description="not used yet: /v1/models says llmgw for every alias")
+    owned_by: str = Field(default="llmgw", description="the alias's `owned_by` in GET /v1/models")
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelConfig":

@@ -123,13 +123,14 @@ def _services(request: Request) -> Services:
 def _add_info_routes(app: FastAPI) -> None:
     async def models(request: Request) -> Response:
         names = await _services(request).visible_models(request.headers)
-        data = [model_card(m) for m in names]
+        data = [model_card(m, _services(request).owner_of(m)) for m in names]
         return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
 
     async def model(request: Request, model_id: str) -> Response:
         if model_id not in await _services(request).visible_models(request.headers):
             raise model_not_found(model_id)
-        return Response(orjson.dumps(model_card(model_id)), media_type=JSON)
+        card = model_card(model_id, _services(request).owner_of(model_id))
+        return Response(orjson.dumps(card), media_type=JSON)
 
     async def metrics(request: Request) -> Response:
         body, content_type = _services(request).observability.render()
@@ -152,8 +153,8 @@ def _add_info_routes(app: FastAPI) -> None:
 _STARTED = int(time.time())  # a model card's `created`: when this gateway started, as vLLM reports it
 
 
-def model_card(name: str) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": _STARTED, "owned_by": "llmgw"}
+def model_card(name: str, owned_by: str = "llmgw") -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": _STARTED, "owned_by": owned_by}
 
 
 def _add_error_handlers(app: FastAPI) -> None:

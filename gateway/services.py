@@ -48,6 +48,10 @@ class Services:
     def admin_router(self) -> APIRouter:
         return self.policy.admin_router
 
+    def owner_of(self, alias: str) -> str:
+        """A model card's `owned_by`: the alias's own (ModelConfig.owned_by), "llmgw" for cascades."""
+        return next((m.owned_by for m in self.policy.directory.models if m.name == alias), "llmgw")
+
     def model_names(self) -> list[str]:
         return sorted(self.routing.router.pools)
 
