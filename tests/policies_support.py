@@ -5,10 +5,13 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+import httpx
 import pytest
 import redis
+from fastapi import FastAPI
 from sqlalchemy import text
 
 from gateway.settings import Settings
@@ -97,3 +100,16 @@ async def wait_until(predicate, timeout_s: float = 2.0) -> float:
             raise AssertionError(f"condition not met within {timeout_s}s")
         await asyncio.sleep(0.01)
     return loop.time() - started
+
+
+@asynccontextmanager
+async def admin_client(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, PolicyServices]]:
+    """The admin API alone, in-process: a client to it and the services behind it (closed after)."""
+    services = await start(settings)
+    app = FastAPI()
+    app.include_router(services.admin_router)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+            yield client, services
+    finally:
+        await services.aclose()

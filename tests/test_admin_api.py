@@ -5,19 +5,15 @@ import pytest
 from fastapi import FastAPI
 
 from policies.tables import utcnow
-from tests.policies_support import ADMIN_TOKEN, Database, database_fixture, make_settings, start  # noqa: F401
+from tests.policies_support import ADMIN_TOKEN, Database, admin_client, database_fixture, make_settings, start  # noqa: F401
 
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
 @pytest.fixture
 async def admin(database):
-    services = await start(make_settings(database))
-    app = FastAPI()
-    app.include_router(services.admin_router)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+    async with admin_client(make_settings(database)) as (client, services):
         yield client, services
-    await services.aclose()
 
 
 def assert_openai_error(response: httpx.Response, status: int) -> dict:

@@ -2,12 +2,10 @@
 
 import json
 
-import httpx
 import pytest
-from fastapi import FastAPI
 
 from gateway.cli import main
-from tests.policies_support import ADMIN_TOKEN, Database, make_settings, start
+from tests.policies_support import ADMIN_TOKEN, Database, admin_client, make_settings
 from tests.test_plan import LLAMA_70B
 
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -15,12 +13,11 @@ AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 
 @pytest.fixture
 async def admin(tmp_path):
-    services = await start(make_settings(Database(f"sqlite+aiosqlite:///{tmp_path}/a.db", None)))
-    app = FastAPI()
-    app.include_router(services.admin_router)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+    async with admin_client(make_settings(Database(f"sqlite+aiosqlite:///{tmp_path}/a.db", None))) as (
+        client,
+        services,
+    ):
         yield client
-    await services.aclose()
 
 
 async def test_the_route_answers_as_the_cli(admin, tmp_path, capsys) -> None:

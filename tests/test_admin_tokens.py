@@ -8,14 +8,13 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from sqlalchemy import select
 
 from gateway.app import create_app
 from policies.tables import AdminTokenRow
 from tests.conftest import gateway_settings
 from tests.fakes import FakeUpstream, ServerThread
-from tests.policies_support import ADMIN_TOKEN, database_fixture, make_settings, start  # noqa: F401
+from tests.policies_support import ADMIN_TOKEN, admin_client, database_fixture, make_settings, start  # noqa: F401
 from tests.test_admin_api import assert_openai_error
 
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -33,12 +32,8 @@ CHANGES = [
 
 @pytest.fixture
 async def admin(database):
-    services = await start(make_settings(database))
-    app = FastAPI()
-    app.include_router(services.admin_router)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+    async with admin_client(make_settings(database)) as (client, services):
         yield client, services
-    await services.aclose()
 
 
 async def _token(client: httpx.AsyncClient, scope: str, name: str = "ops") -> dict:
