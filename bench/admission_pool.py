@@ -45,7 +45,7 @@ class Tenant:
 
 def pool_config(
     engines: list[EngineServer], mode: str, database_url: str, classes: dict[str, dict[str, float]],
-    max_concurrency: int | None, redis_prefix: str,
+    max_concurrency: int | None, redis_prefix: str, redis_url: str | None = REDIS_URL,
 ) -> dict[str, Any]:  # fmt: skip
     """engine_routing's gateway config (one alias `pool`, an engine pool scraped every 0.5 s) plus admission,
     priority, a shared database and Redis."""
@@ -55,7 +55,7 @@ def pool_config(
         if max_concurrency:
             deployment["max_concurrency"] = max_concurrency
     config["database_url"] = database_url
-    config["redis_url"] = REDIS_URL
+    config["redis_url"] = redis_url  # None: limits and admission per gateway replica
     # 1 s, not the 50 ms default: on a busy 2-core box a starved process misses 50 ms (bench/gateway_overhead.py)
     config["policies"] = {"redis_prefix": redis_prefix, "redis_timeout_s": 1.0}
     config["routing"]["admission"] = {**MODES[mode], "classes": classes}

@@ -44,6 +44,7 @@ from bench import trace_data as td
 from bench.admission_overhead import measure as measure_overhead
 from bench.admission_overhead import print_table as print_overhead
 from bench.admission_pool import (
+    REDIS_URL,
     GatewayFleet,
     Tenant,
     learn_capacity,
@@ -57,8 +58,8 @@ from bench.admission_records import Record, jain, overlap, read_records, served_
 from bench.admission_report import print_tables, targets
 from bench.engine_http import EngineServer
 from bench.harness import ROOT, write_json
-from bench.trace_aiperf import HF_CACHE, aiperf_command, run_aiperf
-from bench.trace_replay import batch1_work, calibrate
+from bench.trace_aiperf import aiperf_command, run_aiperf
+from bench.trace_replay import add_pool_arguments, batch1_work, calibrate, pool_engines
 from routing.admission.config import AdmissionSettings
 
 TENANTS = [
@@ -108,7 +109,9 @@ def classes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 def scaled(name: str, args: argparse.Namespace, start_s: float) -> tuple[list[td.TraceRequest], int]:
     """Trace `name` from `start_s` (an hour of it), lengths scaled; with the length divisor used."""
     div = args.length_div if name == "mooncake" else args.azure_length_div
-    return td.scale(td.window(td.load(name), start_s, 3600), div, 1.0, args.max_input), div
+    return td.scale(
+        td.window(td.load(name, Path(args.traces_dir)), start_s, 3600), div, 1.0, args.max_input
+    ), div
 
 
 def fit(name: str, pool: "Pool", start_s: float, load: float, duration_s: float,
@@ -137,7 +140,8 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
     """Fresh gateways in `mode`, the pool's slots learned, then one AIPerf per tenant, all at once."""
     args = pool.args
     prefix = f"llmgw-admbench-{time.time_ns()}:"
-    config = pool_config(pool.engines, mode, pool.database_url, classes(args), args.max_concurrency, prefix)
+    config = pool_config(pool.engines, mode, pool.database_url, classes(args), args.max_concurrency, prefix,
+                         None if args.no_redis else REDIS_URL)  # fmt: skip
     fleet = GatewayFleet(config, args.gateways)
     started = time.time()
     load_before = os.getloadavg()
@@ -301,13 +305,10 @@ async def main_async(args: argparse.Namespace) -> None:
             measure_overhead, args.overhead_rounds, args.overhead_requests
         )
         save(results)
-    settings = dict(served_model_name="m", dtype="int4", device="cpu", kv_cache_memory_mb=args.kv_mb, num_threads=1,
-                    max_model_len=args.max_input + 256, max_num_batched_tokens=args.batched_tokens,
-                    max_num_seqs=args.max_num_seqs)  # fmt: skip
-    engines = [EngineServer(**settings) for _ in range(args.replicas)]
+    engines = pool_engines(args, args.max_input + args.max_output)
     try:
         for engine in engines:
-            await engine.wait_ready()
+            await engine.wait_ready(timeout=900)
         cal = await calibrate(engines)
         database_url = new_database_url()
         config = pool_config(engines, "fair", database_url, classes(args), None, "llmgw-admbench:")
@@ -338,12 +339,12 @@ def main() -> None:
     add = parser.add_argument
     add("--scenarios", nargs="+", default=["overhead", "priority", "fair_share"])
     add("--modes", nargs="+", default=["fair", "fifo", "off"])
-    add("--replicas", type=int, default=2, help="engines in the pool")
     add("--gateways", type=int, default=2, help="gateway replicas sharing Redis")
-    add("--max-num-seqs", type=int, default=4, help="each engine's running-batch limit")
     add("--max-concurrency", type=int, default=None, help="deployment max_concurrency (default: learned)")
-    add("--kv-mb", type=int, default=96)
-    add("--batched-tokens", type=int, default=128)
+    add_pool_arguments(add, kv_mb=96, batched_tokens=128)
+    parser.set_defaults(max_num_seqs=4, dtype="int4")
+    add("--no-redis", action="store_true", help="one gateway, admission and limits in its memory (no Redis)")
+    add("--max-output", type=int, default=256, help="the engines' max_model_len is --max-input + this")
     add("--length-div", type=int, default=64, help="Mooncake lengths ÷ this")
     add(
         "--azure-length-div", type=int, default=8, help="Azure lengths ÷ this (their prompts are ~5× shorter)"
@@ -383,8 +384,6 @@ def main() -> None:
     add("--overhead-rounds", type=int, default=12)
     add("--overhead-requests", type=int, default=250)
     add("--seed", type=int, default=44)
-    add("--aiperf", default=str(ROOT / "build" / "aiperf-venv" / "bin" / "aiperf"))
-    add("--tokenizer", default=str(HF_CACHE))
     add("--work-dir", default="/tmp/admission_replay")
     add("--name", default="admission_replay")
     signal.signal(signal.SIGTERM, _interrupted)  # stop the engines and gateways on the way out

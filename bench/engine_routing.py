@@ -227,6 +227,8 @@ def random_model_folder(shape: str, folder: Path, tokenizer_dir: Path, dtype: st
         if (tokenizer_dir / name).exists():
             shutil.copy(tokenizer_dir / name, folder / name)
     del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the engines that load it share the card with this process
     return str(folder)
 
 

@@ -7,6 +7,7 @@ SmolLM2's tokenizer from an HF cache in build/hf-cache (`python -m bench.trace_a
 
 import argparse
 import json
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ def aiperf_command(
     # in the HF cache, so a plain local folder fails there: the tokenizer is laid out as a cached Hub repo
     # (export_tokenizer) and named by its repo id, offline throughout
     return [
-        "env", "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", f"HF_HUB_CACHE={args.tokenizer}", args.aiperf, "profile", "--model", "pool", "--url", url, "--endpoint-type", "completions", "--streaming",
+        "env", "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", f"HF_HUB_CACHE={args.tokenizer}", *shlex.split(args.aiperf), "profile", "--model", "pool", "--url", url, "--endpoint-type", "completions", "--streaming",
         "--input-file", str(trace_file), "--custom-dataset-type", "mooncake_trace", "--fixed-schedule",
         "--isl-block-size", str(512 // args.length_div), "--tokenizer", TOKENIZER_REPO, "--api-key", key,
         "--extra-inputs", "ignore_eos:true", "--extra-inputs", "temperature:0", "--use-legacy-max-tokens",

@@ -33,8 +33,9 @@ from typing import Any
 import aiohttp
 
 from bench import trace_data as td
+from bench.admission_pool import pool_capacity
 from bench.engine_http import EngineServer
-from bench.engine_routing import KEY, gateway_config, one_request, wait_ready
+from bench.engine_routing import KEY, gateway_config, one_request, random_model_folder, wait_ready
 from bench.harness import RESULTS, ROOT, start_gateway, write_json
 from bench.trace_aiperf import HF_CACHE, aiperf_command, read_aiperf, run_aiperf
 
@@ -117,12 +118,12 @@ async def run_one(
             "hit_rate": hits / queries if queries else 0.0, "replicas": replicas}  # fmt: skip
 
 
-def print_table(rows: list[dict], bounds: dict, setup: dict) -> None:
+def print_table(rows: list[dict], setup: dict) -> None:
     print(f"\ntrace replay (AIPerf -> gateway -> {setup['replicas']} engines): {json.dumps(setup)}")
-    print(f"bounds: infinite cache {bounds['infinite']:.3f}, best assignment {bounds['best']:.3f}")
     head = f"{'load':<5} {'strategy':<18} {'TTFT p50':>9} {'p90':>8} {'ITL p50':>8} {'e2e p90':>8} {'out tok/s':>9} "
     print(head + f"{'goodput':>8} {'hit':>6} {'/best':>6} {'/inf':>6}  errors  per-replica requests")
     for r in rows:
+        bounds = r["bounds"]
         print(f"{r['load']:<5} {r['strategy']:<18} {r['ttft_p50_ms']:>7.0f}ms {r['ttft_p90_ms']:>6.0f}ms "
               f"{r['itl_p50_ms']:>6.0f}ms {r['e2e_p90_ms']:>6.0f}ms {r['output_tok_s']:>9.1f} "
               f"{r['goodput_share']:>8.2f} {r['hit_rate']:>6.3f} {r['hit_rate'] / max(bounds['best'], 1e-9):>6.2f} "
@@ -130,49 +131,117 @@ def print_table(rows: list[dict], bounds: dict, setup: dict) -> None:
               f"{[round(x['requests']) for x in r['replicas']]}")  # fmt: skip
 
 
+def add_pool_arguments(add: Any, kv_mb: int, batched_tokens: int) -> None:
+    """The engine pool's options, shared with bench/admission_replay.py."""
+    add("--replicas", type=int, default=2, help="engines in the pool")
+    add("--device", default="cpu", help="cuda: every engine on the one GPU")
+    add("--dtype", default="int4")
+    add(
+        "--random-shape",
+        default=None,
+        help="random weights of a bench.engine_gpu_models shape, e.g. llama-1b",
+    )
+    add("--tokenizer-dir", default=".gpu/tokenizer", help="tokenizer.json for --random-shape")
+    add("--kv-mb", type=int, default=kv_mb, help="each engine's KV cache")
+    add("--threads", type=int, default=1)
+    add("--batched-tokens", type=int, default=batched_tokens)
+    add("--max-num-seqs", type=int, default=None, help="each engine's running-batch limit (default: its own)")
+    add("--traces-dir", default=str(td.TRACES), help="folder of the traces (../shared/traces)")
+    add("--aiperf", default=str(ROOT / "build" / "aiperf-venv" / "bin" / "aiperf"), help="AIPerf's command")
+    add("--tokenizer", default=str(HF_CACHE), help="HF cache with SmolLM2's tokenizer, for AIPerf")
+
+
+def pool_engines(args: argparse.Namespace, max_model_len: int) -> list[EngineServer]:
+    """`--replicas` engine servers; with `--random-shape`, one random-weight folder that all of them load."""
+    settings: dict[str, Any] = dict(served_model_name="m", dtype=args.dtype, device=args.device,
+                                    kv_cache_memory_mb=args.kv_mb, num_threads=args.threads,
+                                    max_model_len=max_model_len, max_num_batched_tokens=args.batched_tokens)  # fmt: skip
+    if args.max_num_seqs:
+        settings["max_num_seqs"] = args.max_num_seqs
+    if args.random_shape:
+        folder = Path(args.work_dir) / args.random_shape
+        settings["model"] = random_model_folder(
+            args.random_shape, folder, Path(args.tokenizer_dir), args.dtype
+        )
+    return [EngineServer(**settings) for _ in range(args.replicas)]
+
+
+async def offered_rate(args: argparse.Namespace, engines: list[EngineServer], sample: list[td.TraceRequest],
+                       cal: dict[str, float]) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """Batch-1 seconds of work per second that a load of 1.0 offers. `batch1`: the replicas' count (each busy
+    all the time serving one request at a time). `capacity`: what the pool served when saturated by
+    closed-loop clients on the sample's lengths (no prefix hits), for a GPU, where batching multiplies it."""
+    if args.load_basis == "batch1":
+        return float(args.replicas), {}
+    capacity = await pool_capacity(engines, sample, cal, args.capacity_s, args.capacity_clients)
+    return capacity["work_rate"], capacity
+
+
 async def main_async(args: argparse.Namespace) -> None:
-    trace = td.load(args.trace)
+    trace = td.load(args.trace, Path(args.traces_dir))
     sample = td.scale(
         td.sample_sessions(trace, args.span_s, args.one_in), args.length_div, 1.0, args.max_input
     )
     block = td.BLOCK_TOKENS // args.length_div
-    settings = dict(served_model_name="m", dtype=args.dtype, device=args.device, kv_cache_memory_mb=args.kv_mb,
-                    num_threads=args.threads, max_model_len=args.max_input + 256,
-                    max_num_batched_tokens=args.batched_tokens)  # fmt: skip
-    engines = [EngineServer(**settings) for _ in range(args.replicas)]
+    longest = max(r.input_length + r.output_length for r in sample)
+    engines = pool_engines(args, max(args.max_input + 256, longest + 16))
     rows: list[dict] = []
+    runs = [(load, args.strategies) for load in args.loads]
+    runs += [(load, args.sweep_strategies) for load in args.sweep_loads]
     try:
         for engine in engines:
-            await engine.wait_ready()
+            await engine.wait_ready(timeout=900)
         cal = await calibrate(engines)
         kv_tokens = min([int((await engine_info(e))["kv_tokens"]) for e in engines])
-        best = td.best_assignment_hit_rate(sample, args.replicas, kv_tokens // block, block)
-        bounds = {"infinite": td.infinite_cache_hit_rate(sample, block), "best": best["hit_rate"],
-                  "best_requests_per_replica": best["requests_per_replica"], "kv_tokens_per_replica": kv_tokens}  # fmt: skip
+        work_rate, capacity = await offered_rate(args, engines, sample, cal)
         work = batch1_work(sample, cal)
         span = (sample[-1].t_ms - sample[0].t_ms) / 1000
         setup = {k: getattr(args, k) for k in ("trace", "span_s", "one_in", "length_div", "max_input", "replicas",
-                                               "kv_mb", "threads", "dtype", "device", "slo_ttft_ms", "slo_itl_ms")}  # fmt: skip
-        setup.update(
-            sample_stats=td.describe(sample), calibration=cal, batch1_work_s=work, block_tokens=block
-        )
-        print(f"slice: {setup}\nbounds: {bounds}", flush=True)
-        for load in args.loads:
-            factor = work / (load * span * args.replicas)
+                                               "kv_mb", "threads", "dtype", "device", "random_shape", "slo_ttft_ms",
+                                               "slo_itl_ms", "load_basis", "duration_s", "batched_tokens",
+                                               "max_num_seqs")}  # fmt: skip
+        setup.update(sample_stats=td.describe(sample), calibration=cal, batch1_work_s=work, block_tokens=block,
+                     capacity=capacity, work_rate_at_load_1=work_rate, kv_tokens_per_replica=kv_tokens)  # fmt: skip
+        print(f"slice: {setup}", flush=True)
+        for load, strategies in runs:
             label = f"{load:g}"
-            trace_file = td.write_mooncake(
-                td.retime(sample, factor), Path(args.work_dir) / f"trace_{label}.jsonl"
-            )
-            setup[f"time_factor_{label}"] = factor
-            for index, strategy in enumerate(args.strategies):
-                rows.append(await run_one(args, engines, strategy, trace_file, args.seed + index, label))
-                path = write_json(args.name, {"setup": setup, "bounds": bounds, "rows": rows})
+            timed = td.retime(sample, work / (load * span * work_rate))
+            if args.duration_s:  # the first duration_s seconds of the re-timed slice
+                timed = [r for r in timed if r.t_ms - timed[0].t_ms <= args.duration_s * 1000]
+            trace_file = td.write_mooncake(timed, Path(args.work_dir) / f"trace_{label}.jsonl")
+            offered = {"requests": len(timed), "span_s": (timed[-1].t_ms - timed[0].t_ms) / 1000,
+                       "bounds": slice_bounds(timed, args.replicas, kv_tokens, block)}  # fmt: skip
+            offered["rps"] = len(timed) / max(offered["span_s"], 1e-9)
+            setup[f"offered_{label}"] = offered
+            for index, strategy in enumerate(strategies):
+                row = await run_one(args, engines, strategy, trace_file, args.seed + index, label)
+                rows.append({**row, "bounds": offered["bounds"], "offered_rps": offered["rps"]})
+                path = write_json(args.name, {"setup": setup, "rows": rows, "slo_max": slo_max(rows, args)})
                 print(f"load {label} {strategy}: done", flush=True)
     finally:
         for engine in engines:
             engine.stop()
-    print_table(rows, bounds, setup)
+    print_table(rows, setup)
     print(f"wrote {path}")
+
+
+def slice_bounds(requests: list[td.TraceRequest], replicas: int, kv_tokens: int, block: int) -> dict:
+    best = td.best_assignment_hit_rate(requests, replicas, kv_tokens // block, block)
+    return {"infinite": td.infinite_cache_hit_rate(requests, block), "best": best["hit_rate"],
+            "best_requests_per_replica": best["requests_per_replica"]}  # fmt: skip
+
+
+def slo_max(rows: list[dict], args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Per strategy, the largest offered rate (requests/s) whose p90 TTFT and p90 ITL met the SLO, and the
+    smallest that missed it (the time-scaled sweep `llmgw plan` is checked against)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        met = r["ttft_p90_ms"] <= args.slo_ttft_ms and r["itl_p90_ms"] <= args.slo_itl_ms and not r["errors"]
+        entry = out.setdefault(r["strategy"], {})
+        key = "largest_met_rps" if met else "smallest_missed_rps"
+        pick = max if met else min
+        entry[key] = pick(entry.get(key, r["offered_rps"]), r["offered_rps"])
+    return out
 
 
 def main() -> None:
@@ -184,22 +253,22 @@ def main() -> None:
     parser.add_argument("--one-in", type=int, default=60, help="keep one conversation in this many")
     parser.add_argument("--length-div", type=int, default=16)
     parser.add_argument("--max-input", type=int, default=1024, help="scaled prompts cut to this many tokens")
-    parser.add_argument("--loads", type=float, nargs="+", default=[0.7, 1.2])
-    parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
-    parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="int4")
-    parser.add_argument("--kv-mb", type=int, default=48)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batched-tokens", type=int, default=256)
-    parser.add_argument("--slo-ttft-ms", type=float, default=2000)
-    parser.add_argument("--slo-itl-ms", type=float, default=200)
-    parser.add_argument("--seed", type=int, default=43)
-    parser.add_argument("--aiperf", default=str(ROOT / "build" / "aiperf-venv" / "bin" / "aiperf"))
-    parser.add_argument("--tokenizer", default=str(HF_CACHE), help="HF cache with SmolLM2's tokenizer")
-    parser.add_argument("--aiperf-timeout-s", type=float, default=900)
-    parser.add_argument("--work-dir", default="/tmp/trace_replay")
-    parser.add_argument("--name", default="trace_replay_cpu", help="results file name under bench/results")
+    add = parser.add_argument
+    add("--loads", type=float, nargs="+", default=[0.7, 1.2], help="every strategy runs at each")
+    add("--strategies", nargs="+", default=STRATEGIES)
+    add("--sweep-loads", type=float, nargs="*", default=[], help="more loads, for --sweep-strategies only")
+    add("--sweep-strategies", nargs="+", default=["engine_score"])
+    add("--load-basis", choices=["batch1", "capacity"], default="batch1", help="what a load of 1.0 is")
+    add("--capacity-s", type=float, default=30, help="closed-loop saturation (--load-basis capacity)")
+    add("--capacity-clients", type=int, default=16, help="closed-loop clients per engine")
+    add("--duration-s", type=float, default=None, help="cut each re-timed slice to this many seconds")
+    add_pool_arguments(add, kv_mb=48, batched_tokens=256)
+    add("--slo-ttft-ms", type=float, default=2000)
+    add("--slo-itl-ms", type=float, default=200)
+    add("--seed", type=int, default=43)
+    add("--aiperf-timeout-s", type=float, default=900)
+    add("--work-dir", default="/tmp/trace_replay")
+    add("--name", default="trace_replay_cpu", help="results file name under bench/results")
     parser.add_argument("--reread", action="store_true",
                         help="no run: read AIPerf's files under --work-dir again into the results, print the table")  # fmt: skip
     args = parser.parse_args()
@@ -215,8 +284,9 @@ def reread(args: argparse.Namespace) -> None:
     for row in data["rows"]:
         summary, errors = read_aiperf(Path(args.work_dir) / row["load"] / row["strategy"])
         row.update(summary, errors=errors)
+        row.setdefault("bounds", data.get("bounds"))  # results written before bounds were per load
     write_json(args.name, data)
-    print_table(data["rows"], data["bounds"], data["setup"])
+    print_table(data["rows"], data["setup"])
 
 
 if __name__ == "__main__":
