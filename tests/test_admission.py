@@ -9,7 +9,7 @@ from backends.base import UpstreamError
 from core.models import DeploymentConfig
 from routing.admission.capacity import CapacityEstimate, Slots
 from routing.admission.config import AdmissionSettings, ServiceClass
-from routing.admission.fair import ServiceLedger, Ticket
+from routing.admission.fair import ServiceLedger, Ticket, water_fill
 from routing.admission.gate import PoolGate
 from routing.admission.metrics import AdmissionMetrics
 from routing.breaker import CircuitBreaker
@@ -204,6 +204,54 @@ async def test_the_fleet_view_splits_a_class_grant_by_demand() -> None:
     assert gate.running["batch"] == math.ceil(9 * 10 / 40)
     gate.others = {"interactive": 5.0, "batch": 30.0}  # interactive demand elsewhere: batch gets less
     assert gate.allowance()["batch"] < 9 * 10 / 40
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def test_water_fill_gives_weighted_max_min_shares() -> None:
+    assert water_fill(12.0, {"heavy": (20, 2.0), "light": (30, 1.0)}) == {"heavy": 8.0, "light": 4.0}
+    # a tenant asking less than its share keeps only what it asks; the others split the rest by weight
+    shares = water_fill(12.0, {"small": (2, 1.0), "a": (30, 1.0), "b": (30, 3.0)})
+    assert shares == {"small": 2.0, "a": 2.5, "b": 7.5}
+    assert water_fill(12.0, {"a": (3, 1.0), "b": (4, 1.0)}) == {"a": 3, "b": 4}  # room for all
+    assert water_fill(5.0, {"idle": (0, 1.0)}) == {}
+
+
+async def test_the_fleet_view_splits_a_class_grant_by_tenant_weight_with_fair_sharing() -> None:
+    """Two tenants of weights 2 : 1 behind different replicas: the class's grant goes 2 : 1 between them,
+    whatever their queues' lengths (by demand it went 20 : 30 here)."""
+    clock = Clock()
+    gate = make_gate(Slots(12.0), clock)
+    gate.others = {"standard": 30.0}
+    gate.others_tenants = {"standard": {"light": (30.0, 1.0)}}
+    tickets = [ticket(clock, "heavy", weight=2.0) for _ in range(20)]
+    tasks = [asyncio.create_task(gate.admit(t)) for t in tickets]
+    await settle()
+    grant = math.floor(12 * 0.95)  # the standard class's share, in whole slots: the gate starts 8 of 11.4
+    assert gate.allowance()["standard"] == pytest.approx(12 * 0.95 * 2 / 3)
+    assert gate.running["standard"] == math.ceil(12 * 0.95 * 2 / 3) and grant == 11
+    assert gate.tenant_demand()["standard"] == {"heavy": (20, 2.0)}
+    # the same tenant on both replicas: this replica's part is its share of that tenant's fleet demand
+    gate.others_tenants = {"standard": {"heavy": (20.0, 2.0), "light": (10.0, 1.0)}}
+    gate.others = {"standard": 30.0}
+    assert gate.allowance()["standard"] == pytest.approx(12 * 0.95 * 2 / 3 * 20 / 40)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for t in [t for t in tickets if t.started is not None]:
+        gate.release(t, 100)
+    assert gate.tenant_demand()["standard"] == {}  # cancelled while waiting or released: nothing left
+
+
+async def test_without_fair_sharing_the_fleet_split_stays_by_demand() -> None:
+    clock = Clock()
+    gate = make_gate(Slots(12.0), clock, fair=False)
+    gate.others = {"standard": 30.0}
+    gate.others_tenants = {"standard": {"light": (30.0, 1.0)}}
+    tasks = [asyncio.create_task(gate.admit(ticket(clock, "heavy", weight=2.0))) for _ in range(20)]
+    await settle()
+    assert gate.allowance()["standard"] == pytest.approx(12 * 0.95 * 20 / 50)
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

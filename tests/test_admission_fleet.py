@@ -60,3 +60,41 @@ async def test_replicas_share_a_pool_and_a_dead_one_frees_its_share() -> None:
     await asyncio.gather(*waiting, return_exceptions=True)
     assert await redis.exists(f"{prefix}adm:pool:r:a") == 0  # a left at once on close
     await redis.aclose()
+
+
+async def test_weights_hold_across_replicas_whatever_the_queues() -> None:
+    """Tenants of weights 2 : 1, each behind its own replica, both asking more than the pool: once the
+    replicas exchange their tenants' demand, the standard class's slots go 2 : 1 between them (by queue
+    length, 1 : 2 here), and so do the requests they start as slots free."""
+    settings = AdmissionSettings(sync_interval_s=0.05, replica_ttl_s=2.0)
+    redis = Redis.from_url(REDIS_URL)
+    prefix = f"llmgw-test-{uuid.uuid4().hex[:8]}:"
+    a, b = replica(settings), replica(settings)
+    sync_a, sync_b = FleetSync(a, redis, prefix, "a"), FleetSync(b, redis, prefix, "b")
+    now = asyncio.get_running_loop().time()
+    heavy = [Ticket("heavy", "standard", 2.0, 100.0, now + 60, now) for _ in range(150)]
+    light = [Ticket("light", "standard", 1.0, 100.0, now + 60, now) for _ in range(300)]
+    waiting = [asyncio.create_task(a.gate("pool").admit(t)) for t in heavy]
+    waiting += [asyncio.create_task(b.gate("pool").admit(t)) for t in light]
+    await asyncio.sleep(0)
+    gate_a, gate_b = a.gates["pool"], b.gates["pool"]
+    released: set[int] = set()
+    starts = []
+    for _ in range(12):  # slots free on both replicas, the replicas sync, the freed slots are taken again
+        for gate, tickets in ((gate_a, heavy), (gate_b, light)):
+            for t in [t for t in tickets if t.started is not None and id(t) not in released]:
+                released.add(id(t))
+                gate.release(t, 100)
+        await sync_a.sync()
+        await sync_b.sync()
+        starts.append((sum(t.started is not None for t in heavy), sum(t.started is not None for t in light)))
+    assert gate_a.others_tenants["standard"]["light"][1] == 1.0
+    assert gate_a.allowance()["standard"] == pytest.approx(9.5 * 2 / 3)
+    assert gate_b.allowance()["standard"] == pytest.approx(9.5 / 3)
+    (h0, l0), (h1, l1) = starts[2], starts[-1]  # after the first exchanges
+    assert 1.6 <= (h1 - h0) / (l1 - l0) <= 2.4
+    await sync_a.aclose()
+    await sync_b.aclose()
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)

@@ -120,7 +120,29 @@ class ClassQueue:
         self._count -= 1
         return True
 
+    def waiting_by_tenant(self) -> dict[str, tuple[int, float]]:
+        """Requests waiting per tenant, with its weight (fair mode; FIFO keeps no tenants apart: empty)."""
+        return {tenant: (len(waiting), waiting[0].weight) for tenant, waiting in self._by_tenant.items()}
+
     def tickets(self) -> list[Ticket]:
         if not self._fair:
             return list(self._fifo)
         return [t for waiting in self._by_tenant.values() for t in waiting]
+
+
+def water_fill(total: float, demands: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Weighted max-min fair shares of `total` between tenants asking (demand, weight): each gets at most
+    its demand, and those still asking share what is left in proportion to their weights."""
+    shares: dict[str, float] = {}
+    asking = {t: (d, max(w, 1e-9)) for t, (d, w) in demands.items() if d > 0}
+    left = total
+    while asking and left > 1e-9:
+        level = left / sum(w for _, w in asking.values())  # per unit of weight
+        full = [t for t, (d, w) in asking.items() if d <= level * w]
+        if not full:  # everyone left asks more than the level: they split the rest by weight
+            shares.update({t: level * w for t, (_, w) in asking.items()})
+            return shares
+        for tenant in full:
+            shares[tenant] = asking[tenant][0]
+            left -= asking.pop(tenant)[0]
+    return shares

@@ -61,7 +61,7 @@ class FleetSync:
                 if time.monotonic() - self._last_ok > self._ttl_ms / 1000:
                     for gate in self._admission.gates.values():
                         gate.others, gate.ledger.others, gate.others_running = {}, {}, 0.0
-                        gate.others_queued, gate.others_rate = {}, 0.0
+                        gate.others_queued, gate.others_rate, gate.others_tenants = {}, 0.0, {}
             await asyncio.sleep(self._interval)
 
     async def sync(self) -> None:
@@ -72,7 +72,8 @@ class FleetSync:
         now_ms = int(time.time() * 1000)
         members, mine = f"{self._prefix}{gate.alias}:replicas", self._record_key(gate.alias, self.replica_id)
         record = json.dumps({"demand": gate.demand(), "running": gate.running_total(), "queued": gate.queued(),
-                             "rate": gate.release_rate(), "service": gate.ledger.local()})  # fmt: skip
+                             "rate": gate.release_rate(), "service": gate.ledger.local(),
+                             "tenants": gate.tenant_demand()})  # fmt: skip
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.set(mine, record, px=self._ttl_ms)
             pipe.zadd(members, {self.replica_id: now_ms + self._ttl_ms})
@@ -85,6 +86,7 @@ class FleetSync:
         demand: dict[str, float] = {}
         service: dict[str, float] = {}
         queued: dict[str, float] = {}
+        tenants: dict[str, dict[str, tuple[float, float]]] = {}
         running = rate = 0.0
         for raw in records:
             if raw is None:
@@ -99,7 +101,13 @@ class FleetSync:
                     demand[name] = demand.get(name, 0.0) + float(count)
                 for tenant, amount in data["service"].items():
                     service[tenant] = service.get(tenant, 0.0) + float(amount)
+                for name, by_tenant in data.get("tenants", {}).items():
+                    merged = tenants.setdefault(name, {})
+                    for tenant, (count, weight) in by_tenant.items():
+                        seen, seen_weight = merged.get(tenant, (0.0, 0.0))
+                        merged[tenant] = (seen + float(count), max(seen_weight, float(weight)))
         gate.others, gate.ledger.others = demand, service  # type: ignore[assignment]
+        gate.others_tenants = tenants  # type: ignore[assignment]
         gate.others_running, gate.others_queued, gate.others_rate = running, queued, rate  # type: ignore[assignment]
         if gate.waiting():
             gate.tick()

@@ -2,8 +2,12 @@
 
 Room, per class: the pool's slots (capacity.py) are granted to the classes in rank order, each up to its
 `pool_share` of them, each class getting at most what it asks (its requests running plus waiting, over the
-whole fleet when replicas share Redis); a replica's part of a class's grant is its part of that class's
-demand. A request starts when its class runs fewer than its grant, so
+whole fleet when replicas share Redis). A replica's part of a class's grant is, with fair sharing, what its
+tenants get of the grant shared between every tenant of the fleet by weighted max-min fairness on their
+requests running plus waiting (water_fill; a tenant on several replicas takes its part on each in proportion
+to its demand there), so two tenants of weights 2 : 1 behind different replicas get 2 : 1 of the slots, not
+the ratio of their queues; without fair sharing, its part of that class's demand. A request starts when its
+class runs fewer than its grant, so
 
 - while the pool has room nothing waits: the request is counted and goes on (no await, no queue);
 - when it is full, the higher classes' waiting requests take the next free slots before any lower one, and
@@ -26,7 +30,7 @@ from collections.abc import Callable
 from backends.base import UpstreamError
 from routing.admission.capacity import Slots
 from routing.admission.config import AdmissionSettings, ClassName
-from routing.admission.fair import ClassQueue, ServiceLedger, Ticket
+from routing.admission.fair import ClassQueue, ServiceLedger, Ticket, water_fill
 from routing.admission.metrics import AdmissionMetrics
 
 RATE_WINDOW_S = 10.0
@@ -76,6 +80,9 @@ class PoolGate:
         self.others_running = 0.0  # and the requests they run
         self.others_queued: dict[ClassName, float] = {}  # and those waiting
         self.others_rate = 0.0  # and the slots they see freed per second
+        # and their tenants' requests running plus waiting, with each tenant's weight, per class
+        self.others_tenants: dict[ClassName, dict[str, tuple[float, float]]] = {}
+        self._tenant_running: dict[ClassName, dict[str, tuple[int, float]]] = {c: {} for c in self._ranked}
         self.slots = Slots(None)
         self.rate = StartRate(clock)
 
@@ -100,6 +107,12 @@ class PoolGate:
     def release(self, ticket: Ticket, tokens: int | None) -> None:
         """The request holding `ticket` ended; `tokens`: what it really used (None: its estimate stands)."""
         self.running[ticket.service] -= 1
+        by_tenant = self._tenant_running[ticket.service]
+        count, weight = by_tenant[ticket.tenant]
+        if count > 1:
+            by_tenant[ticket.tenant] = (count - 1, weight)
+        else:
+            del by_tenant[ticket.tenant]
         if tokens is not None:
             self.ledger.charge(ticket.tenant, tokens - ticket.cost, ticket.weight)
             self._metrics.served(self.alias, ticket, tokens)
@@ -208,8 +221,32 @@ class PoolGate:
             cap = math.inf if total is None else total * self._classes[service].pool_share
             grant = max(0.0, min(fleet, cap - used))
             used += grant
-            parts[service] = grant * mine / fleet if fleet else 0.0
+            if self._settings.fair and self.others_tenants.get(service):
+                parts[service] = self._tenants_part(service, grant)
+            else:
+                parts[service] = grant * mine / fleet if fleet else 0.0
         return parts
+
+    def _tenants_part(self, service: ClassName, grant: float) -> float:
+        """What this replica's tenants get of `grant` shared between the fleet's tenants (water_fill)."""
+        mine = self.tenant_demand()[service]
+        fleet = dict(self.others_tenants.get(service, {}))
+        for tenant, (count, weight) in mine.items():
+            other, other_weight = fleet.get(tenant, (0.0, weight))
+            fleet[tenant] = (count + other, max(weight, other_weight))
+        shares = water_fill(grant, fleet)
+        return sum(shares.get(t, 0.0) * count / fleet[t][0] for t, (count, _) in mine.items() if count)
+
+    def tenant_demand(self) -> dict[ClassName, dict[str, tuple[int, float]]]:
+        """What this replica publishes for fair shares across the fleet: per class, each tenant's requests
+        running plus waiting, and its weight."""
+        out: dict[ClassName, dict[str, tuple[int, float]]] = {}
+        for service in self._ranked:
+            counts = dict(self._tenant_running[service])
+            for tenant, (waiting, weight) in self.queues[service].waiting_by_tenant().items():
+                counts[tenant] = (counts.get(tenant, (0, weight))[0] + waiting, weight)
+            out[service] = counts
+        return out
 
     def demand(self) -> dict[ClassName, int]:
         """What this replica publishes: per class, its requests running plus waiting."""
@@ -224,6 +261,8 @@ class PoolGate:
     def _start(self, ticket: Ticket, queued: bool) -> None:
         ticket.started = self._clock()
         self.running[ticket.service] += 1
+        by_tenant = self._tenant_running[ticket.service]
+        by_tenant[ticket.tenant] = (by_tenant.get(ticket.tenant, (0, 0.0))[0] + 1, ticket.weight)
         self.ledger.charge(ticket.tenant, ticket.cost, ticket.weight)
         self._metrics.started(self.alias, ticket, ticket.started - ticket.arrived if queued else 0.0)
         self._metrics.set_running(self.alias, ticket.service, self.running[ticket.service])
