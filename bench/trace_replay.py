@@ -40,7 +40,7 @@ from bench.harness import RESULTS, ROOT, start_gateway, write_json
 from bench.trace_aiperf import HF_CACHE, aiperf_command, read_aiperf, run_aiperf
 
 STRATEGIES = ["round_robin", "least_outstanding", "prefix_affinity", "engine_score"]
-CALIBRATION_PROMPT = " ".join(["policy ledger invoice region tenant quota replica shard"] * 48)  # ~400 tokens
+CALIBRATION_WORDS = "policy ledger invoice region tenant quota replica shard"  # 8 words: ~8.3 tokens
 
 
 async def engine_info(engine: EngineServer) -> dict[str, float]:
@@ -58,13 +58,15 @@ async def engine_info(engine: EngineServer) -> dict[str, float]:
     return {**info, **await engine.counters()}
 
 
-async def calibrate(engines: list[EngineServer]) -> dict[str, float]:
+async def calibrate(engines: list[EngineServer], prompt_tokens: int = 400) -> dict[str, float]:
     """Batch-1 seconds per prompt token and per output token, each engine alone, medians of two."""
     prefill, decode = [], []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
         for engine in engines:
             for i in range(3):  # the first one warms the engine up and is not counted
-                prompt = f"calibration {i} {engine.port}: {CALIBRATION_PROMPT}"
+                prompt = f"calibration {i} {engine.port}: " + " ".join(
+                    [CALIBRATION_WORDS] * (prompt_tokens * 10 // 83)
+                )
                 result = await one_request(session, engine.url, prompt, 24, model="m")
                 if i:
                     prefill.append(result["ttft"] / max(result["prompt_tokens"], 1))
@@ -191,7 +193,7 @@ async def main_async(args: argparse.Namespace) -> None:
     try:
         for engine in engines:
             await engine.wait_ready(timeout=900)
-        cal = await calibrate(engines)
+        cal = await calibrate(engines, args.calibration_tokens)
         kv_tokens = min([int((await engine_info(e))["kv_tokens"]) for e in engines])
         work_rate, capacity = await offered_rate(args, engines, sample, cal)
         work = batch1_work(sample, cal)
@@ -261,6 +263,12 @@ def main() -> None:
     add("--load-basis", choices=["batch1", "capacity"], default="batch1", help="what a load of 1.0 is")
     add("--capacity-s", type=float, default=30, help="closed-loop saturation (--load-basis capacity)")
     add("--capacity-clients", type=int, default=16, help="closed-loop clients per engine")
+    add(
+        "--calibration-tokens",
+        type=int,
+        default=400,
+        help="batch-1 calibration prompt (a GPU: a trace-sized one)",
+    )
     add("--duration-s", type=float, default=None, help="cut each re-timed slice to this many seconds")
     add_pool_arguments(add, kv_mb=48, batched_tokens=256)
     add("--slo-ttft-ms", type=float, default=2000)
