@@ -5,7 +5,14 @@ Gateway CPU per request comes from the gateway process's user+system time over t
 Streaming: a raw-socket client measures time to the first SSE byte, direct vs through the gateway.
 Modes (each its own gateway process): `master` (master key, in-process stores), `no-metrics` (the same
 with metrics and access log off: the observability cost), `virtual-key` (a virtual key whose policy
-has RPM/TPM/concurrency limits checked in Redis, usage records written to the database).
+has RPM/TPM/concurrency limits checked in Redis, usage records written to the database). `vk-plain`,
+`vk-tls` and `vk-cluster` are that virtual key on the three Redis deployments operators run (issue 41),
+started here on loopback (tests/redis_deploy_servers.py): a plain server, `rediss://` with an ACL user and
+a 3-node Redis Cluster; the exact cache is off in these three (it refuses a Cluster), so they differ only in
+the limiter's Redis. Run them with one tree (`--trees .`) to load them in turn, round by round:
+
+    PYTHONPATH=. .venv/bin/python bench/gateway_overhead.py --trees . --modes vk-plain vk-tls vk-cluster \
+        --rounds 9 --name gateway_overhead_redis
 
     .venv/bin/python bench/gateway_overhead.py [--seconds 5] [--rounds 3] [--modes master virtual-key]
 
@@ -19,6 +26,7 @@ no direct runs). Writes bench/results/gateway_overhead_ab.json.
 
 import argparse
 import asyncio
+import contextlib
 import os
 import socket
 import statistics
@@ -35,9 +43,18 @@ from bench.harness import Process, start_fake_upstream, start_gateway, write_jso
 from gateway.settings import Settings  # noqa: E402
 from policies.policy import Limits, Policy  # noqa: E402
 from policies.provision import provision_virtual_key  # noqa: E402
+from tests.redis_deploy_servers import (  # noqa: E402
+    ACL_PASSWORD,
+    ACL_USER,
+    make_certificates,
+    redis_cluster,
+    tls_acl_redis,
+)
 
 KEY = "sk-bench-master"
 REDIS_URL = "redis://127.0.0.1:6379/0"
+# the limiter's Redis per mode: URL and LLMGW_POLICIES__REDIS options (vk-tls and vk-cluster: set by redis_servers)
+REDIS: dict[str, tuple[str, dict[str, Any]]] = {"virtual-key": (REDIS_URL, {}), "vk-plain": (REDIS_URL, {})}
 
 
 def chat_body(model: str, stream: bool = False) -> bytes:
@@ -54,19 +71,39 @@ def gateway_config(upstream: Process, mode: str) -> dict[str, Any]:
     config["cache"] = {"semantic_enabled": False}  # measures the proxy path; see bench/cache_latency.py
     if mode == "no-metrics":
         config["observability"] = {"metrics_enabled": False, "access_log": False}
-    if mode == "virtual-key":
-        config["redis_url"] = REDIS_URL
+    if mode in REDIS:
+        url, options = REDIS[mode]
+        config["redis_url"] = url
         # 1 s, not the 50 ms default: on a busy 2-core box a starved process misses 50 ms, and the limiter
         # would fail over to local limits and replay, which is not the path measured here
-        config["policies"] = {"redis_prefix": f"llmgw-bench-{time.time_ns()}:", "redis_timeout_s": 1.0}
+        config["policies"] = {"redis_prefix": f"llmgw-bench-{time.time_ns()}:", "redis_timeout_s": 1.0,
+                              "redis": options}  # fmt: skip
+        if mode != "virtual-key":
+            config["cache"] = {"enabled": False}
     return config
+
+
+@contextlib.contextmanager
+def redis_servers(modes: list[str]) -> Any:
+    """Start the TLS+ACL server and the cluster that `modes` ask for, and point REDIS at them."""
+    with contextlib.ExitStack() as stack:
+        workdir = Path(tempfile.mkdtemp(prefix="llmgw-bench-redis-"))
+        if "vk-tls" in modes:
+            certs = make_certificates(workdir)
+            tls = stack.enter_context(tls_acl_redis(workdir, certs))
+            url = f"rediss://{ACL_USER}:{ACL_PASSWORD}@127.0.0.1:{tls.port}/0"
+            REDIS["vk-tls"] = (url, {"tls_ca_file": str(certs.ca)})
+        if "vk-cluster" in modes:
+            nodes = stack.enter_context(redis_cluster(workdir))
+            REDIS["vk-cluster"] = (f"redis://127.0.0.1:{nodes[0].port}", {"cluster": True})
+        yield
 
 
 def start_mode(upstream: Process, mode: str) -> tuple[Process, str]:
     """A gateway for `mode`, and the bearer key to load it with."""
     config = gateway_config(upstream, mode)
     key = KEY
-    if mode == "virtual-key":
+    if mode in REDIS:
         unlimited = Limits(rpm=10**9, tpm=10**12, max_concurrent=10**6)
         policy = Policy(key_limits=unlimited, tenant_limits=unlimited)
         key = asyncio.run(provision_virtual_key(Settings(**config), "bench", policy))
@@ -210,14 +247,18 @@ def compare_trees(args: argparse.Namespace) -> None:
         print(
             f"{mode:>11} {connections:>3} conns  {tree:<24} CPU/request {cpu:6.0f} µs  rps {rps:6.0f}  errors {errors}"
         )
-    print(f"wrote {write_json('gateway_overhead_ab', {'load_generator': 'wrk -t1', 'rows': rows})}")
+    payload = {"load_generator": "wrk -t1", "rows": rows}
+    print(f"wrote {write_json(args.name or 'gateway_overhead_ab', payload)}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--trees", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two source trees")
+    parser.add_argument(
+        "--trees", nargs="+", metavar="TREE", help="compare source trees (one: modes in turn)"
+    )
+    parser.add_argument("--name", default=None, help="results file (default gateway_overhead[_ab])")
     parser.add_argument("--seconds", type=float, help="per load run (default 5; 2 with --trees)")
     parser.add_argument("--rounds", type=int, help="default 3; 7 with --trees")
     parser.add_argument("--connections", type=int, nargs="+", help="default 1 16 64; 1 16 with --trees")
@@ -232,9 +273,14 @@ def main() -> None:
     )
     for name, default in zip(("seconds", "rounds", "connections", "modes"), defaults, strict=True):
         setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
-    if args.trees:
-        compare_trees(args)
-        return
+    with redis_servers(args.modes):
+        if args.trees:
+            compare_trees(args)
+        else:
+            measure_modes(args)
+
+
+def measure_modes(args: argparse.Namespace) -> None:
     upstream = start_fake_upstream()
     rows, streaming = [], None
     try:
@@ -246,7 +292,7 @@ def main() -> None:
         upstream.stop()
     print_table(rows, streaming)
     payload = {"load_generator": "wrk -t1", "rows": rows, "streaming": streaming}
-    print(f"wrote {write_json('gateway_overhead', payload)}")
+    print(f"wrote {write_json(args.name or 'gateway_overhead', payload)}")
 
 
 if __name__ == "__main__":

@@ -200,9 +200,20 @@ def _share_admission(
     """With Redis, the replicas' admission queues share each pool's slots and the tenants' shares."""
     if routing.admission is None or not settings.routing.admission.fleet or not policy.redis_clients:
         return
-    fleet = FleetSync(routing.admission, policy.redis_clients[0], settings.policies.redis_prefix)
+    client = fleet_client(settings, policy.redis_clients[0])
+    if client is not policy.redis_clients[0]:
+        closers.insert(0, client.aclose)
+    fleet = FleetSync(routing.admission, client, settings.policies.redis_prefix)
     fleet.start()
     closers.insert(0, fleet.aclose)
+
+
+def fleet_client(settings: Settings, shared: Redis) -> Redis:
+    """The admission fleet's Redis: the policies' shared client, or on a Cluster a client that follows the
+    slots (a pool's keys share one slot, fleet.py; a plain client to one node meets MOVED)."""
+    if settings.policies.redis.cluster and settings.redis_url:
+        return redis_py_client(settings.redis_url, settings.policies.redis, cluster_client=True)
+    return shared
 
 
 def _stages(

@@ -2,11 +2,19 @@
 tokens are exchanged, and a replica that stops publishing (dead) frees its share when its record expires."""
 
 import asyncio
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
 
+from gateway.services import fleet_client
+from gateway.settings import Settings
+from policies.config import RedisOptions
+from policies.redis_connect import redis_py_client
 from routing.admission.admission import Admission
 from routing.admission.capacity import Slots
 from routing.admission.config import AdmissionSettings
@@ -14,6 +22,7 @@ from routing.admission.fair import Ticket
 from routing.admission.fleet import FleetSync
 from routing.admission.metrics import AdmissionMetrics
 from tests.policies_support import REDIS_URL
+from tests.redis_deploy_servers import redis_cluster
 
 
 def replica(settings: AdmissionSettings) -> Admission:
@@ -98,3 +107,38 @@ async def test_weights_hold_across_replicas_whatever_the_queues() -> None:
     for task in waiting:
         task.cancel()
     await asyncio.gather(*waiting, return_exceptions=True)
+
+
+async def test_replicas_share_a_pool_through_a_redis_cluster() -> None:
+    """The fleet's keys of a pool share one hash slot, so its pipelined round trip works on a 3-node Cluster
+    (through the gateway's cluster client; a plain client there met MOVED and admitted alone)."""
+    settings = AdmissionSettings(sync_interval_s=0.05, replica_ttl_s=2.0)
+    with redis_cluster(Path(tempfile.mkdtemp(prefix="llmgw-fleet-cluster-"))) as nodes:
+        url = f"redis://127.0.0.1:{nodes[0].port}"
+        clients = [redis_py_client(url, RedisOptions(cluster=True), cluster_client=True) for _ in range(2)]
+        prefix = f"llmgw-test-{uuid.uuid4().hex[:8]}:"
+        a, b = replica(settings), replica(settings)
+        sync_a, sync_b = FleetSync(a, clients[0], prefix, "a"), FleetSync(b, clients[1], prefix, "b")
+        now = asyncio.get_running_loop().time()
+        for _ in range(10):
+            await b.gate("pool").admit(ticket("chat-tenant", "interactive", now))
+        await sync_b.sync()
+        await sync_a.sync()
+        gate = a.gates["pool"]
+        assert gate.others_running == 10 and gate.others["interactive"] == 10.0
+        assert gate.others_tenants["interactive"] == {"chat-tenant": (10.0, 1.0)}
+        slots = {key_slot(k.encode()) for k in (sync_a.members_key("pool"), sync_a._record_key("pool", "a"),
+                                                   sync_b._record_key("pool", "b"))}  # fmt: skip
+        assert len(slots) == 1  # one node per round trip
+        await sync_a.aclose()
+        await sync_b.aclose()
+        for client in clients:
+            await client.aclose()
+
+
+def test_the_gateway_gives_the_fleet_a_cluster_client_on_a_cluster() -> None:
+    shared = Redis.from_url(REDIS_URL)
+    plain = Settings(redis_url=REDIS_URL)
+    assert fleet_client(plain, shared) is shared
+    cluster = Settings(redis_url="redis://127.0.0.1:7000", policies={"redis": {"cluster": True}})
+    assert isinstance(fleet_client(cluster, shared), RedisCluster)

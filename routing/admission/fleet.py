@@ -1,7 +1,9 @@
 """Admission across gateway replicas: each replica publishes, per pool, its demand per class (requests
 running plus waiting) and its tenants' served tokens over the share window; each reads the others'.
 
-Every `sync_interval_s`, per pool with anything to say, one pipelined round trip: SET its own record (with a
+A pool's keys carry its alias as a hash tag (`{alias}`), so on a Redis Cluster they live in one slot and the
+round trip below goes to one node. Every `sync_interval_s`, per pool with anything to say, one pipelined
+round trip: SET its own record (with a
 PX of `replica_ttl_s`, so a replica that dies frees its share when it expires), ZADD itself to the pool's
 replica set (score: the record's expiry), drop expired members, read the members; then one MGET of the
 others' records. Nothing of this runs on a request's path: a gate decides on the last view it got (zero
@@ -70,7 +72,7 @@ class FleetSync:
 
     async def _sync_gate(self, gate: PoolGate) -> None:
         now_ms = int(time.time() * 1000)
-        members, mine = f"{self._prefix}{gate.alias}:replicas", self._record_key(gate.alias, self.replica_id)
+        members, mine = self.members_key(gate.alias), self._record_key(gate.alias, self.replica_id)
         record = json.dumps({"demand": gate.demand(), "running": gate.running_total(), "queued": gate.queued(),
                              "rate": gate.release_rate(), "service": gate.ledger.local(),
                              "tenants": gate.tenant_demand()})  # fmt: skip
@@ -112,8 +114,11 @@ class FleetSync:
         if gate.waiting():
             gate.tick()
 
+    def members_key(self, alias: str) -> str:
+        return f"{self._prefix}{{{alias}}}:replicas"
+
     def _record_key(self, alias: str, replica: str) -> str:
-        return f"{self._prefix}{alias}:r:{replica}"
+        return f"{self._prefix}{{{alias}}}:r:{replica}"
 
     async def aclose(self) -> None:
         if self._task is not None:
@@ -122,7 +127,7 @@ class FleetSync:
                 await self._task
         with contextlib.suppress(RedisError, OSError, TimeoutError):  # leave at once rather than by expiry
             for alias in list(self._admission.gates):
-                await self._redis.zrem(f"{self._prefix}{alias}:replicas", self.replica_id)
+                await self._redis.zrem(self.members_key(alias), self.replica_id)
                 await self._redis.delete(self._record_key(alias, self.replica_id))
 
 
