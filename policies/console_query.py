@@ -13,7 +13,7 @@ from sqlalchemy import case, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from policies.tables import ApiKeyRow
-from policies.usage_facts import Window, facts, latency_histogram, percentiles
+from policies.usage_facts import Window, count_sum, facts, latency_histogram, percentiles
 
 SeriesGroup = Literal["tenant_id", "key_id", "model"]
 Bucket = Literal["hour", "day"]
@@ -113,9 +113,9 @@ async def series(
     """Requests, tokens and spend per time bucket and group; groups past MAX_SERIES summed as '(other)'.
     `groups`: the groups to draw (at most MAX_SERIES) when the caller has ranked them already.
 
-    The largest groups are ranked over the coarsest rollups; their buckets are read for them alone (an index
-    on key and day), and '(other)' is each bucket's total (a small rollup) less theirs: exact in requests and
-    tokens, in spend to the last bits of a float sum."""
+    The largest groups are ranked over the coarsest rollups; their buckets are read for them alone (indexes
+    on key and day, key and hour), and '(other)' is each bucket's total (a small rollup) less theirs: exact
+    in requests and tokens, in spend to the last bits of a float sum."""
     window = Window(start, end)
     async with engine.connect() as plain:
         conn = await _snapshot(plain)
@@ -153,8 +153,8 @@ async def _per_bucket(
     """Requests, tokens and spend per bucket (and group)."""
     columns = [_bucket(conn, bucket, f.c.ts).label("t"), *([f.c[group]] if group else [])]
     sums = [
-        func.sum(f.c.requests),
-        func.sum(f.c.prompt_tokens + f.c.completion_tokens),
+        count_sum(f.c.requests),
+        count_sum(f.c.prompt_tokens + f.c.completion_tokens),
         func.sum(f.c.cost_usd),
     ]
     by_position = [literal_column(str(i + 1)) for i in range(len(columns))]  # the expressions hold binds

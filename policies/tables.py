@@ -130,9 +130,11 @@ def _measures() -> list[Any]:
 
 
 class UsageHourlyRow(Base):
-    """Usage per hour, tenant, key, model, deployment ('' for none) and cache status (the usage queries)."""
+    """Usage per hour, tenant, key, model, deployment ('' for none) and cache status (the usage queries; a few
+    keys' hours: ix_usage_hourly_key)."""
 
     __tablename__ = "usage_hourly"
+    __table_args__ = (Index("ix_usage_hourly_key", "key_id", "hour"),)
 
     hour: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
     tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)

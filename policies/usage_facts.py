@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Subquery, case, func, literal, select, union_all
+from sqlalchemy import Double, Subquery, case, cast, func, literal, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from policies.rollups import (
@@ -146,6 +146,13 @@ def facts(
         ]
         parts.append(select(*columns).where(*_range(table.time, low, high), *_matches(table.row, filters)))
     return union_all(*parts).subquery("facts")
+
+
+def count_sum(column: Any) -> Any:
+    """The sum of an integer column, added as double precision: exact (integers below 2**53 add without
+    rounding, in any order) and, on PostgreSQL, about a third cheaper per fact than sum(bigint), which
+    accumulates into numeric. The caller turns it back into an int."""
+    return func.sum(cast(column, Double))
 
 
 async def latency_histogram(conn: AsyncConnection, window: Window) -> dict[str, dict[int, int]]:

@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from policies.tables import UsageRow
-from policies.usage_facts import Window, facts
+from policies.usage_facts import Window, count_sum, facts
 
 GroupBy = Literal["tenant_id", "key_id", "model", "deployment", "cache_status"]
 
@@ -29,9 +29,8 @@ async def aggregate_usage(
     if limit is None:
         query = query.order_by(*columns)
     else:
-        query = query.order_by(func.sum(f.c.cost_usd).desc(), func.sum(f.c.requests).desc(), *columns).limit(
-            limit
-        )
+        query = query.order_by(func.sum(f.c.cost_usd).desc(), count_sum(f.c.requests).desc(), *columns)
+        query = query.limit(limit)
     async with engine.connect() as conn:
         rows = (await conn.execute(query)).mappings().all()
     return [_clean(dict(row)) for row in rows]
@@ -47,10 +46,10 @@ async def spend_since(engine: AsyncEngine, since: datetime) -> dict[tuple[str, s
 
 def _totals(f: Any) -> list[Any]:
     return [
-        func.sum(f.c.requests).label("requests"),
-        func.sum(f.c.prompt_tokens).label("prompt_tokens"),
-        func.sum(f.c.completion_tokens).label("completion_tokens"),
-        func.sum(f.c.cached_tokens).label("cached_tokens"),
+        count_sum(f.c.requests).label("requests"),
+        count_sum(f.c.prompt_tokens).label("prompt_tokens"),
+        count_sum(f.c.completion_tokens).label("completion_tokens"),
+        count_sum(f.c.cached_tokens).label("cached_tokens"),
         func.sum(f.c.cost_usd).label("cost_usd"),
         func.sum(f.c.latency_ms_sum).label("latency_ms_sum"),
     ]
