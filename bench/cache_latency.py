@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from bench.harness import Process, start_fake_upstream, start_gateway, write_json
-from bench.verifier_templates import INTENTS, SLOTS
+from bench.lib.harness import Process, start_fake_upstream, start_gateway, write_json
+from bench.lib.verifier_templates import INTENTS, SLOTS
 
 KEY = "sk-bench-master"
 MODEL = "bench-model"
@@ -123,7 +123,7 @@ def beside(url: str, asked: list[str]) -> dict[str, Any]:
 
 def components(asked: list[str], stored: list[str]) -> dict[str, Any]:
     """In-process: one question's encoding (ONNX Runtime, 1 thread) and one verifier judgement."""
-    from bench.verifier_pairs import shipped_encoder
+    from bench.lib.verifier_pairs import shipped_encoder
     from cache.verifier import load_verifier
 
     encoder = shipped_encoder()

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 from openai import OpenAI
 
-from bench.cascade_common import escalations, transferred
-from bench.cascade_curves import outcomes
-from bench.cascade_live import gateway_settings, load_record
-from bench.routellm_data import RESULTS
-from bench.trivia_data import SETS, is_correct, load_questions, prompt
+from bench.lib.cascade_common import escalations, transferred
+from bench.lib.cascade_curves import outcomes
+from bench.lib.cascade_live import gateway_settings, load_record
+from bench.lib.routellm_data import RESULTS
+from bench.lib.trivia_data import SETS, is_correct, load_questions, prompt
 
 
 def replay(config: str, alias: str, name: str, limit: int | None) -> dict[str, np.ndarray]:

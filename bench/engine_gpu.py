@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from backends.local_engine.engine.sampling_params import SamplingParams
-from bench.engine_gpu_agreement import (
+from bench.lib.engine_gpu_agreement import (
     agreement,
     decode_logits,
     float64_floor,
@@ -38,7 +38,7 @@ from bench.engine_gpu_agreement import (
     set_rope_buffers,
     teacher_forced_logits,
 )
-from bench.engine_gpu_models import (
+from bench.lib.engine_gpu_models import (
     Ours,
     build_hf,
     build_ours,
@@ -138,9 +138,9 @@ def ttft(ours: Ours, prompt: list[int]) -> float:
 
 def section_kernels(given: dict) -> dict:
     """Check the kernels and choose the engine's KernelSettings fields for the rest of the run: the exact
-    default per operation (bench/engine_gpu_kernels.py), unless `given` (--kernels) names one."""
+    default per operation (bench/lib/engine_gpu_kernels.py), unless `given` (--kernels) names one."""
     from backends.local_engine.config import DEFAULT_KERNELS
-    from bench.engine_gpu_kernels import check_kernels, pick_attention, pick_bf16_gemv, pick_quant
+    from bench.lib.engine_gpu_kernels import check_kernels, pick_attention, pick_bf16_gemv, pick_quant
 
     results = check_kernels()
     for key, value in results.items():
@@ -235,7 +235,7 @@ def ours_format(
 
 
 def hf_section(hf, shape: str, only: set[str], bandwidth: float, refs: dict) -> None:
-    """HF bf16, built from the fp32 reference with RoPE's inv_freq kept fp32 (bench/engine_gpu_agreement.py);
+    """HF bf16, built from the fp32 reference with RoPE's inv_freq kept fp32 (bench/lib/engine_gpu_agreement.py);
     its agreement also with inv_freq rounded to bf16, as `hf.to(torch.bfloat16)` alone leaves it."""
     vocab = hf.config.vocab_size
     rope = rope_buffers(hf)

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from backends.local_engine.kernels.quantize import quantize_int8
 from backends.local_engine.kernels.triton import formats, reference
-from bench.harness import write_json
+from bench.lib.harness import write_json
 
 attention = importlib.import_module("backends.local_engine.kernels.triton.paged_attention")  # the package re-exports
 matmul = importlib.import_module("backends.local_engine.kernels.triton.quant_matmul")  # functions of the same names

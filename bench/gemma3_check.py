@@ -17,7 +17,7 @@ import torch
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.engine.model_runner import ModelRunner
 from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
-from bench.routellm_data import RESULTS
+from bench.lib.routellm_data import RESULTS
 
 REFERENCE = Path(__file__).resolve().parent.parent / "tests" / "data" / "gemma3_reference.json"
 

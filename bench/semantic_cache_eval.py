@@ -7,7 +7,7 @@ lookup would serve it: cosine ≥ the policy's candidate threshold, and then
   cosine    — cosine ≥ 0.75 alone (the old default threshold, guard off);
   old guard — cosine ≥ 0.75 and the old rule guard (cache/guard.py) finds no conflict.
 Sets (none of them is used for training or for choosing any threshold):
-  heldout   — the grouped held-out split of bench/verifier_pairs.py (other subjects, families and
+  heldout   — the grouped held-out split of bench/lib/verifier_pairs.py (other subjects, families and
               rewrite templates than training and calibration);
   project   — tests/data/semantic_pairs.jsonl, written by hand in an earlier session (both its splits);
   extra     — every bench/data/*/pairs.jsonl (or --pairs FILE ...: jsonl with a, b, label, kind); today
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.verifier_pairs import build, encode_all, shipped_encoder
+from bench.lib.verifier_pairs import build, encode_all, shipped_encoder
 from cache.alignment import pair_features
 from cache.config import CachePolicy
 from cache.encoder import EncodedQuestion

@@ -40,7 +40,7 @@ import httpx
 import numpy as np
 
 from bench.cache_latency import KEY, body, config
-from bench.harness import ROOT, start_fake_upstream, start_gateway, write_json
+from bench.lib.harness import ROOT, start_fake_upstream, start_gateway, write_json
 
 BOOTSTRAP = 1000
 HITS = ("hit", "semantic-hit")
