@@ -34,7 +34,7 @@ from bench.lib.engine_http import EngineServer, LlamaServer, Request, Result
 from bench.lib.harness import RESULTS
 from bench.lib.llama_cpp import LlamaCpp, llama_bench_decode
 
-ECHO_TEXT = Path(__file__).with_name("engine_serving_baseline.py").read_text()[:1500]
+ECHO_TEXT = (Path(__file__).parent / "lib" / "engine_serving_baseline.py").read_text()[:1500]
 
 
 @dataclass
