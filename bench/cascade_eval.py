@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.cascade_eval replay   # the cross-task table (bench/lib/cross_task.py)
     .venv/bin/python -m bench.cascade_eval live     # SmolLM2 → Gemma 3 on TriviaQA through the gateway (bench/lib/cascade_live.py)
+    .venv/bin/python -m bench.cascade_eval alias    # a cascade alias live beside its replay (bench/lib/cascade_alias.py)
 
 replay: the router chosen by cross-task validation, scored on MMLU subject groups held out (nested), on
 MT-Bench (unseen: chosen on MMLU only) and on GSM8K (never used), beside random routing and the length
@@ -162,7 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["replay", "live"])
+    parser.add_argument("mode", choices=["replay", "live", "alias"])
     parser.add_argument(
         "--per-group", type=int, default=None, help="replay: the MMLU sample train_router used"
     )
@@ -170,6 +171,10 @@ def main() -> None:
     args, rest = parser.parse_known_args()
     if args.mode == "replay":
         replay(args.per_group, RouterFiles(args.tag))
+    elif args.mode == "alias":
+        from bench.lib.cascade_alias import main as alias_main
+
+        alias_main(rest)
     else:
         from bench.lib.cascade_live import main as live_main
 

@@ -259,7 +259,7 @@ def test_gain_model_confidence_is_the_difference(tmp_path) -> None:  # noqa: ANN
 
 def test_the_alias_replay_gives_the_recorded_threshold_point_and_holds_the_share() -> None:
     """`auto` (threshold 0.08) replays basic_skills' recorded operating point; `auto-40` escalates ~40 %."""
-    from bench.cascade_alias import replay
+    from bench.lib.cascade_alias import replay
 
     fixed = replay("bench/cascade_live.yaml", "auto", "basic_skills", None)
     assert fixed["escalated"].mean() == pytest.approx(0.6425)
