@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.cache_latency import KEY, body, config
+from bench.lib.cache_gateway import KEY, body, config
 from bench.lib.harness import ROOT, Process, free_port, start_gateway, wait_for_port, write_json
 
 SETS = {

@@ -386,5 +386,11 @@ def main() -> None:
         print(split, {k: n for (s, k), n in sorted(counts.items()) if s == split})
 
 
+def load_set(path: Path) -> list[dict]:
+    """Labeled pairs from a jsonl file of rows {"a", "b", "label", "kind"} (bench/data/*/pairs.jsonl)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [{"a": r["a"], "b": r["b"], "label": int(r["label"]), "kind": r["kind"]} for r in rows]
+
+
 if __name__ == "__main__":
     main()
