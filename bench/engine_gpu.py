@@ -2,6 +2,11 @@
 
     python3 -m bench.engine_gpu [--only bw,kernels,decode,clients,prefix,correct] [--shapes llama-1b,llama-8b]
         [--out DIR]
+    python3 -m bench.engine_gpu triton [--shape 8b|1b] [--sweep] [--dry-run]
+
+`triton` times the kernels/ package's Triton kernels alone per Llama-3 shape (µs, GB/s, % of copy bandwidth;
+bench/lib/engine_kernels.py, its own table and engine_kernels_<shape>.json; --dry-run: tiny shapes on the CPU
+through Triton's interpreter).
 
 Sections (all in-process: the engine loop without HTTP, closed-loop clients driven step by step):
   bw       device-to-device copy bandwidth (bytes read + written): the roofline's denominator
@@ -21,6 +26,7 @@ import gc
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -300,6 +306,11 @@ def summary() -> list[str]:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["triton"]:
+        from bench.lib.engine_kernels import main as triton_main  # reads --dry-run before triton is imported
+
+        triton_main(sys.argv[2:])
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="bw,kernels,decode,clients,prefix,correct")
     parser.add_argument("--formats", default=",".join(FORMATS), help="weight formats of ours measured")
