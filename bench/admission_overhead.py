@@ -17,9 +17,9 @@ import statistics
 import urllib.request
 from typing import Any
 
-from bench.admission_pool import admission_series, slots_of
 from bench.gateway_overhead import chat_body, gateway_config, time_to_first_byte
-from bench.harness import Process, start_fake_upstream, start_gateway, write_json
+from bench.lib.admission_pool import admission_series, slots_of
+from bench.lib.harness import Process, start_fake_upstream, start_gateway, write_json
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "off": {"admission": {"enabled": False}, "max_concurrency": None},

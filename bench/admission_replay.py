@@ -1,5 +1,5 @@
 """Issue 44's targets through the real gateway in front of a pool of real engines (CPU, SmolLM2), driven by AIPerf
-(bench/trace_aiperf.py: build/aiperf-venv with aiperf==0.13.0, SmolLM2's tokenizer in build/hf-cache).
+(bench/lib/trace_aiperf.py: build/aiperf-venv with aiperf==0.13.0, SmolLM2's tokenizer in build/hf-cache).
 
 Pool: `--replicas` `llmgw engine serve` processes (SmolLM2-135M int4, one thread each, at most `--max-num-seqs`
 running: the engine's own batch limit, as vLLM's --max-num-seqs), one alias `pool`, behind `--gateways` gateway
@@ -40,10 +40,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import trace_data as td
 from bench.admission_overhead import measure as measure_overhead
 from bench.admission_overhead import print_table as print_overhead
-from bench.admission_pool import (
+from bench.lib import trace_data as td
+from bench.lib.admission_pool import (
     REDIS_URL,
     GatewayFleet,
     Tenant,
@@ -54,11 +54,11 @@ from bench.admission_pool import (
     provision,
     slots_of,
 )
-from bench.admission_records import Record, jain, overlap, read_records, served_windows, summarise
-from bench.admission_report import print_tables, targets
-from bench.engine_http import EngineServer
-from bench.harness import ROOT, write_json
-from bench.trace_aiperf import aiperf_command, run_aiperf
+from bench.lib.admission_records import Record, jain, overlap, read_records, served_windows, summarise
+from bench.lib.admission_report import print_tables, targets
+from bench.lib.engine_http import EngineServer
+from bench.lib.harness import ROOT, write_json
+from bench.lib.trace_aiperf import aiperf_command, run_aiperf
 from bench.trace_replay import add_pool_arguments, batch1_work, calibrate, pool_engines
 from routing.admission.config import AdmissionSettings
 

@@ -17,18 +17,15 @@ Writes bench/results/cache_latency.json (cache_latency_NAME.json with --name).
 import argparse
 import os
 import statistics
-import tempfile
 import threading
 import time
 from typing import Any
 
 import httpx
 
-from bench.harness import Process, start_fake_upstream, start_gateway, write_json
-from bench.verifier_templates import INTENTS, SLOTS
-
-KEY = "sk-bench-master"
-MODEL = "bench-model"
+from bench.lib.cache_gateway import KEY, body, config
+from bench.lib.harness import start_fake_upstream, start_gateway, write_json
+from bench.lib.verifier_templates import INTENTS, SLOTS
 
 
 def questions() -> tuple[list[str], list[str]]:
@@ -50,10 +47,6 @@ def sample(stored: list[str], asked: list[str], fill: int, requests: int) -> tup
     )
 
 
-def body(question: str, temperature: float) -> dict[str, Any]:
-    return {"model": MODEL, "messages": [{"role": "user", "content": question}], "temperature": temperature}
-
-
 def timed(client: httpx.Client, question: str, temperature: float) -> tuple[float, str]:
     start = time.perf_counter()
     reply = client.post("/v1/chat/completions", json=body(question, temperature))
@@ -69,14 +62,6 @@ def percentiles(samples: list[float]) -> dict[str, float]:
         "p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
         "n": len(ms),
     }
-
-
-def config(upstream: Process) -> dict[str, Any]:
-    deployment = {"name": "fake", "base_url": upstream.url + "/v1", "model": "upstream-model"}
-    database = f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='llmgw-bench-')}/llmgw.db"
-    return {"master_key": KEY, "models": [{"name": MODEL, "deployments": [deployment]}], "database_url": database,
-            "observability": {"access_log": False},
-            "cache": {"defaults": {"semantic": {"mode": "static"}}}}  # fmt: skip  # off by default; env overrides
 
 
 def interleaved(client: httpx.Client, asked: list[str]) -> dict[str, Any]:
@@ -123,7 +108,7 @@ def beside(url: str, asked: list[str]) -> dict[str, Any]:
 
 def components(asked: list[str], stored: list[str]) -> dict[str, Any]:
     """In-process: one question's encoding (ONNX Runtime, 1 thread) and one verifier judgement."""
-    from bench.verifier_pairs import shipped_encoder
+    from bench.lib.verifier_pairs import shipped_encoder
     from cache.verifier import load_verifier
 
     encoder = shipped_encoder()

@@ -1,7 +1,8 @@
 """Cascade and learned-router evaluation: quality against cost.
 
-    .venv/bin/python -m bench.cascade_eval replay   # the cross-task table (bench/cross_task.py)
-    .venv/bin/python -m bench.cascade_eval live     # SmolLM2 → Gemma 3 on TriviaQA through the gateway (bench/cascade_live.py)
+    .venv/bin/python -m bench.cascade_eval replay   # the cross-task table (bench/lib/cross_task.py)
+    .venv/bin/python -m bench.cascade_eval live     # SmolLM2 → Gemma 3 on TriviaQA through the gateway (bench/lib/cascade_live.py)
+    .venv/bin/python -m bench.cascade_eval alias    # a cascade alias live beside its replay (bench/lib/cascade_alias.py)
 
 replay: the router chosen by cross-task validation, scored on MMLU subject groups held out (nested), on
 MT-Bench (unseen: chosen on MMLU only) and on GSM8K (never used), beside random routing and the length
@@ -18,8 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.cascade_common import embed_minilm, write, write_live
-from bench.cross_task import (
+from bench.lib.cascade_common import embed_minilm, write, write_live
+from bench.lib.cross_task import (
     candidate_rows,
     load_heldout,
     mmlu_data,
@@ -31,9 +32,9 @@ from bench.cross_task import (
     save_heldout,
     shipped_need,
 )
-from bench.routellm_data import REPO, RESULTS, load_mt_bench
-from bench.routellm_gsm8k import gsm8k_rows
-from bench.router_selection import (
+from bench.lib.routellm_data import REPO, RESULTS, load_mt_bench
+from bench.lib.routellm_gsm8k import gsm8k_rows
+from bench.lib.router_selection import (
     CANDIDATES,
     TEXT_CANDIDATES,
     UNSEEN,
@@ -162,7 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["replay", "live"])
+    parser.add_argument("mode", choices=["replay", "live", "alias"])
     parser.add_argument(
         "--per-group", type=int, default=None, help="replay: the MMLU sample train_router used"
     )
@@ -170,8 +171,12 @@ def main() -> None:
     args, rest = parser.parse_known_args()
     if args.mode == "replay":
         replay(args.per_group, RouterFiles(args.tag))
+    elif args.mode == "alias":
+        from bench.lib.cascade_alias import main as alias_main
+
+        alias_main(rest)
     else:
-        from bench.cascade_live import main as live_main
+        from bench.lib.cascade_live import main as live_main
 
         write_live(live_main(rest))
 

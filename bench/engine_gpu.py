@@ -2,6 +2,11 @@
 
     python3 -m bench.engine_gpu [--only bw,kernels,decode,clients,prefix,correct] [--shapes llama-1b,llama-8b]
         [--out DIR]
+    python3 -m bench.engine_gpu triton [--shape 8b|1b] [--sweep] [--dry-run]
+
+`triton` times the kernels/ package's Triton kernels alone per Llama-3 shape (µs, GB/s, % of copy bandwidth;
+bench/lib/engine_kernels.py, its own table and engine_kernels_<shape>.json; --dry-run: tiny shapes on the CPU
+through Triton's interpreter).
 
 Sections (all in-process: the engine loop without HTTP, closed-loop clients driven step by step):
   bw       device-to-device copy bandwidth (bytes read + written): the roofline's denominator
@@ -21,13 +26,14 @@ import gc
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 
 from backends.local_engine.engine.sampling_params import SamplingParams
-from bench.engine_gpu_agreement import (
+from bench.lib.engine_gpu_agreement import (
     agreement,
     decode_logits,
     float64_floor,
@@ -38,7 +44,7 @@ from bench.engine_gpu_agreement import (
     set_rope_buffers,
     teacher_forced_logits,
 )
-from bench.engine_gpu_models import (
+from bench.lib.engine_gpu_models import (
     Ours,
     build_hf,
     build_ours,
@@ -138,9 +144,9 @@ def ttft(ours: Ours, prompt: list[int]) -> float:
 
 def section_kernels(given: dict) -> dict:
     """Check the kernels and choose the engine's KernelSettings fields for the rest of the run: the exact
-    default per operation (bench/engine_gpu_kernels.py), unless `given` (--kernels) names one."""
+    default per operation (bench/lib/engine_gpu_kernels.py), unless `given` (--kernels) names one."""
     from backends.local_engine.config import DEFAULT_KERNELS
-    from bench.engine_gpu_kernels import check_kernels, pick_attention, pick_bf16_gemv, pick_quant
+    from bench.lib.engine_gpu_kernels import check_kernels, pick_attention, pick_bf16_gemv, pick_quant
 
     results = check_kernels()
     for key, value in results.items():
@@ -235,7 +241,7 @@ def ours_format(
 
 
 def hf_section(hf, shape: str, only: set[str], bandwidth: float, refs: dict) -> None:
-    """HF bf16, built from the fp32 reference with RoPE's inv_freq kept fp32 (bench/engine_gpu_agreement.py);
+    """HF bf16, built from the fp32 reference with RoPE's inv_freq kept fp32 (bench/lib/engine_gpu_agreement.py);
     its agreement also with inv_freq rounded to bf16, as `hf.to(torch.bfloat16)` alone leaves it."""
     vocab = hf.config.vocab_size
     rope = rope_buffers(hf)
@@ -300,6 +306,11 @@ def summary() -> list[str]:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["triton"]:
+        from bench.lib.engine_kernels import main as triton_main  # reads --dry-run before triton is imported
+
+        triton_main(sys.argv[2:])
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="bw,kernels,decode,clients,prefix,correct")
     parser.add_argument("--formats", default=",".join(FORMATS), help="weight formats of ours measured")

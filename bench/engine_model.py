@@ -6,6 +6,11 @@ perplexity and greedy agreement of each format against fp32. Prints tables, writ
 bench/results/engine_model.json.
 
     .venv/bin/python -m bench.engine_model [--formats fp32,bf16,int8,int4] [--threads 1,2] [--repeats 3]
+    .venv/bin/python -m bench.engine_model --gemma3 --formats fp32   # Gemma 3 270M's logits beside transformers'
+
+--gemma3 checks Gemma 3 270M instead, per format, against transformers' reference logits
+(tests/data/gemma3_reference.json; bench/lib/gemma3_check.py): argmax agreement and the largest top-5 logit
+difference per prompt, written to bench/results/gemma3_check_<format>.json.
 """
 
 import argparse
@@ -176,7 +181,16 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=33)
     parser.add_argument("--quality-tokens", type=int, default=1024)
     parser.add_argument("--no-hf", action="store_true")
+    parser.add_argument(
+        "--gemma3", action="store_true", help="Gemma 3 270M's logits vs the reference instead"
+    )
     args = parser.parse_args()
+    if args.gemma3:
+        from bench.lib.gemma3_check import check
+
+        for fmt in args.formats.split(","):
+            check(fmt)
+        return
 
     runners = {
         fmt: ModelRunner(EngineSettings(dtype=fmt, kv_cache_memory_mb=256, max_model_len=4096))

@@ -24,10 +24,8 @@ mean, the prefix-cache hit rate (Δhits / Δqueries of both engines), the split 
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -35,11 +33,18 @@ from typing import Any
 
 import aiohttp
 
-from bench.engine_serving import EngineServer
-from bench.harness import start_gateway, write_json
+from bench.lib.engine_http import EngineServer
+from bench.lib.engine_pool import (
+    KEY,
+    export_tokenizer,
+    gateway_config,
+    one_request,
+    random_model_folder,
+    wait_ready,
+)
+from bench.lib.harness import start_gateway, write_json
 from routing.replica import EngineLoad
 
-KEY = "sk-bench-routing"
 STRATEGIES = ["engine_score", "prefix_affinity", "least_outstanding", "weighted_random"]
 WORDS = ["policy", "account", "ledger", "invoice", "region", "tenant", "quota", "replica", "shard", "cluster", "window", "budget", "latency", "token", "cache", "router", "engine", "stream", "batch", "prefix", "schema", "record", "audit"]  # fmt: skip
 
@@ -49,36 +54,6 @@ def start_engine(args: argparse.Namespace, model: str | None) -> EngineServer:
                     num_threads=args.threads, max_model_len=args.prefix_tokens * 2 + 256,
                     max_num_batched_tokens=args.batched_tokens)  # fmt: skip
     return EngineServer(**settings, **({"model": model} if model else {}))
-
-
-async def wait_ready(session: aiohttp.ClientSession, url: str, timeout: float = 60) -> None:
-    """Until the gateway's /health/ready answers 200."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            async with session.get(url + "/health/ready") as response:
-                if response.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url}/health/ready never answered 200")
-
-
-def gateway_config(engines: list[EngineServer], strategy: str) -> dict[str, Any]:
-    deployments = [
-        {"name": f"engine-{i}", "base_url": f"{e.url}/v1", "model": "m", "read_timeout_s": 900}
-        for i, e in enumerate(engines)
-    ]
-    return {
-        "master_key": KEY,
-        "database_url": f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='llmgw-routing-')}/llmgw.db",  # empty
-        "models": [{"name": "pool", "deployments": deployments}],
-        "routing": {"engine_pools": ["pool"], "strategies": {"pool": strategy}, "scrape_interval_s": 0.5,
-                    "health_checks": False},
-        "cache": {"enabled": False},
-        "observability": {"tenant_label": False},
-    }  # fmt: skip
 
 
 def workload(args: argparse.Namespace, salt: str) -> list[tuple[int, str]]:
@@ -104,30 +79,6 @@ async def engine_counters(engines: list[EngineServer]) -> EngineLoad:
         hits=sum(t.get("vllm:prefix_cache_hits_total", 0.0) for t in totals),
         queries=sum(t.get("vllm:prefix_cache_queries_total", 0.0) for t in totals),
     )
-
-
-async def one_request(
-    session: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int, model: str = "pool"
-) -> dict:
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "ignore_eos": True, "stream_options": {"include_usage": True}}  # fmt: skip
-    start = time.perf_counter()
-    ttft, tokens, usage = None, 0, {}
-    async with session.post(url + "/v1/completions", json=body) as response:
-        if response.status != 200:
-            raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:300]}")
-        served = response.headers.get("x-served-by", "?")
-        async for line in response.content:
-            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                continue
-            chunk = json.loads(line[6:])
-            usage = chunk.get("usage") or usage
-            if chunk.get("choices") and chunk["choices"][0].get("text") is not None:
-                ttft = ttft if ttft is not None else time.perf_counter() - start
-                tokens += 1
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    return {"ttft": ttft, "served": served, "tokens": tokens, "latency": time.perf_counter() - start,
-            "prompt_tokens": usage.get("prompt_tokens", 0), "cached_tokens": cached}  # fmt: skip
 
 
 async def warm_up(args: argparse.Namespace, engines: list[EngineServer]) -> None:
@@ -209,38 +160,6 @@ def summarise(
     }
 
 
-def random_model_folder(shape: str, folder: Path, tokenizer_dir: Path, dtype: str) -> str:
-    """A random-weight HF folder of `shape` (the GPU has no real weights), with a carried tokenizer."""
-    import shutil
-
-    import torch
-    from tokenizers import Tokenizer
-
-    from bench.engine_gpu_models import build_hf
-
-    vocab = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
-    torch_dtype = torch.bfloat16 if dtype in ("bf16", "int8", "int4") else torch.float32
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = build_hf(shape, device, torch_dtype, vocab_size=vocab)
-    model.save_pretrained(folder, safe_serialization=True)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        if (tokenizer_dir / name).exists():
-            shutil.copy(tokenizer_dir / name, folder / name)
-    del model
-    if device.type == "cuda":
-        torch.cuda.empty_cache()  # the engines that load it share the card with this process
-    return str(folder)
-
-
-def export_tokenizer(folder: Path) -> None:
-    """Write SmolLM2's tokenizer (from the packaged GGUF) as tokenizer.json, to carry to a GPU machine."""
-    from backends.local_engine.loading.loader import load_gguf, packaged_model_path
-    from backends.local_engine.loading.tokenizer import load_tokenizer
-
-    folder.mkdir(parents=True, exist_ok=True)
-    load_tokenizer(load_gguf(packaged_model_path()).tokenizer).backend.save(str(folder / "tokenizer.json"))
-
-
 def print_table(rows: list[dict], setup: dict) -> None:
     print(f"\nengine-aware routing: {setup}")
     print(f"{'strategy':<18} {'TTFT p50':>9} {'p90':>8} {'mean':>8} {'hit rate':>9} {'cached':>7} {'affinity':>9} "
@@ -281,7 +200,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="int4")
     parser.add_argument("--model", default=None, help="GGUF file or HF folder (default: SmolLM2)")
-    parser.add_argument("--random-shape", default=None, help="a bench.engine_gpu_models shape, e.g. llama-1b")
+    parser.add_argument(
+        "--random-shape", default=None, help="a bench.lib.engine_gpu_models shape, e.g. llama-1b"
+    )
     parser.add_argument("--tokenizer-dir", default=".gpu/tokenizer", help="tokenizer.json for --random-shape")
     parser.add_argument("--work-dir", default="/tmp/engine_routing")
     parser.add_argument("--export-tokenizer", default=None, help="write SmolLM2's tokenizer.json here, exit")

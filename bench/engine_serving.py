@@ -3,7 +3,7 @@
 Scenarios (systems alternate run by run):
   clients    issue 14's table: 1/4/16/32 closed-loop clients, 64-token answers, per engine setting, beside
              llama-server's figures (quoted, or measured with --llama-server); plus batch-1 decode in-process vs
-             through the server (bench/engine_clients.py)
+             through the server (bench/lib/engine_clients.py)
   closed16   16 concurrent clients, engine vs a static-batching HF transformers baseline
   poisson@R  Poisson arrivals at R requests/s, engine vs baseline
   prefix     a shared 512-token system prompt, engine with prefix caching on vs off
@@ -29,12 +29,12 @@ from pathlib import Path
 import aiohttp
 
 from backends.local_engine.engine.threads import configure_openmp
-from bench.engine_clients import SETTINGS, clients_scenario
-from bench.engine_http import EngineServer, LlamaServer, Request, Result
-from bench.harness import RESULTS
-from bench.llama_cpp import LlamaCpp, llama_bench_decode
+from bench.lib.engine_clients import SETTINGS, clients_scenario
+from bench.lib.engine_http import EngineServer, LlamaServer, Request, Result
+from bench.lib.harness import RESULTS
+from bench.lib.llama_cpp import LlamaCpp, llama_bench_decode
 
-ECHO_TEXT = Path(__file__).with_name("engine_serving_baseline.py").read_text()[:1500]
+ECHO_TEXT = (Path(__file__).parent / "lib" / "engine_serving_baseline.py").read_text()[:1500]
 
 
 @dataclass
@@ -182,7 +182,7 @@ def packaged_model_path() -> Path:
 
 
 async def throughput_scenarios(plan: Plan, rows: list[Row], only: set[str], threads: int) -> None:
-    from bench.engine_serving_baseline import StaticBatchingServer
+    from bench.lib.engine_serving_baseline import StaticBatchingServer
 
     server = EngineServer(num_threads=threads)
     baseline = StaticBatchingServer(packaged_model_path(), threads) if "baseline" in only else None

@@ -16,7 +16,7 @@ with the same lengths, so no run hits the prefix cache of the one before. Scenar
   decode128  128 requests at once: decode-only steps at 128 running sequences against their memory floor
   breakdown  profiled steps of the decode128 workload (attention / matmul / other kernels / sampling / host)
   prefix     TTFT of a 1,024-token shared prefix + 32 own tokens, cold vs prefix-cached
-Each run prints output and total tok/s, the per-step bound and the share reached (bench/engine_serving_trace.py
+Each run prints output and total tok/s, the per-step bound and the share reached (bench/lib/engine_serving_trace.py
 defines it), TTFT / ITL p50/p90/p99 and goodput under --slo-ttft / --slo-itl. The table is printed last;
 JSON goes to --out (default bench/results) as engine_serving_gpu.json.
 """
@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from bench.engine_gpu import copy_bandwidth, prefix_ttft
-from bench.engine_gpu_models import Ours, build_ours_from, decode_bytes, random_checkpoint, sync
-from bench.engine_serving_trace import (
+from bench.lib.engine_gpu_models import Ours, build_ours_from, decode_bytes, random_checkpoint, sync
+from bench.lib.engine_serving_trace import (
     Ceilings,
     ModelCost,
     Request,
@@ -177,7 +177,7 @@ def shape_section(shape: str, args, ceil: Ceilings) -> None:
                     scheduler.__dict__.pop("can_admit", None)
         set_limits(ours, budget, seqs)
     if "trace" in scenarios:  # a production trace's window at full length and real timing
-        from bench.trace_data import load, window
+        from bench.lib.trace_data import load, window
 
         start, seconds = (float(x) for x in args.trace_window.split(":"))
         rows = window(load(args.trace, Path(args.trace_dir)), start, seconds)
@@ -238,7 +238,9 @@ def main() -> None:
         default="2048:256,4096:256,1024:256,2048:128",
         help="token budget : max running sequences; the first is the engine's for every scenario",
     )
-    parser.add_argument("--trace", default="azure_conv", help="trace scenario: a bench/trace_data.py name")
+    parser.add_argument(
+        "--trace", default="azure_conv", help="trace scenario: a bench/lib/trace_data.py name"
+    )
     parser.add_argument("--trace-dir", default="../shared/traces", help="where its file is")
     parser.add_argument("--trace-window", default="0:90", help="start:seconds of the trace")
     parser.add_argument("--ab-configs", default="2048:128", help="configs of the ab scenario")

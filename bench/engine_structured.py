@@ -22,7 +22,7 @@ from backends.local_engine.engine.llm_engine import LLMEngine  # noqa: E402
 from backends.local_engine.engine.model_runner import ModelRunner  # noqa: E402
 from backends.local_engine.engine.sampler import probabilities  # noqa: E402
 from backends.local_engine.server.protocol import sampling_params  # noqa: E402
-from bench.harness import RESULTS  # noqa: E402
+from bench.lib.harness import RESULTS  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}, "story": {"type": "string"}},
           "required": ["title", "story"]}  # fmt: skip

@@ -29,7 +29,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.gateway_overhead import KEY, REDIS, chat_body, gateway_config, redis_servers  # noqa: E402
-from bench.harness import Process, free_port, start_fake_upstream, wait_for_port, write_json  # noqa: E402
+from bench.lib.harness import Process, free_port, start_fake_upstream, wait_for_port, write_json  # noqa: E402
 
 
 def request_bytes(key: str) -> bytes:

@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.harness import Process, start_fake_upstream, start_gateway, write_json, wrk  # noqa: E402
+from bench.lib.harness import Process, start_fake_upstream, start_gateway, write_json, wrk  # noqa: E402
 from gateway.settings import Settings  # noqa: E402
 from policies.policy import Limits, Policy  # noqa: E402
 from policies.provision import provision_virtual_key  # noqa: E402

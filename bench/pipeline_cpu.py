@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from bench.harness import write_json
+    from bench.lib.harness import write_json
 
     trees = [str(Path(tree).resolve()) for tree in args.trees]
     runs: dict[str, dict[str, list[float]]] = {}

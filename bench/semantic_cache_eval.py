@@ -7,7 +7,7 @@ lookup would serve it: cosine ≥ the policy's candidate threshold, and then
   cosine    — cosine ≥ 0.75 alone (the old default threshold, guard off);
   old guard — cosine ≥ 0.75 and the old rule guard (cache/guard.py) finds no conflict.
 Sets (none of them is used for training or for choosing any threshold):
-  heldout   — the grouped held-out split of bench/verifier_pairs.py (other subjects, families and
+  heldout   — the grouped held-out split of bench/lib/verifier_pairs.py (other subjects, families and
               rewrite templates than training and calibration);
   project   — tests/data/semantic_pairs.jsonl, written by hand in an earlier session (both its splits);
   extra     — every bench/data/*/pairs.jsonl (or --pairs FILE ...: jsonl with a, b, label, kind); today
@@ -16,19 +16,22 @@ Precision, recall and each kind's false-hit rate come with 95 % bootstrap interv
 
     LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m bench.semantic_cache_eval [--pairs FILE ...]
         [--model DIR] [--compare DIR ...]
+    python -m bench.semantic_cache_eval http [--pairs FILE ...] [--name NAME]   # through the HTTP API
 --model: the verifier to evaluate (default: the shipped cache/verifier_model/); --compare: other verifiers
 (e.g. the previous one, `git show`n into a folder) in the same run, their rows prefixed with the folder's
 name. Each verifier reads questions encoded as it was trained (normalised text or not).
-Writes bench/results/semantic_cache_eval.json.
+Writes bench/results/semantic_cache_eval.json. `http`: the shipped cache's quality seen from outside, through a
+fresh gateway's HTTP API (bench/lib/semantic_cache_http.py; writes semantic_cache_http.json).
 """
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from bench.verifier_pairs import build, encode_all, shipped_encoder
+from bench.lib.verifier_pairs import build, encode_all, load_set, shipped_encoder
 from cache.alignment import pair_features
 from cache.config import CachePolicy
 from cache.encoder import EncodedQuestion
@@ -39,11 +42,6 @@ ROOT = Path(__file__).resolve().parents[1]
 OLD_THRESHOLD = 0.75
 BOOTSTRAP = 1000
 OTHER_TARGETS = (0.95, 0.99)  # what a policy's semantic_min_precision gives instead
-
-
-def load_set(path: Path) -> list[dict]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [{"a": r["a"], "b": r["b"], "label": int(r["label"]), "kind": r["kind"]} for r in rows]
 
 
 def decisions(
@@ -119,6 +117,11 @@ def _fmt(cell: dict) -> str:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["http"]:  # the same quality seen from outside, through a gateway's HTTP API
+        from bench.lib.semantic_cache_http import main as http_main
+
+        http_main(sys.argv[2:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--pairs", type=Path, nargs="*", default=sorted((ROOT / "bench/data").glob("*/pairs.jsonl"))

@@ -8,7 +8,7 @@ seeded random order of the intents) and then one of its phrasings uniformly: pop
 often and in many wordings, as in real traffic. Sets: `natural` (bench/data/natural_pairs: ComQA
 clusters of real WikiAnswers questions, AmbigQA rewrites, user-style look-alikes), `written`
 (bench/data/indep_questions*, tests/data/semantic_pairs.jsonl: hand-written paraphrases and look-alikes),
-`templates` (bench/verifier_templates.py: each intent × slot value with its phrasings, look-alikes being
+`templates` (bench/lib/verifier_templates.py: each intent × slot value with its phrasings, look-alikes being
 other slot values; the verifier was trained on such pairs, so this is its best case, as templated
 application traffic would be).
 
@@ -42,8 +42,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.cache_latency import KEY, body, config
-from bench.harness import ROOT, Process, free_port, start_gateway, wait_for_port, write_json
+from bench.lib.cache_gateway import KEY, body, config
+from bench.lib.harness import ROOT, Process, free_port, start_gateway, wait_for_port, write_json
 
 SETS = {
     "natural": ["bench/data/natural_pairs/natural.jsonl"],
@@ -79,7 +79,7 @@ def intents(paths: list[Path]) -> list[list[str]]:
 
 
 def template_intents() -> list[list[str]]:
-    from bench.verifier_templates import INTENTS, SLOTS
+    from bench.lib.verifier_templates import INTENTS, SLOTS
 
     return [
         [p.format(x=value) for p in phrasings]

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.harness import write_json  # noqa: E402
+from bench.lib.harness import write_json  # noqa: E402
 from policies.policy import Policy  # noqa: E402
 from tests.chaos.database import new_schema, provision, usage_rows  # noqa: E402
 from tests.chaos.load import chat, send  # noqa: E402

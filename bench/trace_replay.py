@@ -13,7 +13,7 @@ Load: each engine is calibrated first (batch 1, no cache: seconds per prompt tok
 the offered load is Σ(batch-1 work) ÷ (span × replicas), so 0.7 means the pool would be busy 70 % of the
 time serving requests one at a time (batching makes it less, prefix hits less again).
 
-Bounds (bench/trace_data.py): the slice's infinite-cache hit rate, and the greedy best assignment over the
+Bounds (bench/lib/trace_data.py): the slice's infinite-cache hit rate, and the greedy best assignment over the
 replicas with each engine's real KV capacity (its vllm:cache_config_info num_gpu_blocks × block_size).
 Each strategy gets a fresh gateway and its own AIPerf seed, so its prompt texts are new: no strategy
 inherits another's cache. Printed per load and strategy: TTFT p50/p90/p99, ITL p50/p90, e2e p50/p90,
@@ -32,12 +32,12 @@ from typing import Any
 
 import aiohttp
 
-from bench import trace_data as td
-from bench.admission_pool import pool_capacity
-from bench.engine_http import EngineServer
-from bench.engine_routing import KEY, gateway_config, one_request, random_model_folder, wait_ready
-from bench.harness import RESULTS, ROOT, start_gateway, write_json
-from bench.trace_aiperf import HF_CACHE, aiperf_command, read_aiperf, run_aiperf
+from bench.lib import trace_data as td
+from bench.lib.admission_pool import pool_capacity
+from bench.lib.engine_http import EngineServer
+from bench.lib.engine_pool import KEY, gateway_config, one_request, random_model_folder, wait_ready
+from bench.lib.harness import RESULTS, ROOT, start_gateway, write_json
+from bench.lib.trace_aiperf import HF_CACHE, aiperf_command, read_aiperf, run_aiperf
 
 STRATEGIES = ["round_robin", "least_outstanding", "prefix_affinity", "engine_score"]
 CALIBRATION_WORDS = "policy ledger invoice region tenant quota replica shard"  # 8 words: ~8.3 tokens
@@ -141,7 +141,7 @@ def add_pool_arguments(add: Any, kv_mb: int, batched_tokens: int) -> None:
     add(
         "--random-shape",
         default=None,
-        help="random weights of a bench.engine_gpu_models shape, e.g. llama-1b",
+        help="random weights of a bench.lib.engine_gpu_models shape, e.g. llama-1b",
     )
     add("--tokenizer-dir", default=".gpu/tokenizer", help="tokenizer.json for --random-shape")
     add("--kv-mb", type=int, default=kv_mb, help="each engine's KV cache")

@@ -12,7 +12,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def write_json(name: str, payload: Any) -> Path:
-    """studies/results/<name>.json, as bench.harness.write_json writes bench/results/."""
+    """studies/results/<name>.json, as bench.lib.harness.write_json writes bench/results/."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2))

@@ -45,7 +45,7 @@ def _features(pair_features: Any, candidates: list[Any], new: Any) -> list[np.nd
 
 
 def breakdown(stored: list[str], asked: list[str]) -> dict[str, Any]:
-    from bench.verifier_pairs import shipped_encoder
+    from bench.lib.verifier_pairs import shipped_encoder
     from cache import encoder as encoder_module
     from cache.alignment import pair_features, words_of
     from cache.config import CachePolicy, CacheSettings

@@ -18,10 +18,10 @@ import sys
 
 import numpy as np
 
-from bench.cascade_common import escalations, transferred
-from bench.cascade_curves import outcomes
-from bench.cascade_live import learned_threshold, load_record
-from bench.trivia_data import load_questions
+from bench.lib.cascade_common import escalations, transferred
+from bench.lib.cascade_curves import outcomes
+from bench.lib.cascade_live import learned_threshold, load_record
+from bench.lib.trivia_data import load_questions
 from routing.config import ConfidenceConfig
 from studies import RESULTS
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bench.engine_gpu import decode_logits, teacher_forced_logits
-from bench.engine_gpu_models import build_hf, build_ours, hf_logits, hf_static, random_prompts
+from bench.lib.engine_gpu_models import build_hf, build_ours, hf_logits, hf_static, random_prompts
 
 VARIANTS = ("f64rope", "fused", "default", "torchnorm", "torchsilu")
 

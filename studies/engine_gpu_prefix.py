@@ -25,7 +25,7 @@ import torch
 from backends.local_engine.engine import cuda_runner
 from backends.local_engine.model import attention_cuda
 from bench.engine_gpu import copy_bandwidth, prefix_ttft, ttft
-from bench.engine_gpu_models import build_hf, build_ours, random_prompts
+from bench.lib.engine_gpu_models import build_hf, build_ours, random_prompts
 from studies.engine_gpu_profile import kernel_table
 from studies.gpu_timing import replay_ms
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from bench.engine_gpu import batch1_decode, copy_bandwidth, prefix_ttft
-from bench.engine_gpu_models import build_hf, build_ours, decode_bytes
+from bench.lib.engine_gpu_models import build_hf, build_ours, decode_bytes
 from studies.gpu_timing import SHAPES, replay_ms
 
 VARIANTS = {

@@ -210,7 +210,7 @@ def confirm(table: dict, rows_list: list[int], results: dict) -> None:
 def engine_variant(hf, shape: str, variant: str, ids: list[int], reference: torch.Tensor) -> dict:  # noqa: ANN001
     from backends.local_engine.engine.cuda_runner import HostStep, padded_step
     from bench.engine_gpu import prefix_ttft, run_closed_loop, teacher_forced_logits
-    from bench.engine_gpu_models import build_ours, random_prompts
+    from bench.lib.engine_gpu_models import build_ours, random_prompts
 
     vocab = hf.config.vocab_size
     os.environ["LLMGW_SKINNY_ROWS"] = "1" if variant == "cublas" else "64"
@@ -248,7 +248,7 @@ def engine_ab(
 ) -> None:  # fmt: skip
     """Rounds of (cuBLAS, kernel) per shape; a variant is skipped when the last one of its shape, started
     now, would end past `deadline` seconds (the first of a shape is assumed to take 120 s)."""
-    from bench.engine_gpu_models import build_hf, hf_logits, random_prompts
+    from bench.lib.engine_gpu_models import build_hf, hf_logits, random_prompts
 
     models = {}
     for shape in shapes:

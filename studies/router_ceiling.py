@@ -22,8 +22,8 @@ import json
 
 import numpy as np
 
-from bench.routellm_data import GROUPS, Records, load_gsm8k, load_mt_bench, load_records, subject_groups
-from bench.routing_curves import bootstrap_apgr, routing_curve
+from bench.lib.routellm_data import GROUPS, Records, load_gsm8k, load_mt_bench, load_records, subject_groups
+from bench.lib.routing_curves import bootstrap_apgr, routing_curve
 from studies import RESULTS
 
 SAMPLES = 1000

@@ -17,8 +17,8 @@ sign after seeing a task's own result would be tuning on it.
 
 Data: the seeded MMLU sample of bench/cross_task.mmlu_sample (seed 18, --per-group per subject group), all
 72 MT-Bench first turns, a seeded sample of GSM8K (seed 18). APGR with the project's functions
-(bench/routing_curves): bootstrap 95 % over questions (500 resamplings), random: 500 random orderings; the
-MMLU mean row averages the four groups' APGRs and their bootstrap replicates (as bench/cross_task does).
+(bench/lib/routing_curves): bootstrap 95 % over questions (500 resamplings), random: 500 random orderings; the
+MMLU mean row averages the four groups' APGRs and their bootstrap replicates (as bench/lib/cross_task does).
 """
 
 import argparse
@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from scipy.stats import rankdata
 
-from bench.cross_task import mmlu_sample
-from bench.routellm_data import Records, load_gsm8k, load_mt_bench
-from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
+from bench.lib.cross_task import mmlu_sample
+from bench.lib.routellm_data import Records, load_gsm8k, load_mt_bench
+from bench.lib.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
 from studies import RESULTS
 
 SAMPLES = 500

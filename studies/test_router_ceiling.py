@@ -5,7 +5,7 @@ collect it: `python -m pytest studies/test_router_ceiling.py`)."""
 import numpy as np
 import pytest
 
-from bench.routing_curves import routing_curve
+from bench.lib.routing_curves import routing_curve
 from studies.router_ceiling import halves, in_sample_oracle
 
 

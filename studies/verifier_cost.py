@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from bench.cache_latency import questions
-from bench.verifier_pairs import shipped_encoder
+from bench.lib.verifier_pairs import shipped_encoder
 from cache.alignment import pair_features, words_of
 from cache.verifier import Verifier
 

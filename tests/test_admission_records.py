@@ -1,9 +1,9 @@
-"""bench/admission_records.py: AIPerf's per-request records read back (status, Retry-After, tokens), windows, Jain."""
+"""bench/lib/admission_records.py: AIPerf's per-request records read back (status, Retry-After, tokens), windows, Jain."""
 
 import json
 from pathlib import Path
 
-from bench.admission_records import jain, read_records, served_windows, summarise
+from bench.lib.admission_records import jain, read_records, served_windows, summarise
 
 
 def _row(start_s: float, end_s: float, status: int, tokens: tuple[int, int] = (0, 0), retry: str | None = None,

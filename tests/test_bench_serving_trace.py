@@ -1,9 +1,9 @@
-"""bench/engine_serving_trace.py: the per-step bound, request latencies and goodput, and the profiled breakdown's
+"""bench/lib/engine_serving_trace.py: the per-step bound, request latencies and goodput, and the profiled breakdown's
 attribution of kernels to steps (issue 45's serving benchmark, checked without a GPU)."""
 
 import pytest
 
-from bench.engine_serving_trace import (
+from bench.lib.engine_serving_trace import (
     Ceilings,
     ModelCost,
     Request,

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.cascade_curves import escalated, point
-from bench.routing_curves import oracle_scores, random_curve, routing_curve
-from bench.trivia_data import COMPLETION_SHOTS, group, is_correct, load_questions, normalise, prompt
+from bench.lib.cascade_curves import escalated, point
+from bench.lib.routing_curves import oracle_scores, random_curve, routing_curve
+from bench.lib.trivia_data import COMPLETION_SHOTS, group, is_correct, load_questions, normalise, prompt
 from routing.confidence import choice_margins, mean_logprob, min_window
 from routing.learned import (
     ANSWER_FEATURES,
@@ -136,7 +136,7 @@ def test_lambada_passages_are_bare_prompts_graded_on_the_first_word() -> None:
 
 
 def test_the_gateway_threshold_is_read_from_the_learned_cascade_of_the_config(tmp_path) -> None:  # noqa: ANN001
-    from bench.cascade_live import learned_threshold
+    from bench.lib.cascade_live import learned_threshold
 
     shipped = Path(__file__).resolve().parents[1] / "bench" / "cascade_live.yaml"
     assert learned_threshold(str(shipped)) == 0.08
@@ -259,7 +259,7 @@ def test_gain_model_confidence_is_the_difference(tmp_path) -> None:  # noqa: ANN
 
 def test_the_alias_replay_gives_the_recorded_threshold_point_and_holds_the_share() -> None:
     """`auto` (threshold 0.08) replays basic_skills' recorded operating point; `auto-40` escalates ~40 %."""
-    from bench.cascade_alias import replay
+    from bench.lib.cascade_alias import replay
 
     fixed = replay("bench/cascade_live.yaml", "auto", "basic_skills", None)
     assert fixed["escalated"].mean() == pytest.approx(0.6425)
@@ -270,7 +270,7 @@ def test_the_alias_replay_gives_the_recorded_threshold_point_and_holds_the_share
 
 
 def test_the_three_basic_skills_sets_are_one_source_when_a_set_is_held_out() -> None:
-    from bench.cascade_common import family
+    from bench.lib.cascade_common import family
 
     assert {family(n) for n in ("basic_skills", "basic_skills2", "basic_skills3")} == {"basic_skills"}
     assert len({family(n) for n in ("trivia_qa", "entity_questions", "lambada", "basic_skills")}) == 4

@@ -19,7 +19,7 @@ from backends.local_engine.kernels.triton.fused import add_rms_norm, rope_write_
 from backends.local_engine.kernels.triton.quant_own import int4_matmul, int8_matmul, pack_int4  # noqa: E402
 from backends.local_engine.model import attention_cuda  # noqa: E402
 from backends.local_engine.model.rope import RotaryTable, rotate_  # noqa: E402
-from bench.engine_gpu_models import build_hf, build_ours, hf_logits  # noqa: E402
+from bench.lib.engine_gpu_models import build_hf, build_ours, hf_logits  # noqa: E402
 from tests.triton_interpreter_support import DEVICE, INTERPRET  # first: sets up the interpreter on CPU
 
 if INTERPRET:  # kernels decorated before the interpreter was switched on (earlier test files) recompile
@@ -225,7 +225,7 @@ def test_async_decode_through_the_step_runner_matches_plain_decode(model_pair) -
     from backends.local_engine.engine.llm_engine import LLMEngine
     from backends.local_engine.engine.sampler import probabilities
     from backends.local_engine.engine.sampling_params import SamplingParams
-    from bench.engine_gpu_models import NullDetokenizer
+    from bench.lib.engine_gpu_models import NullDetokenizer
 
     _, runner = model_pair
     outputs = []

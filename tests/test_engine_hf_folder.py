@@ -143,7 +143,7 @@ def test_fp32_on_cuda_keeps_projections_apart() -> None:
     from backends.local_engine.kernels.quant import ConcatLinear
     from backends.local_engine.loading.loader import build_model
     from backends.local_engine.loading.weights import WeightFormat
-    from bench.engine_gpu_models import build_hf, checkpoint_of
+    from bench.lib.engine_gpu_models import build_hf, checkpoint_of
 
     hf = build_hf("tiny-qwen", torch.device("cpu"))
     fused, split = (

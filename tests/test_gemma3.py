@@ -15,7 +15,7 @@ from backends.local_engine.config import EngineSettings
 from backends.local_engine.engine.model_runner import ModelRunner
 from backends.local_engine.model.attention import build_metadata
 from backends.local_engine.model.gemma3.window import band, windowed
-from bench.gemma3_check import chunking, compare, run_chunks
+from bench.lib.gemma3_check import chunking, compare, run_chunks
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "gemma3_reference.json").read_text())
 MAX_LOGIT_DIFF = 0.05  # fp32 on both sides, same dequantized weights; measured in the report

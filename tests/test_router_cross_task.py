@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from bench.cascade_eval import RouterFiles
-from bench.cross_task import candidate_rows
-from bench.router_selection import (
+from bench.lib.cross_task import candidate_rows
+from bench.lib.router_selection import (
     LENGTH_HEURISTIC,
     UNSEEN,
     Candidate,
@@ -21,7 +21,7 @@ from bench.router_selection import (
     task_sets,
     train_candidate,
 )
-from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
+from bench.lib.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
 from routing.confidence import Learned
 from routing.config import MODELS_DIR
 from routing.features import MULTIPLE_CHOICE_FEATURES, TEXT_FEATURES, text_features
@@ -180,7 +180,7 @@ def test_bootstrap_intervals_cover_the_estimate_and_random_centres_on_one_half()
     data = _synthetic(400)
     need = data.text[:, 0]
     low, high = interval(bootstrap_apgr(need, data.weak, data.strong, samples=200))
-    from bench.routing_curves import routing_curve
+    from bench.lib.routing_curves import routing_curve
 
     assert low < routing_curve(need, data.weak, data.strong).apgr() < high
     spread = random_apgr(data.weak, data.strong, samples=200)
@@ -188,7 +188,7 @@ def test_bootstrap_intervals_cover_the_estimate_and_random_centres_on_one_half()
 
 
 def test_the_gsm8k_records_load_as_a_third_task() -> None:
-    from bench.routellm_data import load_gsm8k
+    from bench.lib.routellm_data import load_gsm8k
 
     records = load_gsm8k()
     assert len(records.prompts) == 1307 and len(set(records.prompts)) > 1300  # 1319 less 12 contaminated
@@ -197,7 +197,7 @@ def test_the_gsm8k_records_load_as_a_third_task() -> None:
 
 
 def test_the_replay_table_scores_the_shipped_router_on_gsm8k_beside_both_baselines() -> None:
-    from bench.routellm_gsm8k import gsm8k_rows
+    from bench.lib.routellm_gsm8k import gsm8k_rows
 
     rows = {row["router"]: row for row in gsm8k_rows()}
     assert list(rows) == ["random", "length heuristic", "shipped router"]

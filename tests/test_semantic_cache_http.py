@@ -1,9 +1,9 @@
-"""Scoring of bench/semantic_cache_http.py: a hit is correct only on a paraphrase row and only when it
+"""Scoring of bench/lib/semantic_cache_http.py: a hit is correct only on a paraphrase row and only when it
 serves the answer stored for that row's own stored question; everything else that hits is a false hit."""
 
 import math
 
-from bench.semantic_cache_http import outcomes, scores
+from bench.lib.semantic_cache_http import outcomes, scores
 
 ANSWERS = {"capital of France?": "echo: capital of France?", "height of Everest?": "echo: height of Everest?"}
 ROWS = [

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from bench.trace_data import (
+from bench.lib.trace_data import (
     TRACES,
     TraceRequest,
     best_assignment_hit_rate,

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.routellm_data import RESULTS as BENCH_RESULTS
+from bench.lib.routellm_data import RESULTS as BENCH_RESULTS
 from routing.config import MODELS_DIR
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,8 +8,8 @@
 Reads the live record (bench/results/cascade_live_record.json, made by `bench.cascade_eval live`), takes
 the answer's own token signals from routing.learned.answer_features (COLUMNS: mean/min token logprob, the
 first token's logprob and top-1 − top-2 margin, the mean margin) and fits an L2 logistic regression (C = 1,
-fixed: nothing is tuned; the features and the fit are bench/cascade_common.py's, which the benchmarks share). The shipped file is fit on every question; the figures in studies/README.md come from
-the same fit done leave-one-quiz-site-out (bench/cascade_curves.py), so no question is scored by a model that
+fixed: nothing is tuned; the features and the fit are bench/lib/cascade_common.py's, which the benchmarks share). The shipped file is fit on every question; the figures in studies/README.md come from
+the same fit done leave-one-quiz-site-out (bench/lib/cascade_curves.py), so no question is scored by a model that
 saw its site, and from the TriviaQA fit scored unchanged on basic_skills.
 
 Answer and prompt length, the other two answer_features, are left out since the ninth session: they describe
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.cascade_common import (
+from bench.lib.cascade_common import (
     COLUMNS,
     C,
     design,
@@ -35,8 +35,8 @@ from bench.cascade_common import (
     record_path,
     transferred,
 )
-from bench.routellm_data import RESULTS
-from bench.trivia_data import SETS, load_questions
+from bench.lib.routellm_data import RESULTS
+from bench.lib.trivia_data import SETS, load_questions
 from routing.config import MODELS_DIR
 from routing.learned import ANSWER_FEATURES
 

@@ -1,7 +1,7 @@
 """Trains the cross-encoder verifier (cache/cross_encoder.py) and calibrates it as the gateway runs it.
 
 Three steps, so that the training can run on a GPU box and the calibration on the CPU that serves:
-  pairs      the labeled pairs of bench/verifier_pairs.py (templates + MMLU stems; grouped train / calib /
+  pairs      the labeled pairs of bench/lib/verifier_pairs.py (templates + MMLU stems; grouped train / calib /
              heldout splits) plus training/verifier_augment.py's train-only pairs, in the form the cache
              encodes (cache.encoder.normalise), train pairs in both orders, into DIR/pairs.jsonl; with
              --base, a float16 copy of the shipped MiniLM (config, tokenizer, weights) into DIR/base, to
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_pairs(out: Path, seed: int, per_subject: int, base: bool) -> None:
-    from bench.verifier_pairs import build
+    from bench.lib.verifier_pairs import build
     from cache.encoder import default_model_path, normalise
     from training.verifier_augment import augment
 
@@ -158,7 +158,7 @@ def train(data: Path, device: str, epochs: int, rank: int, lr: float, batch: int
 
 
 def calibrate(adapter: Path, data: Path, out: Path) -> None:
-    from bench.verifier_pairs import Pair
+    from bench.lib.verifier_pairs import Pair
     from cache.cross_encoder import load_cross_encoder
     from cache.verifier import CalibrationPoint, threshold_for
     from training.train_verifier import (

@@ -14,7 +14,7 @@ import argparse
 import json
 import os
 
-from bench.routellm_data import RESULTS
+from bench.lib.routellm_data import RESULTS
 
 
 def main() -> None:

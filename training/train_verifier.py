@@ -1,6 +1,6 @@
 """Trains the semantic-cache verifier and writes its weights and calibration to cache/verifier_model/.
 
-1. builds the labeled pairs (bench/verifier_pairs.py: templates + MMLU stems, grouped train / calib /
+1. builds the labeled pairs (bench/lib/verifier_pairs.py: templates + MMLU stems, grouped train / calib /
    heldout splits; the hand-written pairs of bench/data/verifier_hand/ in train and calib), adds
    train-only pairs (training/verifier_augment.py) and the naturally written pairs of
    training/verifier_natural.py (train and calib by cluster; `--holdout-source S` puts the whole source S in
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 
-from bench.verifier_pairs import Pair, build, encode_all, form, shipped_encoder
+from bench.lib.verifier_pairs import Pair, build, encode_all, form, shipped_encoder
 from cache.alignment import FEATURES, pair_features
 from cache.config import CachePolicy, CacheSettings
 from cache.encoder import EncodedQuestion

@@ -1,5 +1,5 @@
 """Extra training pairs for the semantic-cache verifier, made from the *train* split of
-bench/verifier_pairs.py only (the calibration and held-out pairs are left exactly as they were).
+bench/lib/verifier_pairs.py only (the calibration and held-out pairs are left exactly as they were).
 
 Why: the verifier trained on the base pairs missed ordinary surface variation ("What is the capital of
 France" without its question mark: p 0.78 against 0.99 with it) and indirect phrasings ("Do you know what
@@ -28,8 +28,8 @@ import random
 import re
 from collections.abc import Callable, Iterator
 
-from bench import verifier_templates as T
-from bench.verifier_pairs import Pair
+from bench.lib import verifier_templates as T
+from bench.lib.verifier_pairs import Pair
 
 NOISE_SHARE = 0.35  # of train pairs that get a noisy copy of their new question (and half as many, stored)
 FRAME_SHARE = 0.2  # of train questions that get a framed paraphrase when a frame applies

@@ -26,7 +26,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from bench.verifier_pairs import Pair
+from bench.lib.verifier_pairs import Pair
 from cache.guard import stem
 from cache.lexicon import FUNCTION_WORDS
 

@@ -1,6 +1,6 @@
 """A planning workload from a trace file (Mooncake JSONL or Azure CSV) or from stated figures (issue 43).
 
-Kept apart from bench/trace_data.py, which routing may not import; this reads only what planning needs:
+Kept apart from bench/lib/trace_data.py, which routing may not import; this reads only what planning needs:
 arrival rate, input and output length mean and p90, and the infinite-cache hit rate when the trace carries
 Mooncake hash ids (an upper bound on what prefix caching can save).
 """

@@ -34,7 +34,7 @@ class Runner(Protocol):
 class Detokenizer(Protocol):
     """Incremental text for one request; `stopped` once a stop string appeared (text cut before it). One that
     has stop strings says which ended the text in a `stop_string` attribute (vLLM's stop_reason); one without
-    (bench/engine_gpu_models.py's) may leave it out."""
+    (bench/lib/engine_gpu_models.py's) may leave it out."""
 
     stopped: bool
 

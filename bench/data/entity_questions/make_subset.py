@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from bench.trivia_data import normalise  # noqa: E402
+from bench.lib.trivia_data import normalise  # noqa: E402
 
 RELATIONS = ("P17", "P36", "P106", "P136", "P176", "P407", "P413", "P495", "P19", "P50")
 PER_RELATION = 40

@@ -1,8 +1,9 @@
-"""A cascade alias live through the official `openai` client, beside its replay from the set's record.
+"""`cascade_eval alias`: a cascade alias live through the official `openai` client, beside its replay from the
+set's record.
 
     LLMGW_CONFIG_FILE=bench/cascade_live.yaml LLMGW_PORT=8731 .venv/bin/llmgw serve &   # a fresh gateway
     .venv/bin/python -m bench.cascade_eval live --set basic_skills3 --max-tokens 5         # the record, first
-    .venv/bin/python -m bench.cascade_alias --set basic_skills3 --alias auto-40 --limit 400 --max-tokens 5
+    .venv/bin/python -m bench.cascade_eval alias --set basic_skills3 --alias auto-40 --limit 400 --max-tokens 5
 
 The set's first `--limit` questions go one at a time to the alias's `/v1/completions` (the prompt, tokens and
 stop of `cascade_eval live`), so the cascade sees them in the set's order. Each reply's `x-cascade` header says
@@ -21,11 +22,11 @@ from typing import Any
 import numpy as np
 from openai import OpenAI
 
-from bench.cascade_common import escalations, transferred
-from bench.cascade_curves import outcomes
-from bench.cascade_live import gateway_settings, load_record
-from bench.routellm_data import RESULTS
-from bench.trivia_data import SETS, is_correct, load_questions, prompt
+from bench.lib.cascade_common import escalations, transferred
+from bench.lib.cascade_curves import outcomes
+from bench.lib.cascade_live import gateway_settings, load_record
+from bench.lib.routellm_data import RESULTS
+from bench.lib.trivia_data import SETS, is_correct, load_questions, prompt
 
 
 def replay(config: str, alias: str, name: str, limit: int | None) -> dict[str, np.ndarray]:
@@ -49,9 +50,9 @@ def ask(client: OpenAI, args: argparse.Namespace, question: dict[str, Any]) -> d
             "correct": is_correct(question, text)}  # fmt: skip
 
 
-def main() -> dict:
+def main(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="cascade_eval alias", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--gateway", default="http://127.0.0.1:8731")
     parser.add_argument("--key", default="sk-llmgw-local")
@@ -60,7 +61,7 @@ def main() -> dict:
     parser.add_argument("--alias", default="auto-40")
     parser.add_argument("--limit", type=int, default=400)
     parser.add_argument("--max-tokens", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     expected = replay(args.config, args.alias, args.set, args.limit)
     client = OpenAI(base_url=args.gateway.rstrip("/") + "/v1", api_key=args.key, max_retries=0, timeout=120)
     started = time.monotonic()
@@ -87,7 +88,3 @@ def main() -> dict:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"cascade_alias_{args.set}_{args.alias}.json").write_text(json.dumps(result, indent=1))
     return result
-
-
-if __name__ == "__main__":
-    main()

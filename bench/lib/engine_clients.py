@@ -3,7 +3,7 @@
 Each setting gets its own server; 1 / 4 / 16 / 32 clients each send short text prompts for 64-token answers
 (`ignore_eos`, greedy, streamed), one request per client (at least 4 in all). Also batch-1 decode in-process (the
 engine loop without HTTP) for the default settings. With `--llama-server PATH` llama.cpp's server is measured
-first with the same client and prompts (bench/llama_cpp.py). Run through `bench/engine_serving.py --only clients`.
+first with the same client and prompts (bench/lib/llama_cpp.py). Run through `bench/engine_serving.py --only clients`.
 """
 
 import os
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 import aiohttp
 
 LLAMA_SERVER = {1: 114.0, 4: 185.0, 16: 238.0}  # llama-server -np 16 -t 2, SmolLM2-135M Q4_1 (issue 14)
-REFERENCE = "llama-server"  # the label of the measured llama-server rows (bench/llama_cpp.py)
+REFERENCE = "llama-server"  # the label of the measured llama-server rows (bench/lib/llama_cpp.py)
 CLIENTS = (1, 4, 16, 32)
 ANSWER_TOKENS = 64
 TOPICS = ["a lighthouse", "the moon", "a red bicycle", "rain in April", "an old library", "a mountain road",

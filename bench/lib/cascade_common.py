@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.routellm_data import RESULTS
-from bench.trivia_data import group, is_correct, load_questions, prompt
+from bench.lib.routellm_data import RESULTS
+from bench.lib.trivia_data import group, is_correct, load_questions, prompt
 from routing.config import ConfidenceConfig
 from routing.escalation import EscalationShare
 from routing.learned import ANSWER_FEATURES, AnswerModel, LogisticModel, answer_features

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.routellm_data import Records, cached_embeddings, load_records, subject_groups
-from bench.router_selection import UNSEEN, HeldOut, TaskData, choose, strong_need
-from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
+from bench.lib.routellm_data import Records, cached_embeddings, load_records, subject_groups
+from bench.lib.router_selection import UNSEEN, HeldOut, TaskData, choose, strong_need
+from bench.lib.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
 from routing import features
 from routing.features import text_features
 from routing.learned import TextRouter, load_model
@@ -88,7 +88,7 @@ def _row(task: str, router: str, apgr: float, replicates: np.ndarray) -> dict:
 def mmlu_heldout_rows(
     data: TaskData, heldout: HeldOut, apgr: dict[str, dict[str, float]], rule: str = "mean"
 ) -> tuple[list[dict], dict[str, str]]:
-    """Per group: the candidate chosen on every other task's held-out APGR (`apgr`, bench/router_selection
+    """Per group: the candidate chosen on every other task's held-out APGR (`apgr`, bench/lib/router_selection
     group_apgr), scored on this group by its model trained without it; then the mean of the four groups."""
     rows, chosen_names = [], {}
     for group in sorted(set(data.group.tolist())):

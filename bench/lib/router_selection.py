@@ -1,7 +1,7 @@
 """Choosing the router by cross-task validation: every candidate is trained on some tasks and scored on
 another one it never saw; the candidate that beats the length heuristic by most on its worst task wins.
 
-Tasks here are the four MMLU subject groups (bench/routellm_data.py) and MT-Bench. `logo_scores` trains
+Tasks here are the four MMLU subject groups (bench/lib/routellm_data.py) and MT-Bench. `logo_scores` trains
 every candidate on three groups and scores it on the fourth; `add_unseen_scores` trains it on all of MMLU
 and scores it on MT-Bench. `choose` picks on every task but the one reported: by the mean over the MMLU
 groups ("mean", MT-Bench takes no part), or maximin against the length heuristic over the MMLU groups
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.decomposition import PCA
 
-from bench.cascade_common import fit, fit_within_subject
-from bench.routing_curves import routing_curve
+from bench.lib.cascade_common import fit, fit_within_subject
+from bench.lib.routing_curves import routing_curve
 from routing.features import MULTIPLE_CHOICE_FEATURES, TEXT_FEATURES
 from routing.learned import GainModel, LogisticModel, TextRouter
 

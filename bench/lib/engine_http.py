@@ -1,7 +1,7 @@
 """The benchmarks' OpenAI-style HTTP client and the servers it drives, each started on a free local port.
 
 `EngineServer` runs `llmgw engine serve` (python -m backends.local_engine.cli serve) with engine settings as
-LLMGW_ENGINE__* variables; `LlamaServer` runs llama.cpp's llama-server (bench/llama_cpp.py). Both are read
+LLMGW_ENGINE__* variables; `LlamaServer` runs llama.cpp's llama-server (bench/lib/llama_cpp.py). Both are read
 by the same `one()`: one streamed request, its time to first token, gaps between chunks and token count.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.harness import ROOT, free_port
-from bench.llama_cpp import LlamaCpp
+from bench.lib.harness import ROOT, free_port
+from bench.lib.llama_cpp import LlamaCpp
 
 
 @dataclass
@@ -118,7 +118,7 @@ class EngineServer:
 
 
 class LlamaServer(EngineServer):
-    """llama.cpp's `llama-server` (bench/llama_cpp.py) on a free port, driven by the same client as the engine."""
+    """llama.cpp's `llama-server` (bench/lib/llama_cpp.py) on a free port, driven by the same client as the engine."""
 
     # llama-server drops a kept-alive connection after a streamed answer; a new one per request (~0.1 ms)
     headers = {"Connection": "close"}

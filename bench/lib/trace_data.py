@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 FILES = {
     "mooncake": "mooncake_conversation_trace.jsonl",
     "azure_conv": "azure_llm_2023_conv.csv",

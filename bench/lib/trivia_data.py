@@ -15,7 +15,7 @@ import string
 from pathlib import Path
 from typing import Any
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 QUESTIONS = DATA / "trivia_qa" / "questions.jsonl"
 # The question sets of the live cascade: TriviaQA (Q:/A: quiz questions), basic_skills (sentences and sums
 # to complete, bench/data/basic_skills/, ODC-BY: its `task` field picks the completion-style shots below) and

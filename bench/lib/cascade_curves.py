@@ -4,15 +4,15 @@ Escalating the share r of least confident small answers: accuracy = the large mo
 escalated questions, the small one's elsewhere; cost = every small attempt plus the large attempts
 (what the gateway's accounting charges). Random escalation at the same share: the expected line, its
 spread over 1,000 random orderings. Intervals: bootstrap 95 % over questions (1,000 resamplings).
-APGR (bench/routing_curves.py) summarises a curve: 0.5 is random escalation, 1.0 the oracle.
+APGR (bench/lib/routing_curves.py) summarises a curve: 0.5 is random escalation, 1.0 the oracle.
 """
 
 from typing import Any
 
 import numpy as np
 
-from bench.cascade_common import leave_one_site_out, transferred
-from bench.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
+from bench.lib.cascade_common import leave_one_site_out, transferred
+from bench.lib.routing_curves import bootstrap_apgr, interval, random_apgr, routing_curve
 from routing.confidence import mean_logprob
 
 RATES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)

@@ -5,9 +5,9 @@ answered each GSM8K test question (MIT) correctly: `routellm/evals/gsm8k/gsm8k_r
 keeps only what routing needs (prompt, weak correct, strong correct; contaminated prompts left out, as
 RouteLLM's own evaluation does) in bench/data/routellm_gsm8k/records.csv:
 
-    .venv/bin/python -m bench.routellm_gsm8k build --responses PATH/gsm8k_responses.csv \\
+    .venv/bin/python -m bench.lib.routellm_gsm8k build --responses PATH/gsm8k_responses.csv \\
         --contaminated PATH/contaminated_prompts.jsonl
-    .venv/bin/python -m bench.routellm_gsm8k score     # the shipped router, unchanged, beside the baselines
+    .venv/bin/python -m bench.lib.routellm_gsm8k score     # the shipped router, unchanged, beside the baselines
 
 `score` prints APGR with bootstrap 95 % intervals for random routing, the length heuristic and the shipped
 routing/models/router_lr.npz, and writes bench/results/router_gsm8k.json.
@@ -18,9 +18,9 @@ import csv
 import json
 from pathlib import Path
 
-from bench.cross_task import print_rows, public, rows_for, shipped_need
-from bench.routellm_data import GSM8K_RECORDS as RECORDS
-from bench.routellm_data import REPO, RESULTS, STRONG_COLUMN, WEAK_COLUMN, _contaminated, load_gsm8k
+from bench.lib.cross_task import print_rows, public, rows_for, shipped_need
+from bench.lib.routellm_data import GSM8K_RECORDS as RECORDS
+from bench.lib.routellm_data import REPO, RESULTS, STRONG_COLUMN, WEAK_COLUMN, _contaminated, load_gsm8k
 
 ROUTER = REPO / "routing" / "models" / "router_lr.npz"
 
@@ -42,8 +42,8 @@ def build(responses: Path, contaminated: Path, out: Path = RECORDS) -> int:
 
 def gsm8k_rows(router: Path = ROUTER) -> list[dict]:
     """Random, the length heuristic and the router's APGR rows on GSM8K (bootstrap replicates kept)."""
-    from bench.cascade_common import embed_minilm
-    from bench.cross_task import other_task_data
+    from bench.lib.cascade_common import embed_minilm
+    from bench.lib.cross_task import other_task_data
 
     records = load_gsm8k()
     need = shipped_need(router, records, embed_minilm)

@@ -26,7 +26,7 @@ class Ceilings:
 
 @dataclass
 class ModelCost:
-    weight_bytes: int  # what one step reads of the weights (bench.engine_gpu_models.decode_bytes)
+    weight_bytes: int  # what one step reads of the weights (bench.lib.engine_gpu_models.decode_bytes)
     kv_bytes_per_token: int  # K and V of one token, all layers
     layer_params: int  # matmul weights of the layer stack (no embedding, no output layer)
     logit_params: int  # the output layer's weights

@@ -1,13 +1,13 @@
-"""Gemma 3 270M in the engine against transformers' reference logits (tests/data/gemma3_reference.json).
+"""`engine_model --gemma3`: Gemma 3 270M in the engine against transformers' reference logits
+(tests/data/gemma3_reference.json).
 
-    .venv/bin/python -m bench.gemma3_check [--dtype fp32|int8|int4]   # → bench/results/gemma3_check_<dtype>.json
+    .venv/bin/python -m bench.engine_model --gemma3 --formats fp32   # → bench/results/gemma3_check_fp32.json
 
 Prints, per reference prompt, argmax agreement and the largest difference on the reference's top-5
 logits; the long prompt (past the 512-token sliding window) runs in 160-token prefill chunks, then 8
 decode steps, through the paged KV cache.
 """
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -17,9 +17,9 @@ import torch
 from backends.local_engine.config import EngineSettings
 from backends.local_engine.engine.model_runner import ModelRunner
 from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
-from bench.routellm_data import RESULTS
+from bench.lib.routellm_data import RESULTS
 
-REFERENCE = Path(__file__).resolve().parent.parent / "tests" / "data" / "gemma3_reference.json"
+REFERENCE = Path(__file__).resolve().parents[2] / "tests" / "data" / "gemma3_reference.json"
 
 
 def run_chunks(runner: ModelRunner, ids: list[int], chunks: list[int], first: int = 0) -> torch.Tensor:
@@ -52,14 +52,10 @@ def compare(logits: torch.Tensor, case: dict) -> dict:
             "mean_top5_logit_diff": round(diff.mean().item(), 5)}  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "int8", "int4"])
-    args = parser.parse_args()
+def check(dtype: str) -> None:
+    """Every reference prompt in the engine at `dtype`, printed and written to gemma3_check_<dtype>.json."""
     reference = json.loads(REFERENCE.read_text())
-    runner = ModelRunner(EngineSettings(model=Path("gemma3-270m"), dtype=args.dtype, kv_cache_memory_mb=64,
+    runner = ModelRunner(EngineSettings(model=Path("gemma3-270m"), dtype=dtype, kv_cache_memory_mb=64,
                                         num_threads=2))  # fmt: skip
     results = {}
     for name, case in reference["cases"].items():
@@ -71,8 +67,4 @@ def main() -> None:
                          "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
         print(name, json.dumps(results[name]))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"gemma3_check_{args.dtype}.json").write_text(json.dumps(results, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+    (RESULTS / f"gemma3_check_{dtype}.json").write_text(json.dumps(results, indent=2))

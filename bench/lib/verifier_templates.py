@@ -1,4 +1,4 @@
-"""What bench/verifier_pairs.py builds question pairs from: slot values, intents with several phrasings
+"""What bench/lib/verifier_pairs.py builds question pairs from: slot values, intents with several phrasings
 each, relations whose arguments may or may not be swapped, and the constraints and qualifiers that
 change which answer a question needs. Written for this project; general English, no evaluation data.
 """

@@ -4,12 +4,12 @@
     LLMGW_CONFIG_FILE=bench/cascade_live.yaml LLMGW_PORT=8731 .venv/bin/llmgw serve &
     .venv/bin/python -m bench.cascade_eval live --gateway http://127.0.0.1:8731   # record once, then score
     .venv/bin/python -m bench.cascade_eval live --offline                          # score the record only
-    .venv/bin/python -m bench.cascade_live --offline --set lambada                 # the same, this module alone
+    .venv/bin/python -m bench.lib.cascade_live --offline --set lambada                 # the same, this module alone
 
 Each model answers every question once through `/v1/completions` (3-shot, temperature 0, max_tokens 8,
 stop at the newline, logprobs with the top-2 alternatives). The answers, token logprobs, top-1 − top-2
 margins and usage are kept in bench/results/cascade_live_record.json; every curve is computed offline from
-that record (bench/cascade_curves.py): each model alone, the cascade with mean-logprob confidence, with
+that record (bench/lib/cascade_curves.py): each model alone, the cascade with mean-logprob confidence, with
 the learned confidence (cross-fitted over quiz sites), and random escalation at the same rates.
 """
 
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import yaml
 
-from bench.cascade_common import RECORD, load_record, record_path  # noqa: F401 (RECORD: the TriviaQA record)
-from bench.routellm_data import RESULTS
-from bench.trivia_data import SETS, is_correct, load_questions, prompt
+from bench.lib.cascade_common import RECORD, load_record, record_path  # noqa: F401 (RECORD: the TriviaQA record)
+from bench.lib.routellm_data import RESULTS
+from bench.lib.trivia_data import SETS, is_correct, load_questions, prompt
 from routing.confidence import choice_logprobs, choice_margins
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def main(argv: list[str]) -> dict:
     args = parser.parse_args(argv)
     if not args.offline:
         record(args)
-    from bench.cascade_curves import evaluate
+    from bench.lib.cascade_curves import evaluate
 
     questions = load_questions(args.set)[: args.limit]
     transfer = args.set != "trivia_qa"
@@ -127,6 +127,6 @@ def main(argv: list[str]) -> dict:
 if __name__ == "__main__":
     import sys
 
-    from bench.cascade_common import write_live
+    from bench.lib.cascade_common import write_live
 
     write_live(main(sys.argv[1:]))

@@ -7,7 +7,7 @@ Tasks. MMLU: quality = answered correctly (0/1). Its 57 subjects fall in the fou
 (STEM, humanities, social sciences, other); a group held out whole stands in for an unseen task.
 MT-Bench: 80 two-turn questions, each routed on its first turn; a model's quality on a question is
 the mean GPT-4 grade (1-10) of its two turns. Contaminated prompts are left out of all three.
-GSM8K: quality = answered correctly; the records live in bench/data/routellm_gsm8k (bench/routellm_gsm8k.py).
+GSM8K: quality = answered correctly; the records live in bench/data/routellm_gsm8k (bench/lib/routellm_gsm8k.py).
 """
 
 import csv
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
 WEAK_COLUMN = "mistralai/Mixtral-8x7B-Instruct-v0.1"
 STRONG_COLUMN = "gpt-4-1106-preview"

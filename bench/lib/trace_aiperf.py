@@ -2,7 +2,7 @@
 
 AIPerf runs from its own venv (build/aiperf-venv: `python3 -m venv build/aiperf-venv &&
 build/aiperf-venv/bin/pip install aiperf==0.13.0`, the version pinned in pyproject's `trace` extra) and reads
-SmolLM2's tokenizer from an HF cache in build/hf-cache (`python -m bench.trace_aiperf`).
+SmolLM2's tokenizer from an HF cache in build/hf-cache (`python -m bench.lib.trace_aiperf`).
 """
 
 import argparse
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import ROOT
+from bench.lib.harness import ROOT
 
 TOKENIZER_REPO = "HuggingFaceTB/SmolLM2-135M"  # the packaged GGUF's tokenizer is this repo's
 HF_CACHE = ROOT / "build" / "hf-cache"
@@ -105,7 +105,7 @@ def read_aiperf(out: Path) -> tuple[dict[str, Any], dict[str, int]]:
 def export_tokenizer(cache: Path = HF_CACHE) -> Path:
     """SmolLM2's tokenizer.json (from the packaged GGUF) laid out as HF-cached snapshot of TOKENIZER_REPO,
     with a tokenizer_config.json that transformers' AutoTokenizer reads."""
-    from bench.engine_routing import export_tokenizer as write_tokenizer_json
+    from bench.lib.engine_pool import export_tokenizer as write_tokenizer_json
 
     repo = cache / ("models--" + TOKENIZER_REPO.replace("/", "--"))
     snapshot = repo / "snapshots" / "llmgw-gguf"

@@ -20,10 +20,10 @@ from typing import Any
 
 import aiohttp
 
-from bench.engine_http import EngineServer
-from bench.engine_routing import KEY, gateway_config, one_request, wait_ready
-from bench.harness import Process, start_gateway
-from bench.trace_data import TraceRequest
+from bench.lib.engine_http import EngineServer
+from bench.lib.engine_pool import KEY, gateway_config, one_request, wait_ready
+from bench.lib.harness import Process, start_gateway
+from bench.lib.trace_data import TraceRequest
 from gateway.settings import Settings
 from policies.policy import Policy
 from policies.provision import provision_virtual_key

@@ -10,7 +10,7 @@ loaded by transformers does (the buffer is computed at init, not stored). Both a
 import torch
 
 from backends.local_engine.engine.sequence import ScheduledSeq, Sequence
-from bench.engine_gpu_models import Ours, hf_logits, hf_static, random_prompts
+from bench.lib.engine_gpu_models import Ours, hf_logits, hf_static, random_prompts
 
 
 def hf_to_bf16(hf, keep_rope_fp32: bool = True):

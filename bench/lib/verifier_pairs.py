@@ -1,6 +1,6 @@
 """Labeled question pairs for the semantic-cache verifier, generated (never committed).
 
-Sources: the intent templates and relations of bench/verifier_templates.py, and the question stems of
+Sources: the intent templates and relations of bench/lib/verifier_templates.py, and the question stems of
 the MMLU prompts in ../shared/routellm_eval/mmlu (read in place), and the pairs four authors wrote by
 hand in bench/data/verifier_hand/ (train and calib only, `hand_pairs`). Every pair is (stored question, new
 question, label 1 = one answer serves both). Kinds: paraphrase, and the look-alikes that need another
@@ -12,7 +12,7 @@ so does each rewrite template (each constraint, wrapper, qualifier, synonym), so
 questions *and* templates that training never saw. Calibration (the verifier's threshold table) is its
 own split too.
 
-    python -m bench.verifier_pairs --out /tmp/pairs.jsonl     # prints counts per split and kind
+    python -m bench.lib.verifier_pairs --out /tmp/pairs.jsonl     # prints counts per split and kind
 
 Also the encodings of the pairs' questions as the gateway computes them (`shipped_encoder`, `encode_all`).
 Shared by the verifier's builder (training/train_verifier.py) and the benchmarks that score it (the same
@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench import verifier_templates as T
-from bench.routellm_data import data_dir
+from bench.lib import verifier_templates as T
+from bench.lib.routellm_data import data_dir
 from cache.config import CacheSettings
 from cache.encoder import EncodedQuestion, QuestionEncoder, build_encoder, normalise
 
@@ -323,7 +323,7 @@ _QUESTION_STARTS = frozenset(
 )
 
 
-HAND = Path(__file__).parent / "data" / "verifier_hand"
+HAND = Path(__file__).parents[1] / "data" / "verifier_hand"
 
 
 def hand_pairs(folder: Path = HAND) -> Iterator[Pair]:
@@ -384,6 +384,12 @@ def main() -> None:
     counts = Counter((p.split, p.kind) for p in pairs)
     for split in ("train", "calib", "heldout"):
         print(split, {k: n for (s, k), n in sorted(counts.items()) if s == split})
+
+
+def load_set(path: Path) -> list[dict]:
+    """Labeled pairs from a jsonl file of rows {"a", "b", "label", "kind"} (bench/data/*/pairs.jsonl)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [{"a": r["a"], "b": r["b"], "label": int(r["label"]), "kind": r["kind"]} for r in rows]
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""The kernels/ package's Triton kernels on a GPU: time, bandwidth and % of measured copy bandwidth.
+"""`engine_gpu triton`: the kernels/ package's Triton kernels on a GPU: time, bandwidth and % of measured copy
+bandwidth.
 
-    python -m bench.engine_kernels [--shape 8b|1b] [--sweep]    # CUDA
-    python -m bench.engine_kernels --dry-run                     # CPU: tiny shapes through the interpreter
+    python -m bench.engine_gpu triton [--shape 8b|1b] [--sweep]    # CUDA
+    python -m bench.engine_gpu triton --dry-run                     # CPU: tiny shapes through the interpreter
 
 Measures device-to-device copy bandwidth first (the roofline), then per Llama-3 linear shape and row
 count M: bf16 cuBLAS (F.linear), int8_matmul, int4_matmul (G = 32 and 128, bf16 scales), each checked
@@ -30,10 +31,14 @@ import torch.nn.functional as F
 
 from backends.local_engine.kernels.quantize import quantize_int8
 from backends.local_engine.kernels.triton import formats, reference
-from bench.harness import write_json
+from bench.lib.harness import write_json
 
-attention = importlib.import_module("backends.local_engine.kernels.triton.paged_attention")  # the package re-exports
-matmul = importlib.import_module("backends.local_engine.kernels.triton.quant_matmul")  # functions of the same names
+attention = importlib.import_module(
+    "backends.local_engine.kernels.triton.paged_attention"
+)  # the package re-exports
+matmul = importlib.import_module(
+    "backends.local_engine.kernels.triton.quant_matmul"
+)  # functions of the same names
 
 SHAPES = {  # name: (N, K) of each linear layer of a Llama-3 shape, plus the output layer
     "8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
@@ -195,13 +200,13 @@ def _mixed_step(
     return row | {"TFLOP/s": flops / (row["us"] * 1e-6) / 1e12}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="engine_gpu triton", description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=["8b", "1b"], default="8b")
     parser.add_argument("--rows", default="1,16,128")
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--dry-run", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     device = torch.device("cpu" if args.dry_run else "cuda")
     shape = "dry" if args.dry_run else args.shape
     rows = [1, 5] if args.dry_run else [int(r) for r in args.rows.split(",")]
@@ -228,7 +233,3 @@ def main() -> None:
             "rows": results,
         }
         print(f"wrote {write_json(f'engine_kernels_{shape}', payload)}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,10 +1,11 @@
-"""Semantic cache quality measured through the gateway's HTTP API, as an outside checker sees it.
+"""`semantic_cache_eval http`: semantic cache quality measured through the gateway's HTTP API, as an outside
+checker sees it.
 
 One fresh gateway per pair file (default settings but for the semantic cache, which is off by default and
-here in static mode: shipped encoder and verifier at the default semantic_min_precision; bench/cache_latency.py's
+here in static mode: shipped encoder and verifier at the default semantic_min_precision; bench/lib/cache_gateway.py's
 config; `--env LLMGW_CACHE__DEFAULTS__SEMANTIC__MODE=off` for the true default) in front of the fake upstream, which echoes the question, so
 every question gets its own answer and the served answer names the entry that served it. Per file
-(jsonl rows {"a", "b", "label", "kind"}, as bench/semantic_cache_eval.py's load_set reads them):
+(jsonl rows {"a", "b", "label", "kind"}, as bench/lib/verifier_pairs.py's load_set reads them):
   1. store — every distinct "a" once, sequentially (chat completion, one user message, temperature 0)
      with `cache-control: no-cache`: no lookup, so an "a" that resembles an earlier one is still fetched
      and stored under its own answer (status "bypass"); the answer text is kept per "a". Then every "a"
@@ -22,7 +23,7 @@ row's "a": the answer served is then right, though the row counts it false); rec
 rows; false-hit rate per kind = false hits / rows of that kind; each with a 95 % bootstrap interval
 (rows resampled, 1000 draws, seed 0). The JSON also lists every false hit and whose answer it served.
 
-    python -m bench.semantic_cache_http [--pairs FILE ...] [--name NAME] [--limit N]
+    python -m bench.semantic_cache_eval http [--pairs FILE ...] [--name NAME] [--limit N]
         [--env LLMGW_CACHE__DEFAULTS__SEMANTIC_MIN_PRECISION=0.95 ...]
 Default files: bench/data/indep_questions2/ and indep_questions/ pairs.jsonl (when present), tests/data/semantic_pairs.jsonl,
 bench/data/paws_sample/pairs.jsonl. --env sets the gateway's environment (e.g. another threshold).
@@ -39,8 +40,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.cache_latency import KEY, body, config
-from bench.harness import ROOT, start_fake_upstream, start_gateway, write_json
+from bench.lib.cache_gateway import KEY, body, config
+from bench.lib.harness import ROOT, start_fake_upstream, start_gateway, write_json
 
 BOOTSTRAP = 1000
 HITS = ("hit", "semantic-hit")
@@ -189,15 +190,15 @@ def print_table(name: str, r: dict[str, Any]) -> None:
           f"store {r['store_seconds']:.1f} s, ask {r['ask_seconds']:.1f} s")  # fmt: skip
 
 
-def main() -> None:
-    from bench.semantic_cache_eval import load_set  # late: it imports the verifier's training code
+def main(argv: list[str]) -> None:
+    from bench.lib.verifier_pairs import load_set  # late: it imports the verifier's training code
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="semantic_cache_eval http", description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=Path, nargs="*", help="jsonl files (default: see the docstring)")
     parser.add_argument("--name", default="", help="label: writes semantic_cache_http_NAME.json")
     parser.add_argument("--limit", type=int, default=0, help="first N rows per file (0: all)")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="gateway environment")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.env)
     files = args.pairs or [ROOT / f for f in DEFAULT_FILES]
     report: dict[str, Any] = {"name": args.name, "env": env, "limit": args.limit, "files": {}}
@@ -216,7 +217,3 @@ def main() -> None:
     report["load_average"] = os.getloadavg()
     path = write_json("semantic_cache_http" + (f"_{args.name}" if args.name else ""), report)
     print(f"\ntook {report['seconds']:.0f} s; wrote {path}")
-
-
-if __name__ == "__main__":
-    main()
