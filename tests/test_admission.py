@@ -9,7 +9,7 @@ from backends.base import UpstreamError
 from core.models import DeploymentConfig
 from routing.admission.capacity import CapacityEstimate, Slots
 from routing.admission.config import AdmissionSettings, ServiceClass
-from routing.admission.fair import ServiceLedger, Ticket, water_fill
+from routing.admission.fair import ServiceLedger, Ticket, whole_slot_shares
 from routing.admission.gate import PoolGate
 from routing.admission.metrics import AdmissionMetrics
 from routing.breaker import CircuitBreaker
@@ -209,13 +209,17 @@ async def test_the_fleet_view_splits_a_class_grant_by_demand() -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def test_water_fill_gives_weighted_max_min_shares() -> None:
-    assert water_fill(12.0, {"heavy": (20, 2.0), "light": (30, 1.0)}) == {"heavy": 8.0, "light": 4.0}
+def test_whole_slots_go_by_weight_and_the_odd_one_to_the_tenant_behind() -> None:
+    assert whole_slot_shares(12, {"heavy": (20, 2.0), "light": (30, 1.0)}, {}) == {"heavy": 8, "light": 4}
     # a tenant asking less than its share keeps only what it asks; the others split the rest by weight
-    shares = water_fill(12.0, {"small": (2, 1.0), "a": (30, 1.0), "b": (30, 3.0)})
-    assert shares == {"small": 2.0, "a": 2.5, "b": 7.5}
-    assert water_fill(12.0, {"a": (3, 1.0), "b": (4, 1.0)}) == {"a": 3, "b": 4}  # room for all
-    assert water_fill(5.0, {"idle": (0, 1.0)}) == {}
+    assert whole_slot_shares(12, {"small": (2, 1.0), "a": (30, 1.0), "b": (30, 3.0)}, {}) == {
+        "small": 2, "a": 3, "b": 7}  # fmt: skip
+    # 7 slots cannot go 2 : 1: the odd one goes to whoever was served fewer weighted tokens
+    demands = {"heavy": (20, 2.0), "light": (30, 1.0)}
+    assert whole_slot_shares(7, demands, {"heavy": 1.0, "light": 2.0}) == {"heavy": 5, "light": 2}
+    assert whole_slot_shares(7, demands, {"heavy": 2.0, "light": 1.0}) == {"heavy": 4, "light": 3}
+    assert whole_slot_shares(12, {"a": (3, 1.0), "b": (4, 1.0)}, {}) == {"a": 3, "b": 4}  # room for all
+    assert whole_slot_shares(5, {"idle": (0, 1.0)}, {}) == {}
 
 
 async def test_the_fleet_view_splits_a_class_grant_by_tenant_weight_with_fair_sharing() -> None:
@@ -228,14 +232,14 @@ async def test_the_fleet_view_splits_a_class_grant_by_tenant_weight_with_fair_sh
     tickets = [ticket(clock, "heavy", weight=2.0) for _ in range(20)]
     tasks = [asyncio.create_task(gate.admit(t)) for t in tickets]
     await settle()
-    grant = math.floor(12 * 0.95)  # the standard class's share, in whole slots: the gate starts 8 of 11.4
-    assert gate.allowance()["standard"] == pytest.approx(12 * 0.95 * 2 / 3)
-    assert gate.running["standard"] == math.ceil(12 * 0.95 * 2 / 3) and grant == 11
+    # the standard class's share, 11 whole slots of 12 × 0.95, goes 7 : 4 (2 : 1 as near as whole slots go)
+    assert gate.allowance()["standard"] == 7
+    assert gate.running["standard"] == 7
     assert gate.tenant_demand()["standard"] == {"heavy": (20, 2.0)}
     # the same tenant on both replicas: this replica's part is its share of that tenant's fleet demand
     gate.others_tenants = {"standard": {"heavy": (20.0, 2.0), "light": (10.0, 1.0)}}
     gate.others = {"standard": 30.0}
-    assert gate.allowance()["standard"] == pytest.approx(12 * 0.95 * 2 / 3 * 20 / 40)
+    assert gate.allowance()["standard"] == pytest.approx(7 * 20 / 40)  # heavy's 7 slots, by its demand here
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

@@ -130,19 +130,19 @@ class ClassQueue:
         return [t for waiting in self._by_tenant.values() for t in waiting]
 
 
-def water_fill(total: float, demands: dict[str, tuple[float, float]]) -> dict[str, float]:
-    """Weighted max-min fair shares of `total` between tenants asking (demand, weight): each gets at most
-    its demand, and those still asking share what is left in proportion to their weights."""
-    shares: dict[str, float] = {}
-    asking = {t: (d, max(w, 1e-9)) for t, (d, w) in demands.items() if d > 0}
-    left = total
-    while asking and left > 1e-9:
-        level = left / sum(w for _, w in asking.values())  # per unit of weight
-        full = [t for t, (d, w) in asking.items() if d <= level * w]
-        if not full:  # everyone left asks more than the level: they split the rest by weight
-            shares.update({t: level * w for t, (_, w) in asking.items()})
-            return shares
-        for tenant in full:
-            shares[tenant] = asking[tenant][0]
-            left -= asking.pop(tenant)[0]
+def whole_slot_shares(
+    slots: int, demands: dict[str, tuple[float, float]], served: dict[str, float]
+) -> dict[str, int]:
+    """`slots` whole slots shared between tenants asking (demand, weight), weighted max-min: one at a time to
+    the tenant holding the fewest per unit of weight among those still asking, ties to the one served the
+    fewest weighted tokens (`served`, the share window's), so where the weights cannot divide the slots
+    exactly (2 : 1 of 7) the odd slot goes to whoever is behind and the served tokens keep the weights'
+    proportions over time."""
+    shares = {t: 0 for t, (d, _) in demands.items() if d > 0}
+    for _ in range(slots):
+        asking = [t for t in shares if shares[t] < demands[t][0]]
+        if not asking:
+            break
+        pick = min(asking, key=lambda t: (shares[t] / max(demands[t][1], 1e-9), served.get(t, 0.0), t))
+        shares[pick] += 1
     return shares

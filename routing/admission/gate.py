@@ -3,10 +3,10 @@
 Room, per class: the pool's slots (capacity.py) are granted to the classes in rank order, each up to its
 `pool_share` of them, each class getting at most what it asks (its requests running plus waiting, over the
 whole fleet when replicas share Redis). A replica's part of a class's grant is, with fair sharing, what its
-tenants get of the grant shared between every tenant of the fleet by weighted max-min fairness on their
-requests running plus waiting (water_fill; a tenant on several replicas takes its part on each in proportion
-to its demand there), so two tenants of weights 2 : 1 behind different replicas get 2 : 1 of the slots, not
-the ratio of their queues; without fair sharing, its part of that class's demand. A request starts when its
+tenants get of the grant's whole slots shared between every tenant of the fleet by weighted max-min fairness
+on their requests running plus waiting (fair.whole_slot_shares; a tenant on several replicas takes its part
+on each in proportion to its demand there), so two tenants of weights 2 : 1 behind different replicas get
+2 : 1 of the slots, not the ratio of their queues; without fair sharing, its part of that class's demand. A request starts when its
 class runs fewer than its grant, so
 
 - while the pool has room nothing waits: the request is counted and goes on (no await, no queue);
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from backends.base import UpstreamError
 from routing.admission.capacity import Slots
 from routing.admission.config import AdmissionSettings, ClassName
-from routing.admission.fair import ClassQueue, ServiceLedger, Ticket, water_fill
+from routing.admission.fair import ClassQueue, ServiceLedger, Ticket, whole_slot_shares
 from routing.admission.metrics import AdmissionMetrics
 
 RATE_WINDOW_S = 10.0
@@ -228,14 +228,14 @@ class PoolGate:
         return parts
 
     def _tenants_part(self, service: ClassName, grant: float) -> float:
-        """What this replica's tenants get of `grant` shared between the fleet's tenants (water_fill)."""
+        """What this replica's tenants get of `grant`'s whole slots shared between the fleet's tenants."""
         mine = self.tenant_demand()[service]
         fleet = dict(self.others_tenants.get(service, {}))
         for tenant, (count, weight) in mine.items():
             other, other_weight = fleet.get(tenant, (0.0, weight))
             fleet[tenant] = (count + other, max(weight, other_weight))
-        shares = water_fill(grant, fleet)
-        return sum(shares.get(t, 0.0) * count / fleet[t][0] for t, (count, _) in mine.items() if count)
+        shares = whole_slot_shares(math.floor(grant + 1e-9), fleet, self.ledger.service(list(fleet)))
+        return sum(shares.get(t, 0) * count / fleet[t][0] for t, (count, _) in mine.items() if count)
 
     def tenant_demand(self) -> dict[ClassName, dict[str, tuple[int, float]]]:
         """What this replica publishes for fair shares across the fleet: per class, each tenant's requests
