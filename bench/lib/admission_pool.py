@@ -166,28 +166,39 @@ async def pool_capacity(
     cal: dict[str, float],
     seconds: float,
     clients: int,
+    warmup_s: float | None = None,
 ) -> dict[str, float]:
     """The pool's measured capacity for a request mix: `clients` closed-loop clients per engine (more than it runs
     at once, so it always has requests waiting) send `requests` in turn (unique prompts of their input length,
-    their output length with ignore_eos) for `seconds`; what the requests that ended in time served, per second:
-    prompt + completion tokens, and batch-1 work (`cal`'s seconds per token)."""
-    served = {"prompt": 0, "completion": 0, "requests": 0}
+    their output length with ignore_eos); after `warmup_s` (default: `seconds` / 2) the engines' own counters
+    are read twice, `seconds` apart: prompt tokens scheduled (vllm:prefix_cache_queries), tokens generated and
+    requests finished, per second, and that work in batch-1 seconds (`cal`'s seconds per token). Counters, not
+    the requests that ended in the window: on a GPU with 30k-token prompts a request outlasts a short window,
+    and counting only those that ended undercounted the pool's work by several times."""
     turn = iter(range(10**9))
-    deadline = time.monotonic() + seconds
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
 
         async def client(engine: EngineServer) -> None:
-            while time.monotonic() < deadline:
+            while True:
                 index = next(turn)
                 r = requests[index % len(requests)]
                 prompt = f"{index} " + "ledger " * max(r.input_length - 2, 1)
-                result = await one_request(session, engine.url, prompt, r.output_length, model="m")
-                if time.monotonic() <= deadline:
-                    served["prompt"] += result["prompt_tokens"]
-                    served["completion"] += result["tokens"]
-                    served["requests"] += 1
+                await one_request(session, engine.url, prompt, r.output_length, model="m")
 
-        await asyncio.gather(*(client(e) for e in engines for _ in range(clients)))
+        tasks = [asyncio.create_task(client(e)) for e in engines for _ in range(clients)]
+        try:
+            await asyncio.sleep(seconds / 2 if warmup_s is None else warmup_s)
+            before = [await e.counters() for e in engines]
+            await asyncio.sleep(seconds)
+            after = [await e.counters() for e in engines]
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    names = {"prompt": "vllm:prefix_cache_queries_total", "completion": "vllm:generation_tokens_total",
+             "requests": "vllm:request_success_total"}  # fmt: skip
+    served = {k: sum(a.get(n, 0.0) - b.get(n, 0.0) for a, b in zip(after, before, strict=True))
+              for k, n in names.items()}  # fmt: skip
     work = served["prompt"] * cal["s_per_prompt_token"] + served["completion"] * cal["s_per_output_token"]
     return {**{k: v / seconds for k, v in served.items()}, "tok_s": (served["prompt"] + served["completion"]) / seconds,
             "work_rate": work / seconds, "seconds": seconds}  # fmt: skip
