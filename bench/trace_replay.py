@@ -94,7 +94,9 @@ async def run_one(
     args: argparse.Namespace, engines: list[EngineServer], strategy: str, trace_file: Path, seed: int,
     label: str,
 ) -> dict[str, Any]:  # fmt: skip
-    gateway = start_gateway(gateway_config(engines, strategy))
+    config = gateway_config(engines, strategy)
+    config["routing"].update(json.loads(args.routing))  # e.g. engine_score's weights being tuned
+    gateway = start_gateway(config)
     try:
         async with aiohttp.ClientSession(headers={"authorization": f"Bearer {KEY}"}) as session:
             await wait_ready(session, gateway.url)
@@ -182,7 +184,10 @@ async def offered_rate(args: argparse.Namespace, engines: list[EngineServer], sa
 async def main_async(args: argparse.Namespace) -> None:
     trace = td.load(args.trace, Path(args.traces_dir))
     sample = td.scale(
-        td.sample_sessions(trace, args.span_s, args.one_in), args.length_div, 1.0, args.max_input
+        td.sample_sessions(td.window(trace, args.start_s, args.span_s), args.span_s, args.one_in),
+        args.length_div,
+        1.0,
+        args.max_input,
     )
     block = td.BLOCK_TOKENS // args.length_div
     longest = max(r.input_length + r.output_length for r in sample)
@@ -198,7 +203,7 @@ async def main_async(args: argparse.Namespace) -> None:
         work_rate, capacity = await offered_rate(args, engines, sample, cal)
         work = batch1_work(sample, cal)
         span = (sample[-1].t_ms - sample[0].t_ms) / 1000
-        setup = {k: getattr(args, k) for k in ("trace", "span_s", "one_in", "length_div", "max_input", "replicas",
+        setup = {k: getattr(args, k) for k in ("trace", "start_s", "routing", "span_s", "one_in", "length_div", "max_input", "replicas",
                                                "kv_mb", "threads", "dtype", "device", "random_shape", "slo_ttft_ms",
                                                "slo_itl_ms", "load_basis", "duration_s", "batched_tokens",
                                                "max_num_seqs")}  # fmt: skip
@@ -263,6 +268,12 @@ def main() -> None:
     add("--load-basis", choices=["batch1", "capacity"], default="batch1", help="what a load of 1.0 is")
     add("--capacity-s", type=float, default=30, help="closed-loop saturation (--load-basis capacity)")
     add("--capacity-clients", type=int, default=16, help="closed-loop clients per engine")
+    add("--start-s", type=float, default=0, help="trace second the sampled span starts at (1800: 2nd half)")
+    add(
+        "--routing",
+        default="{}",
+        help="JSON merged into the gateway's routing settings (tuning engine_score)",
+    )
     add(
         "--calibration-tokens",
         type=int,
