@@ -82,7 +82,7 @@ class EngineSettings(KernelSettings, AcceptsFormerNames):
     max_num_seqs: int = 32
     # prefill tokens a step gives sequences of a lower priority (larger `priority`) than the most urgent one
     # running or waiting; their chunks otherwise lengthen every step of the urgent ones (an interactive tenant's
-    # ITL 25 -> 479 ms beside a batch flood, docs/capacity.md "Overload"). None: no cap. Only mixed priorities
+    # ITL 25 -> 479 ms beside a batch flood, docs/overload.md). None: no cap. Only mixed priorities
     # are affected (all requests at one priority: no cap applies)
     lower_priority_prefill_tokens: int | None = Field(default=32, ge=0)
     num_threads: int = 2  # CPU threads of a step (torch and the C++ kernels)
