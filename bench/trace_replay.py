@@ -212,7 +212,11 @@ async def main_async(args: argparse.Namespace) -> None:
         print(f"slice: {setup}", flush=True)
         for load, strategies in runs:
             label = f"{load:g}"
-            timed = td.retime(sample, work / (load * span * work_rate))
+            factor = work / (load * span * work_rate)
+            if args.time_factors:
+                factor = args.time_factors[[x for x, _ in runs].index(load)]
+            setup[f"time_factor_{label}"] = factor
+            timed = td.retime(sample, factor)
             if args.duration_s:  # the first duration_s seconds of the re-timed slice
                 timed = [r for r in timed if r.t_ms - timed[0].t_ms <= args.duration_s * 1000]
             trace_file = td.write_mooncake(timed, Path(args.work_dir) / f"trace_{label}.jsonl")
@@ -267,6 +271,12 @@ def main() -> None:
     add("--sweep-strategies", nargs="+", default=["engine_score"])
     add("--load-basis", choices=["batch1", "capacity"], default="batch1", help="what a load of 1.0 is")
     add("--capacity-s", type=float, default=30, help="closed-loop saturation (--load-basis capacity)")
+    add(
+        "--work-rate",
+        type=float,
+        default=None,
+        help="a load of 1.0 in batch-1 s/s, as a run's setup printed it",
+    )
     add("--capacity-clients", type=int, default=16, help="closed-loop clients per engine")
     add("--start-s", type=float, default=0, help="trace second the sampled span starts at (1800: 2nd half)")
     add(
