@@ -32,6 +32,15 @@ def replica(settings: AdmissionSettings) -> Admission:
     return admission
 
 
+def two_replicas(
+    settings: AdmissionSettings, clients: tuple[Redis, Redis]
+) -> tuple[Admission, Admission, FleetSync, FleetSync]:
+    """Replicas a and b of one pool, each syncing through its client under a fresh key prefix."""
+    prefix = f"llmgw-test-{uuid.uuid4().hex[:8]}:"
+    a, b = replica(settings), replica(settings)
+    return a, b, FleetSync(a, clients[0], prefix, "a"), FleetSync(b, clients[1], prefix, "b")
+
+
 def ticket(tenant: str, service: str, loop_time: float) -> Ticket:
     return Ticket(tenant, service, 1.0, 100.0, loop_time + 60, loop_time)  # type: ignore[arg-type]
 
@@ -39,9 +48,7 @@ def ticket(tenant: str, service: str, loop_time: float) -> Ticket:
 async def test_replicas_share_a_pool_and_a_dead_one_frees_its_share() -> None:
     settings = AdmissionSettings(sync_interval_s=0.05, replica_ttl_s=0.5)
     redis = Redis.from_url(REDIS_URL)
-    prefix = f"llmgw-test-{uuid.uuid4().hex[:8]}:"
-    a, b = replica(settings), replica(settings)
-    sync_a, sync_b = FleetSync(a, redis, prefix, "a"), FleetSync(b, redis, prefix, "b")
+    a, b, sync_a, sync_b = two_replicas(settings, (redis, redis))
     now = asyncio.get_running_loop().time()
     tickets = [ticket("batch-tenant", "batch", now) for _ in range(20)]
     waiting = [asyncio.create_task(a.gate("pool").admit(t)) for t in tickets]
@@ -63,11 +70,12 @@ async def test_replicas_share_a_pool_and_a_dead_one_frees_its_share() -> None:
     await asyncio.sleep(settings.replica_ttl_s + 0.3)
     assert gate.others_running == 0 and gate.others.get("interactive", 0) == 0
     assert gate.running["batch"] == 9  # its tick started the batch requests the dead replica held back
+    assert await redis.exists(sync_a._record_key("pool", "a")) == 1  # a publishes
     await sync_a.aclose()
     for task in waiting:
         task.cancel()
     await asyncio.gather(*waiting, return_exceptions=True)
-    assert await redis.exists(f"{prefix}adm:pool:r:a") == 0  # a left at once on close
+    assert await redis.exists(sync_a._record_key("pool", "a")) == 0  # a left at once on close
     await redis.aclose()
 
 
@@ -77,9 +85,7 @@ async def test_weights_hold_across_replicas_whatever_the_queues() -> None:
     length, 1 : 2 here), and so do the requests they start as slots free."""
     settings = AdmissionSettings(sync_interval_s=0.05, replica_ttl_s=2.0)
     redis = Redis.from_url(REDIS_URL)
-    prefix = f"llmgw-test-{uuid.uuid4().hex[:8]}:"
-    a, b = replica(settings), replica(settings)
-    sync_a, sync_b = FleetSync(a, redis, prefix, "a"), FleetSync(b, redis, prefix, "b")
+    a, b, sync_a, sync_b = two_replicas(settings, (redis, redis))
     now = asyncio.get_running_loop().time()
     heavy = [Ticket("heavy", "standard", 2.0, 100.0, now + 60, now) for _ in range(150)]
     light = [Ticket("light", "standard", 1.0, 100.0, now + 60, now) for _ in range(300)]
@@ -107,6 +113,7 @@ async def test_weights_hold_across_replicas_whatever_the_queues() -> None:
     for task in waiting:
         task.cancel()
     await asyncio.gather(*waiting, return_exceptions=True)
+    await redis.aclose()
 
 
 async def test_replicas_share_a_pool_through_a_redis_cluster() -> None:
@@ -116,9 +123,7 @@ async def test_replicas_share_a_pool_through_a_redis_cluster() -> None:
     with redis_cluster(Path(tempfile.mkdtemp(prefix="llmgw-fleet-cluster-"))) as nodes:
         url = f"redis://127.0.0.1:{nodes[0].port}"
         clients = [redis_py_client(url, RedisOptions(cluster=True), cluster_client=True) for _ in range(2)]
-        prefix = f"llmgw-test-{uuid.uuid4().hex[:8]}:"
-        a, b = replica(settings), replica(settings)
-        sync_a, sync_b = FleetSync(a, clients[0], prefix, "a"), FleetSync(b, clients[1], prefix, "b")
+        a, b, sync_a, sync_b = two_replicas(settings, (clients[0], clients[1]))
         now = asyncio.get_running_loop().time()
         for _ in range(10):
             await b.gate("pool").admit(ticket("chat-tenant", "interactive", now))
