@@ -12,6 +12,7 @@ window is published and the others' are added (routing/admission/fleet.py), so s
 """
 
 import asyncio
+import heapq
 import math
 import time
 from collections import deque
@@ -139,10 +140,15 @@ def whole_slot_shares(
     exactly (2 : 1 of 7) the odd slot goes to whoever is behind and the served tokens keep the weights'
     proportions over time."""
     shares = {t: 0 for t, (d, _) in demands.items() if d > 0}
+    # a heap of (slots per unit of weight, served, tenant): only the tenant just given a slot changes its key
+    heap = [(0.0, served.get(t, 0.0), t) for t in shares]
+    heapq.heapify(heap)
     for _ in range(slots):
-        asking = [t for t in shares if shares[t] < demands[t][0]]
-        if not asking:
+        if not heap:
             break
-        pick = min(asking, key=lambda t: (shares[t] / max(demands[t][1], 1e-9), served.get(t, 0.0), t))
-        shares[pick] += 1
+        _, done, tenant = heapq.heappop(heap)
+        shares[tenant] += 1
+        demand, weight = demands[tenant]
+        if shares[tenant] < demand:
+            heapq.heappush(heap, (shares[tenant] / max(weight, 1e-9), done, tenant))
     return shares

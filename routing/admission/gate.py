@@ -229,7 +229,7 @@ class PoolGate:
 
     def _tenants_part(self, service: ClassName, grant: float) -> float:
         """What this replica's tenants get of `grant`'s whole slots shared between the fleet's tenants."""
-        mine = self.tenant_demand()[service]
+        mine = self._class_demand(service)
         fleet = dict(self.others_tenants.get(service, {}))
         for tenant, (count, weight) in mine.items():
             other, other_weight = fleet.get(tenant, (0.0, weight))
@@ -240,13 +240,13 @@ class PoolGate:
     def tenant_demand(self) -> dict[ClassName, dict[str, tuple[int, float]]]:
         """What this replica publishes for fair shares across the fleet: per class, each tenant's requests
         running plus waiting, and its weight."""
-        out: dict[ClassName, dict[str, tuple[int, float]]] = {}
-        for service in self._ranked:
-            counts = dict(self._tenant_running[service])
-            for tenant, (waiting, weight) in self.queues[service].waiting_by_tenant().items():
-                counts[tenant] = (counts.get(tenant, (0, weight))[0] + waiting, weight)
-            out[service] = counts
-        return out
+        return {service: self._class_demand(service) for service in self._ranked}
+
+    def _class_demand(self, service: ClassName) -> dict[str, tuple[int, float]]:
+        counts = dict(self._tenant_running[service])
+        for tenant, (waiting, weight) in self.queues[service].waiting_by_tenant().items():
+            counts[tenant] = (counts.get(tenant, (0, weight))[0] + waiting, weight)
+        return counts
 
     def demand(self) -> dict[ClassName, int]:
         """What this replica publishes: per class, its requests running plus waiting."""
