@@ -177,6 +177,8 @@ async def offered_rate(args: argparse.Namespace, engines: list[EngineServer], sa
     closed-loop clients on the sample's lengths (no prefix hits), for a GPU, where batching multiplies it."""
     if args.load_basis == "batch1":
         return float(args.replicas), {}
+    if args.work_rate:  # measured by an earlier invocation on the same pool
+        return args.work_rate, {"work_rate": args.work_rate, "given": True}
     capacity = await pool_capacity(engines, sample, cal, args.capacity_s, args.capacity_clients)
     return capacity["work_rate"], capacity
 
@@ -275,7 +277,14 @@ def main() -> None:
         "--work-rate",
         type=float,
         default=None,
-        help="a load of 1.0 in batch-1 s/s, as a run's setup printed it",
+        help="a load of 1.0 in batch-1 s/s, as a run's setup printed it (skips the capacity measurement)",
+    )
+    add(
+        "--time-factors",
+        type=float,
+        nargs="+",
+        default=None,
+        help="one re-timing factor per load (--loads, then --sweep-loads), as a run's setup recorded them",
     )
     add("--capacity-clients", type=int, default=16, help="closed-loop clients per engine")
     add("--start-s", type=float, default=0, help="trace second the sampled span starts at (1800: 2nd half)")
