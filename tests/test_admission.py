@@ -270,15 +270,68 @@ def test_settings_refuse_a_lower_class_with_a_larger_share() -> None:
 
 
 class _Backend:
-    def __init__(self, name: str, max_concurrency: int | None = None) -> None:
+    def __init__(
+        self, name: str, max_concurrency: int | None = None, send_priority: bool | None = None
+    ) -> None:
         self.name = name
         self.config = DeploymentConfig(name=name, base_url="http://127.0.0.1:9/v1", model="m",
-                                       max_concurrency=max_concurrency)  # fmt: skip
+                                       max_concurrency=max_concurrency, send_priority=send_priority)  # fmt: skip
 
 
-def replica(name: str, max_concurrency: int | None = None) -> Replica:
+def replica(name: str, max_concurrency: int | None = None, send_priority: bool | None = None) -> Replica:
     breaker = CircuitBreaker(3, 30.0, 1)
-    return Replica(_Backend(name, max_concurrency), breaker, PeakEwma(10.0), True)  # type: ignore[arg-type]
+    backend = _Backend(name, max_concurrency, send_priority)
+    return Replica(backend, breaker, PeakEwma(10.0), True)  # type: ignore[arg-type]
+
+
+def test_a_pool_is_preemptible_only_when_every_live_deployment_takes_a_priority() -> None:
+    estimate = CapacityEstimate(stale_s=5.0, kv_high=0.98)
+    vllm = replica("vllm", max_concurrency=4)  # an OpenAI-compatible upstream: no priority unless told
+    engine = replica("engine", max_concurrency=4, send_priority=True)
+    assert not estimate.slots([vllm, engine], 0.0).preemptible
+    assert estimate.slots([engine], 0.0).preemptible
+    vllm.breaker.trip()  # an ejected deployment takes no request: the live ones decide
+    assert estimate.slots([vllm, engine], 0.0).preemptible
+
+
+async def test_where_engines_preempt_a_higher_class_starts_beside_lower_ones_holding_every_slot() -> None:
+    clock = Clock()
+    gate = make_gate(Slots(4.0, preemptible=True), clock)
+    batch = [ticket(clock, "b", "batch") for _ in range(6)]
+    tasks = [asyncio.create_task(gate.admit(t)) for t in batch]
+    await settle()
+    assert gate.running["batch"] == 3  # 90 % of 4: three whole slots
+    chats = [ticket(clock, "i", "interactive") for _ in range(5)]
+    for chat in chats[:4]:  # the engine takes batch slots back: all four interactive start at once
+        await gate.admit(chat)
+        assert chat.started is not None
+    fifth = asyncio.create_task(gate.admit(chats[4]))
+    await settle()
+    assert not fifth.done()  # its own class and above still fill the pool: it waits
+    gate.release(batch[0], 100)  # a lower slot freed: batch stays held (the pool is over-full) ...
+    await settle()
+    assert not fifth.done() and gate.running["batch"] == 2 and gate.waiting() == 4
+    gate.release(chats[0], 100)  # ... an interactive one freed: the waiting interactive starts
+    await asyncio.wait_for(fifth, 1)
+    assert gate.running == {"interactive": 4, "standard": 0, "batch": 2}
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_without_preemption_a_higher_class_waits_for_a_freed_slot() -> None:
+    clock = Clock()
+    gate = make_gate(Slots(4.0), clock)
+    tasks = [asyncio.create_task(gate.admit(ticket(clock, "b", "batch"))) for _ in range(6)]
+    await settle()
+    chats = [ticket(clock, "i", "interactive") for _ in range(2)]
+    await gate.admit(chats[0])  # the one slot batch leaves free
+    second = asyncio.create_task(gate.admit(chats[1]))
+    await settle()
+    assert not second.done() and gate.running["interactive"] == 1
+    for t in [*tasks, second]:
+        t.cancel()
+    await asyncio.gather(*tasks, second, return_exceptions=True)
 
 
 def test_capacity_is_configured_or_learned_from_a_saturated_engine() -> None:

@@ -115,6 +115,24 @@ def test_preemption_with_tiny_pool_gives_same_outputs_as_unconstrained():
     assert [s.output_ids for s in workload] == [s.output_ids for s in copies]
 
 
+def test_prefix_hit_counters_leave_out_re_admissions_after_a_preemption():
+    """A preempted sequence re-admitted finds its own earlier blocks: those are not the workload's prefix
+    reuse (counted apart), so the tiny pool's queries equal the big one's, prompt tokens once each."""
+    tiny = make_scheduler(num_blocks=20, budget=16, max_seqs=8)
+    big = make_scheduler(num_blocks=400, budget=16, max_seqs=8)
+    workload = [
+        Sequence(list(range(500 + 40 * i, 530 + 40 * i)), SamplingParams(max_tokens=12)) for i in range(12)
+    ]
+    copies = [Sequence(list(s.token_ids), s.params) for s in workload]
+    run_to_completion(tiny, workload, random.Random(3))
+    run_to_completion(big, copies, random.Random(3))
+    assert tiny.num_preemptions > 0
+    stats, reference = tiny.block_manager.stats, big.block_manager.stats
+    assert stats.queries == reference.queries == sum(len(s.token_ids) - len(s.output_ids) for s in copies)
+    assert stats.hits == reference.hits == 0  # no prompt shares a block with another
+    assert stats.resumed_queries > 0 and stats.resumed_hits > 0
+
+
 def test_decodes_are_scheduled_before_a_long_prefill():
     sched = make_scheduler(num_blocks=100, budget=8, max_seqs=4)
     short = Sequence([1, 2, 3], SamplingParams(max_tokens=50))

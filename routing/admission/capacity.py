@@ -24,6 +24,9 @@ class Slots:
     total: float | None  # requests the pool runs at once; None: not known yet (do not hold requests)
     down: bool = False  # no deployment can take a request: refuse with 503
     retry_after_s: float = 0.0  # when down: until the first breaker lets probes through
+    # every live deployment takes a priority and its engine preempts lower ones for a higher request (our
+    # engine; vLLM with --scheduling-policy priority): a class's room ignores slots held by lower classes
+    preemptible: bool = False
 
 
 class CapacityEstimate:
@@ -39,16 +42,18 @@ class CapacityEstimate:
         total: float | None = 0.0
         reopen = math.inf
         live = 0
+        preemptible = True
         for replica in replicas:
             if replica.breaker.state == "open" or replica.cooling(now):
                 reopen = min(reopen, replica.breaker.reopens_in() or max(replica.not_before - now, 0.0))
                 continue
             live += 1
+            preemptible = preemptible and replica.backend.config.takes_priority()
             cap = self._replica_slots(replica, now)
             total = None if cap is None or total is None else total + cap
         if not live:
             return Slots(0.0, down=True, retry_after_s=reopen if math.isfinite(reopen) else 1.0)
-        return Slots(total)
+        return Slots(total, preemptible=preemptible)
 
     def _replica_slots(self, replica: Replica, now: float) -> float | None:
         fresh = now - replica.engine.at <= self._stale_s

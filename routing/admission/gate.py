@@ -12,6 +12,10 @@ class runs fewer than its grant, so
 - while the pool has room nothing waits: the request is counted and goes on (no await, no queue);
 - when it is full, the higher classes' waiting requests take the next free slots before any lower one, and
   below-1 shares keep a few slots free for the classes above (they start without waiting for one);
+- where every deployment takes a priority and its engine preempts lower-priority sequences for a higher one
+  (Slots.preemptible: our engine; vLLM with `--scheduling-policy priority` and `send_priority: true`), a
+  class's room counts only the slots of its own class and above: an interactive request starts beside a
+  batch tenant holding the whole pool, and the engine takes a batch slot back (that request recomputes);
 - within a class, the next request is the least-served tenant's (fair.py).
 
 A request that cannot start before its class's deadline is refused at once with 429 and a Retry-After
@@ -205,11 +209,22 @@ class PoolGate:
         total = self.slots.total
         if total is None:
             return True
-        busy = sum(self.running.values()) + self.others_running  # no class pushes running requests out
+        busy = self._busy(service)
         share = self._classes[service].pool_share
         # whole slots: 90 % of 8 lets batch run 7, keeping one free; any class may use a pool's one slot
         fits = busy + 1 <= max(math.floor(total * share + 1e-9), min(total, 1.0))
         return fits and self.running[service] < self.allowance()[service]
+
+    def _busy(self, service: ClassName) -> float:
+        """Slots in use that a request of `service` must find room beside: every running request, or, where
+        the engines preempt by priority (Slots.preemptible), only those of its class and above on the whole
+        fleet: a lower request's slot is the engine's to take back (it recomputes that request later)."""
+        if not self.slots.preemptible:
+            return sum(self.running.values()) + self.others_running
+        rank = self._classes[service].rank
+        above = [c for c in self._ranked if self._classes[c].rank <= rank]
+        others = sum(max(self.others.get(c, 0.0) - self.others_queued.get(c, 0.0), 0.0) for c in above)
+        return sum(self.running[c] for c in above) + others
 
     def allowance(self) -> dict[ClassName, float]:
         """This replica's part of each class's grant of the pool's slots (see the module docstring)."""

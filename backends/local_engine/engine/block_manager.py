@@ -39,8 +39,12 @@ class Block:
 
 @dataclass
 class PrefixCacheStats:
-    queries: int = 0  # prompt tokens looked up
-    hits: int = 0  # prompt tokens served from cached blocks
+    queries: int = 0  # prompt tokens looked up, at a request's first admission
+    hits: int = 0  # prompt tokens served from cached blocks, at a request's first admission
+    # the same on re-admissions after a preemption (their own recomputed blocks would read as prefix hits);
+    # kept apart as vLLM does, so hits / queries is the workload's prefix reuse
+    resumed_queries: int = 0
+    resumed_hits: int = 0
 
 
 class BlockManager:
@@ -97,14 +101,19 @@ class BlockManager:
         revived = sum(1 for b in matched if self.blocks[b].ref_count == 0)
         return revived + self.blocks_for(num_cached_tokens + num_new_tokens) - len(matched)
 
-    def admit(self, seq: Sequence, matched: list[int]) -> None:
-        """Give a sequence without blocks its cached prefix; it resumes computing after that prefix."""
+    def admit(self, seq: Sequence, matched: list[int], resumed: bool = False) -> None:
+        """Give a sequence without blocks its cached prefix; it resumes computing after that prefix.
+        `resumed`: it ran before and was preempted (counted apart in the stats)."""
         assert not seq.block_table, "admit() is for sequences without blocks"
         seq.block_table = [self._take(block_id, keep_content=True) for block_id in matched]
         seq.num_computed_tokens = len(matched) * self.block_size
         self._num_registered[seq.seq_id] = len(matched)
-        self.stats.queries += len(seq)
-        self.stats.hits += seq.num_computed_tokens
+        if resumed:
+            self.stats.resumed_queries += len(seq)
+            self.stats.resumed_hits += seq.num_computed_tokens
+        else:
+            self.stats.queries += len(seq)
+            self.stats.hits += seq.num_computed_tokens
 
     # --- growth, registration, release ---------------------------------------------------------------
 

@@ -112,9 +112,10 @@ class Scheduler:
             if not self._make_room(seq, needed, step):
                 break
             self.waiting.pop(0)
-            if seq.first_scheduled is None:  # the end of its queue time; a preempted one keeps its first
+            resumed = seq.first_scheduled is not None  # a preempted one keeps its first
+            if not resumed:  # the end of its queue time
                 seq.first_scheduled = time.monotonic()
-            self.block_manager.admit(seq, matched)
+            self.block_manager.admit(seq, matched, resumed)
             if not seq.output_ids:
                 seq.num_cached_tokens = seq.num_computed_tokens
             self.block_manager.grow(seq, num_new)
