@@ -6,7 +6,9 @@ from backends.local_engine.config import CUDA_SCHEDULING, EngineSettings
 
 def test_cuda_takes_the_measured_budget_and_admission_cap_unless_set() -> None:
     cpu, cuda = EngineSettings(), EngineSettings(device="cuda")
-    assert (cpu.max_num_batched_tokens, cpu.max_num_seqs) == (256, 32)
-    assert (cuda.max_num_batched_tokens, cuda.max_num_seqs) == (2048, 256) == tuple(CUDA_SCHEDULING.values())
-    given = EngineSettings(device="cuda:0", max_num_seqs=64)
-    assert (given.max_num_batched_tokens, given.max_num_seqs) == (2048, 64)
+    limits = ("max_num_batched_tokens", "max_num_seqs", "lower_priority_prefill_tokens")
+    assert tuple(getattr(cpu, name) for name in limits) == (256, 32, 8)
+    assert tuple(getattr(cuda, name) for name in limits) == (2048, 256, 512)
+    assert {name: CUDA_SCHEDULING[name] for name in limits} == CUDA_SCHEDULING
+    given = EngineSettings(device="cuda:0", max_num_seqs=64, lower_priority_prefill_tokens=None)
+    assert tuple(getattr(given, name) for name in limits) == (2048, 64, None)

@@ -83,8 +83,11 @@ class EngineSettings(KernelSettings, AcceptsFormerNames):
     # prefill tokens a step gives sequences of a lower priority (larger `priority`) than the most urgent one
     # running or waiting; their chunks otherwise lengthen every step of the urgent ones (an interactive tenant's
     # ITL 25 -> 479 ms beside a batch flood, docs/overload.md). None: no cap. Only mixed priorities
-    # are affected (all requests at one priority: no cap applies)
-    lower_priority_prefill_tokens: int | None = Field(default=32, ge=0)
+    # are affected (all requests at one priority: no cap applies). 8 on the CPU (two-replica overload replay,
+    # 128-token steps: interactive p95 1.27-1.31x alone against 1.51-1.54x at 32, batch throughput no lower);
+    # CUDA, unless set: 512 (CUDA_SCHEDULING; a quarter of its step budget, not measured: at 8 a GPU step of
+    # 2,048 tokens would starve lower-priority prefill whenever an urgent sequence is present)
+    lower_priority_prefill_tokens: int | None = Field(default=8, ge=0)
     num_threads: int = 2  # CPU threads of a step (torch and the C++ kernels)
     # CPU: every step runs on num_threads threads less the cores other processes keep busy (threads.CpuShare;
     # OpenMP waits spin briefly). False: the fixed rule with sleeping waits, where steps of at most
@@ -118,5 +121,6 @@ class EngineSettings(KernelSettings, AcceptsFormerNames):
         return self
 
 
-# measured on an H100 with bench/engine_serving_gpu.py (issue 45): the per-step token budget and admission cap
-CUDA_SCHEDULING = {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
+# measured on an H100 with bench/engine_serving_gpu.py (issue 45): the per-step token budget and admission cap;
+# the lower-priority prefill share scaled to that budget (not measured, see lower_priority_prefill_tokens)
+CUDA_SCHEDULING = {"max_num_batched_tokens": 2048, "max_num_seqs": 256, "lower_priority_prefill_tokens": 512}
