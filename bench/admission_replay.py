@@ -47,6 +47,7 @@ from bench.lib.admission_pool import (
     REDIS_URL,
     GatewayFleet,
     Tenant,
+    first_traffic,
     learn_capacity,
     new_database_url,
     pool_capacity,
@@ -164,9 +165,8 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
         timeout = args.client_timeout_s + max(r.t_ms for load in loads for r in load.trace) / 1000 + 300
         slots_seen: list[list[float | None]] = []
         sampling = asyncio.create_task(sample_slots(fleet, slots_seen))
-        walls = await asyncio.gather(
-            *(launch(c, load.delay_s, timeout) for c, load in zip(commands, loads, strict=True))
-        )
+        walls = await asyncio.gather(*(launch(c, load.delay_s, timeout, pool.engines if load.delay_s else None)
+                                       for c, load in zip(commands, loads, strict=True)))  # fmt: skip
         sampling.cancel()
         series = await fleet.metrics()
     finally:
@@ -180,7 +180,12 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
             "gateway_series": [compact(s) for s in series]}  # fmt: skip
 
 
-async def launch(command: list[str], delay_s: float, timeout: float) -> float:
+async def launch(
+    command: list[str], delay_s: float, timeout: float, after: list[EngineServer] | None
+) -> float:
+    """A delayed tenant starts `delay_s` after the others' first request reached the engines (`after`)."""
+    if after:
+        await first_traffic(after)
     await asyncio.sleep(delay_s)
     return await asyncio.to_thread(run_aiperf, command, timeout)
 
@@ -355,18 +360,9 @@ def main() -> None:
     add("--batch-load", type=float, default=3.0)
     add("--share-loads", type=float, nargs=2, default=[2.0, 1.5])
     add("--duration-s", type=float, default=60, help="the interactive tenant's span")
-    add(
-        "--lead-s",
-        type=float,
-        default=10,
-        help="the batch tenant's trace starts this much earlier, ends later",
-    )
-    add(
-        "--interactive-delay-s",
-        type=float,
-        default=5,
-        help="its AIPerf starts later (the batch's starts slower)",
-    )
+    add("--lead-s", type=float, default=10, help="the batch trace starts this much earlier, ends later")
+    add("--interactive-delay-s", type=float, default=5,
+        help="its AIPerf starts this long after the batch tenant's first request reached the engines")  # fmt: skip
     add("--share-duration-s", type=float, default=90)
     add("--share-cases", nargs="+", default=["equal", "weighted"])
     add("--window-s", type=float, default=30)

@@ -202,3 +202,22 @@ async def pool_capacity(
     work = served["prompt"] * cal["s_per_prompt_token"] + served["completion"] * cal["s_per_output_token"]
     return {**{k: v / seconds for k, v in served.items()}, "tok_s": (served["prompt"] + served["completion"]) / seconds,
             "work_rate": work / seconds, "seconds": seconds}  # fmt: skip
+
+
+async def first_traffic(engines: list[EngineServer], timeout_s: float = 600.0) -> float:
+    """Waits until the engines' prompt-token counters rise above what they were at the call: the first request
+    of a load generator started beside it has arrived (AIPerf synthesises every prompt before it sends, which
+    for thousands of full-length prompts takes minutes, so a fixed head start does not order two tenants).
+    Returns the seconds waited (timeout_s at most)."""
+
+    async def prompt_tokens() -> float:
+        counters = [await engine.counters() for engine in engines]
+        return sum(c.get("vllm:prompt_tokens_total", 0.0) for c in counters)
+
+    start = time.monotonic()
+    before = await prompt_tokens()
+    while time.monotonic() - start < timeout_s:
+        await asyncio.sleep(0.5)
+        if await prompt_tokens() > before:
+            break
+    return time.monotonic() - start
