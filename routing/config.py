@@ -121,6 +121,10 @@ class RoutingSettings(BaseModel):
     )
     prefix_block_chars: int = Field(default=128, ge=8, description="prompt characters per hashed block")
     prefix_entries_per_replica: int = Field(default=50_000, ge=1, description="block hashes remembered")
+    prefix_chars_per_token: float = Field(
+        default=4.0, gt=0, description="prompt characters per token: a replica whose engine exports its KV "
+        "cache's size remembers only the blocks that cache holds"
+    )  # fmt: skip
     load_epsilon: float = Field(default=0.25, ge=0, description="bounded load: (1+ε)×mean outstanding")
     load_slack: float = Field(default=2.0, ge=0, description="…or mean + this many requests, if larger")
     score_weights: ScoreWeights = Field(default_factory=ScoreWeights)

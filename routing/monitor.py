@@ -19,6 +19,7 @@ from routing.replica import EngineLoad, Replica
 log = logging.getLogger("llmgw.routing")
 WAITING, RUNNING, KV = "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"
 HITS, QUERIES = "vllm:prefix_cache_hits", "vllm:prefix_cache_queries"
+CACHE_CONFIG = "vllm:cache_config_info"  # labels num_gpu_blocks and block_size: the KV cache's size
 
 
 def metrics_url(base_url: str) -> str:
@@ -29,18 +30,28 @@ def metrics_url(base_url: str) -> str:
 
 def parse_engine_metrics(text: str, previous: EngineLoad, now: float) -> EngineLoad:
     totals: dict[str, float] = {}
+    kv_tokens: float | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name.removesuffix("_total")
             totals[name] = totals.get(name, 0.0) + float(sample.value)
+            if name == CACHE_CONFIG:
+                kv_tokens = (kv_tokens or 0.0) + _kv_tokens(sample.labels)
     load = EngineLoad(
         waiting=totals.get(WAITING, 0.0), running=totals.get(RUNNING, 0.0), kv_usage=totals.get(KV, 0.0),
-        hits=totals.get(HITS), queries=totals.get(QUERIES), at=now,
+        hits=totals.get(HITS), queries=totals.get(QUERIES), kv_tokens=kv_tokens or None, at=now,
     )  # fmt: skip
     counters = (load.hits, load.queries, previous.hits, previous.queries)
     if None not in counters and load.queries > previous.queries:
         load.prefix_hit_rate = (load.hits - previous.hits) / (load.queries - previous.queries)
     return load
+
+
+def _kv_tokens(labels: dict[str, str]) -> float:
+    try:
+        return float(labels["num_gpu_blocks"]) * float(labels["block_size"])
+    except (KeyError, ValueError):  # a label missing or "None" (vLLM before the cache is profiled)
+        return 0.0
 
 
 class Monitor:

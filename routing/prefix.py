@@ -39,7 +39,10 @@ def block_hashes(text: str, block_chars: int) -> list[bytes]:
 
 
 class PrefixIndex:
-    """Per replica, the most recently sent block hashes (bounded, least recently used dropped first)."""
+    """Per replica, the most recently sent block hashes (bounded, least recently used dropped first). A replica
+    whose KV cache size is known remembers no more blocks than that cache holds (`record`'s `capacity`): an
+    engine evicts least recently used blocks too, and a larger index would credit it with prefixes it no
+    longer has."""
 
     def __init__(self, entries_per_replica: int) -> None:
         self._limit = entries_per_replica
@@ -55,10 +58,12 @@ class PrefixIndex:
                 return length
         return 0
 
-    def record(self, replica: str, hashes: list[bytes]) -> None:
+    def record(self, replica: str, hashes: list[bytes], capacity: int | None = None) -> None:
+        """`hashes` were just sent to `replica`; `capacity`: the blocks its KV cache holds, if known."""
         seen = self._seen.setdefault(replica, OrderedDict())
-        for digest in hashes:
-            seen[digest] = None
+        for digest in reversed(hashes):  # the prompt's first block most recent: a tail is dropped first, as
+            seen[digest] = None  # vLLM frees a finished request's blocks tail first
             seen.move_to_end(digest)
-        while len(seen) > self._limit:
+        limit = self._limit if capacity is None else max(min(self._limit, capacity), 1)
+        while len(seen) > limit:
             seen.popitem(last=False)

@@ -20,6 +20,7 @@ class EngineLoad:
     prefix_hit_rate: float | None = None  # between the last two scrapes
     hits: float | None = None  # prefix-cache counters as last scraped
     queries: float | None = None
+    kv_tokens: float | None = None  # the KV cache's size in tokens (vllm:cache_config_info), when exported
     at: float = -math.inf  # clock time of the scrape
 
 

@@ -78,6 +78,16 @@ class Router:
             ),
         }
 
+    def record_prefix(self, replica: Replica, hashes: list[bytes]) -> None:
+        """The prompt's blocks are now in `replica`'s KV cache; its index holds as many blocks as that cache
+        does where the engine exports its size (prefix_chars_per_token converts tokens to characters)."""
+        kv_tokens = replica.engine.kv_tokens
+        s = self.settings
+        capacity = (
+            None if kv_tokens is None else int(kv_tokens * s.prefix_chars_per_token / s.prefix_block_chars)
+        )
+        self.prefixes.record(replica.name, hashes, capacity)
+
     def set_pools(self, pools: dict[str, list[Backend]]) -> None:
         """New aliases/deployments (admin API); replicas of backends kept keep their breaker and load state."""
         known = {id(r.backend): r for r in self.all_replicas()}

@@ -128,7 +128,7 @@ class RouteStage:
                 error = failure
                 continue
             if hashes:
-                self._router.prefixes.record(replica.name, hashes)
+                self._router.record_prefix(replica, hashes)
             return reply
         raise (
             self._cooling_error(replicas)

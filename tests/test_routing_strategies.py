@@ -7,7 +7,7 @@ from core.models import DeploymentConfig
 from routing.config import RoutingPolicy, RoutingSettings
 from routing.metrics import RoutingMetrics
 from routing.monitor import metrics_url, parse_engine_metrics
-from routing.prefix import block_hashes, render_prompt
+from routing.prefix import PrefixIndex, block_hashes, render_prompt
 from routing.replica import EngineLoad
 from routing.router import Router
 
@@ -200,3 +200,30 @@ def test_vllm_metrics_are_parsed_with_counter_deltas() -> None:
     assert (load.waiting, load.running, load.kv_usage, load.at) == (3, 2, 0.5, 5.0)
     assert load.prefix_hit_rate == 0.5
     assert metrics_url("http://h:8000/v1/") == "http://h:8000/metrics"
+
+
+def test_the_kv_cache_size_is_read_from_cache_config_info() -> None:
+    info = '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16",num_gpu_blocks="%s"} 1\n'
+    assert parse_engine_metrics(info % "1000", EngineLoad(), now=1.0).kv_tokens == 16000
+    assert parse_engine_metrics(info % "None", EngineLoad(), now=1.0).kv_tokens is None  # not profiled yet
+    assert parse_engine_metrics("", EngineLoad(), now=1.0).kv_tokens is None
+
+
+def test_a_replica_remembers_only_the_blocks_its_kv_cache_holds_prefix_first() -> None:
+    index = PrefixIndex(entries_per_replica=1000)
+    first, second = block_hashes("a" * 40, 8), block_hashes("b" * 24, 8)
+    index.record("r", first, capacity=2)
+    assert index.match("r", first) == 2  # its tail went first: the leading two blocks still match
+    index.record("r", second, capacity=2)
+    assert index.match("r", first) == 0 and index.match("r", second) == 2
+    index.record("big", first)  # size unknown: the configured bound only
+    assert index.match("big", first) == 5
+
+
+def test_the_router_sizes_a_replicas_index_from_its_scraped_kv_tokens() -> None:
+    router = make_router(["a"])
+    replica = router.pools["m"][0]
+    replica.engine = EngineLoad(kv_tokens=64)  # 64 tokens x 4 characters = two 128-character blocks
+    hashes = block_hashes("x" * 128 * 6, 128)
+    router.record_prefix(replica, hashes)
+    assert router.prefixes.match("a", hashes) == 2
