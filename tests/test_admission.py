@@ -40,6 +40,13 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+async def cancel_all(tasks: list[asyncio.Task]) -> None:
+    """Cancels the admissions still waiting and lets them finish (a started one returned already)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def test_a_pool_with_room_starts_requests_without_waiting() -> None:
     clock = Clock()
     gate = make_gate(Slots(4.0), clock)
@@ -88,9 +95,7 @@ async def test_higher_classes_take_freed_slots_first_and_find_headroom() -> None
     gate.release(batch[0], 100)
     await asyncio.wait_for(waiting, 1)
     assert gate.running["batch"] == 8 and gate.waiting() == 3
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_all(tasks)
     assert gate.waiting() == 0
 
 
@@ -117,9 +122,7 @@ async def test_backlogged_tenants_are_served_tokens_in_their_weights(weights: tu
         current.done = 1  # type: ignore[attr-defined]
         served[current.tenant] += current.cost
     assert served["a"] / (served["a"] + served["b"]) == pytest.approx(share, abs=0.05)
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_all(tasks)
 
 
 async def test_without_fairness_a_class_is_first_come_first_served() -> None:
@@ -137,9 +140,7 @@ async def test_without_fairness_a_class_is_first_come_first_served() -> None:
         current = next(t for t in order if t.started is not None and t not in started)
         started.append(current)
     assert [t.tenant for t in started] == ["a"] * 5 + ["b"]
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_all(tasks)
 
 
 async def test_a_request_that_cannot_start_in_time_is_refused_at_once_with_retry_after() -> None:
@@ -161,9 +162,7 @@ async def test_a_request_that_cannot_start_in_time_is_refused_at_once_with_retry
     assert refused.value.status == 429 and refused.value.code == "pool_saturated"
     assert refused.value.retry_after_s is not None and refused.value.retry_after_s >= 5
     assert gate.waiting() == 5
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_all(tasks)
     assert gate.waiting() == 0
 
 
@@ -204,9 +203,7 @@ async def test_the_fleet_view_splits_a_class_grant_by_demand() -> None:
     assert gate.running["batch"] == math.ceil(9 * 10 / 40)
     gate.others = {"interactive": 5.0, "batch": 30.0}  # interactive demand elsewhere: batch gets less
     assert gate.allowance()["batch"] < 9 * 10 / 40
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_all(tasks)
 
 
 def test_whole_slots_go_by_weight_and_the_odd_one_to_the_tenant_behind() -> None:
@@ -240,9 +237,7 @@ async def test_the_fleet_view_splits_a_class_grant_by_tenant_weight_with_fair_sh
     gate.others_tenants = {"standard": {"heavy": (20.0, 2.0), "light": (10.0, 1.0)}}
     gate.others = {"standard": 30.0}
     assert gate.allowance()["standard"] == pytest.approx(7 * 20 / 40)  # heavy's 7 slots, by its demand here
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_all(tasks)
     for t in [t for t in tickets if t.started is not None]:
         gate.release(t, 100)
     assert gate.tenant_demand()["standard"] == {}  # cancelled while waiting or released: nothing left
@@ -256,9 +251,7 @@ async def test_without_fair_sharing_the_fleet_split_stays_by_demand() -> None:
     tasks = [asyncio.create_task(gate.admit(ticket(clock, "heavy", weight=2.0))) for _ in range(20)]
     await settle()
     assert gate.allowance()["standard"] == pytest.approx(12 * 0.95 * 20 / 50)
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_all(tasks)
 
 
 def test_settings_refuse_a_lower_class_with_a_larger_share() -> None:
@@ -314,9 +307,7 @@ async def test_where_engines_preempt_a_higher_class_starts_beside_lower_ones_hol
     gate.release(chats[0], 100)  # ... an interactive one freed: the waiting interactive starts
     await asyncio.wait_for(fifth, 1)
     assert gate.running == {"interactive": 4, "standard": 0, "batch": 2}
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_all(tasks)
 
 
 async def test_without_preemption_a_higher_class_waits_for_a_freed_slot() -> None:
@@ -329,9 +320,7 @@ async def test_without_preemption_a_higher_class_waits_for_a_freed_slot() -> Non
     second = asyncio.create_task(gate.admit(chats[1]))
     await settle()
     assert not second.done() and gate.running["interactive"] == 1
-    for t in [*tasks, second]:
-        t.cancel()
-    await asyncio.gather(*tasks, second, return_exceptions=True)
+    await cancel_all([*tasks, second])
 
 
 def test_capacity_is_configured_or_learned_from_a_saturated_engine() -> None:
@@ -384,9 +373,7 @@ async def test_a_small_pool_still_keeps_a_whole_slot_free_for_the_classes_above(
     chat = ticket(clock, "i", "interactive")
     await gate.admit(chat)
     assert chat.started is not None
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_all(tasks)
 
 
 def test_a_step_spent_on_prefill_does_not_shrink_the_learned_capacity() -> None:
