@@ -38,24 +38,18 @@ from bench.lib.engine_http import EngineServer
 from bench.lib.engine_pool import KEY, gateway_config, one_request, random_model_folder, wait_ready
 from bench.lib.harness import RESULTS, ROOT, start_gateway, write_json
 from bench.lib.trace_aiperf import HF_CACHE, aiperf_command, read_aiperf, run_aiperf
+from routing.monitor import parse_engine_metrics
+from routing.replica import EngineLoad
 
 STRATEGIES = ["round_robin", "least_outstanding", "prefix_affinity", "engine_score"]
 CALIBRATION_WORDS = "policy ledger invoice region tenant quota replica shard"  # 8 words: ~8.3 tokens
 
 
 async def engine_info(engine: EngineServer) -> dict[str, float]:
-    """Counters plus the KV capacity (tokens) from vllm:cache_config_info."""
+    """Counters plus the KV capacity (tokens) from vllm:cache_config_info, read as the router reads it."""
     async with aiohttp.ClientSession() as http, http.get(f"{engine.url}/metrics") as response:
-        text = await response.text()
-    info: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("vllm:cache_config_info{"):
-            labels = dict(
-                part.split("=", 1) for part in line[line.index("{") + 1 : line.index("}")].split(",")
-            )
-            clean = {k: v.strip('"') for k, v in labels.items()}
-            info["kv_tokens"] = int(clean["num_gpu_blocks"]) * int(clean["block_size"])
-    return {**info, **await engine.counters()}
+        kv_tokens = parse_engine_metrics(await response.text(), EngineLoad(), 0.0).kv_tokens
+    return {**({"kv_tokens": kv_tokens} if kv_tokens else {}), **await engine.counters()}
 
 
 async def calibrate(engines: list[EngineServer], prompt_tokens: int = 400) -> dict[str, float]:

@@ -74,6 +74,9 @@ class PoolGate:
         self._settings = settings
         self._classes = settings.classes
         self._ranked = settings.ranked()
+        # per class, the classes of its rank and above: whose slots it must find room beside (_busy)
+        self._at_or_above = {c: [a for a in self._ranked if self._classes[a].rank <= self._classes[c].rank]
+                             for c in self._ranked}  # fmt: skip
         self._metrics = metrics
         self._capacity = capacity
         self._clock = clock
@@ -221,8 +224,7 @@ class PoolGate:
         fleet: a lower request's slot is the engine's to take back (it recomputes that request later)."""
         if not self.slots.preemptible:
             return sum(self.running.values()) + self.others_running
-        rank = self._classes[service].rank
-        above = [c for c in self._ranked if self._classes[c].rank <= rank]
+        above = self._at_or_above[service]
         others = sum(max(self.others.get(c, 0.0) - self.others_queued.get(c, 0.0), 0.0) for c in above)
         return sum(self.running[c] for c in above) + others
 
