@@ -22,16 +22,19 @@ async def admin(tmp_path):
 
 async def test_the_route_answers_as_the_cli(admin, tmp_path, capsys) -> None:
     body = {"config": LLAMA_70B, "dtype": "fp16", "gpu": "H100", "gpus_per_replica": 4, "rate": 3,
-            "input_mean": 2000, "output_mean": 300, "ttft_slo_ms": 2000, "itl_slo_ms": 50, "sequence_tokens": 8192}  # fmt: skip
+            "input_mean": 2000, "output_mean": 300, "ttft_slo_ms": 2000, "itl_slo_ms": 50, "sequence_tokens": 8192,
+            "capacity_rps": 1.5, "unloaded_ttft_p90_ms": 700}  # fmt: skip
     response = await admin.post("/admin/v1/plan", json=body, headers=AUTH)
     assert response.status_code == 200, response.text
     routed = response.json()
     assert routed["plan"]["kv_bytes_per_token"] == 327_680 and routed["plan"]["replicas"] >= 1
+    assert "queueing from the measured service rate and TTFT" in routed["plan"]["notes"]
     config = tmp_path / "config.json"
     config.write_text(json.dumps(LLAMA_70B))
     flags = ["plan", "--config", str(config), "--dtype", "fp16", "--gpu", "H100", "--gpus-per-replica", "4",
              "--rate", "3", "--input-mean", "2000", "--output-mean", "300", "--ttft-slo-ms", "2000",
-             "--itl-slo-ms", "50", "--sequence-tokens", "8192"]  # fmt: skip
+             "--itl-slo-ms", "50", "--sequence-tokens", "8192", "--capacity-rps", "1.5",
+             "--unloaded-ttft-p90-ms", "700"]  # fmt: skip
     assert main(flags) == 0
     assert json.loads(capsys.readouterr().out) == routed
 

@@ -7,12 +7,14 @@ from gateway.cli import main
 from routing.planning.capacity import (
     GB,
     GIB,
+    Measured,
     ModelShape,
     StepModel,
     Workload,
     gpus_for,
     plan,
     sequences_fit,
+    ttft_p90_s,
 )
 
 LLAMA_70B = {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
@@ -55,6 +57,27 @@ def test_plan_limits_and_replicas() -> None:
     assert slow.max_rate_per_replica == 0 and slow.replicas == 0 and slow.notes  # 4,000 tokens x 1 ms > 2 s
     cached = Workload(**{**light.__dict__, "hit_rate": 0.5})
     assert plan(shape, 80 * GB, steps, cached, 4).max_rate_per_replica > one.max_rate_per_replica
+
+
+def test_measured_unit_sets_the_queueing() -> None:
+    """A unit measured on the workload (closed-loop rate, unloaded p90 TTFT) replaces the step model's
+    service time: the answer is the M/G/1 rate where p90 TTFT reaches the SLO, whatever the step model says."""
+    shape = ModelShape.from_hf_config(LLAMA_70B, dtype="fp16")
+    light = Workload(
+        rate_per_s=5.0, input_mean=2000, output_mean=300, input_p90=4000, ttft_slo_s=2.0, itl_slo_s=0.1
+    )
+    fast, slow = StepModel(0.03, 1 / 2.3e12, 1e-5), StepModel(0.03, 1 / 2.3e12, 1e-4)
+    unit = Measured(requests_per_s=3.5, ttft_p90_s=0.78)
+    a = plan(shape, 80 * GB, fast, light, 4, measured=unit)
+    b = plan(shape, 80 * GB, slow, light, 4, measured=unit)
+    assert a.max_rate_per_replica == b.max_rate_per_replica and a.replicas == b.replicas == 3
+    busy = 1 / 3.5
+    work = {"busy_s": busy, "busy2_s": 1.5 * busy * busy, "step_s": 0.0, "prefill_p90_s": 0.78}
+    assert abs(ttft_p90_s(a.max_rate_per_replica, work) - 2.0) < 1e-6  # the rate where p90 TTFT meets the SLO
+    assert 0.7 < a.max_rate_per_replica / 3.5 < 0.72  # rho/(1-rho) = (2 - 0.78) / (ln 10 * 0.75 * busy)
+    without = plan(shape, 80 * GB, fast, light, 4, measured=Measured(3.5))
+    assert without.max_rate_per_replica > a.max_rate_per_replica  # the step model's p90 prefill is 0.04 s
+    assert plan(shape, 80 * GB, fast, light, 4, measured=Measured(3.5, 2.5)).replicas == 0  # misses unloaded
 
 
 def test_cli_plan_prints_json(tmp_path: Path, capsys) -> None:

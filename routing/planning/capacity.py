@@ -16,6 +16,11 @@ measures them). Per replica, the batch is the largest that fits the KV cache and
 under the ITL SLO; the arrival rate is then the largest whose p90 TTFT (prefill + queueing, an M/G/1
 estimate) stays under the TTFT SLO. Replicas = ceil(target rate ÷ that rate), and at least what memory
 alone needs.
+
+A step model predicts one engine alone on its GPU. Where the serving unit was measured on the workload
+itself (`Measured`: its closed-loop saturated request rate, and its p90 TTFT at low load), the queueing uses
+those instead: this holds where engines share a GPU, or where long prompts make prefill cost more than
+linear, which a batch-1 calibration does not see (docs/capacity.md).
 """
 
 import math
@@ -127,6 +132,16 @@ class StepModel:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """One serving unit (a replica, or the engines sharing one GPU) measured on the workload: the request
+    rate it sustains under closed-loop saturation, and its p90 TTFT at low load (bench/trace_replay.py's
+    setup.capacity.requests and its lowest load's TTFT p90)."""
+
+    requests_per_s: float
+    ttft_p90_s: float | None = None
+
+
+@dataclass(frozen=True)
 class Workload:
     rate_per_s: float
     input_mean: float
@@ -168,7 +183,7 @@ def ttft_p90_s(rate: float, work: dict[str, float]) -> float:
 
 def plan(
     shape: ModelShape, gpu_memory_bytes: float, steps: StepModel, workload: Workload, gpus_per_replica: int = 1,
-    utilization: float = 0.9, max_batch: int = 256,
+    utilization: float = 0.9, max_batch: int = 256, measured: Measured | None = None,
 ) -> Plan:  # fmt: skip
     per_token = shape.kv_bytes_per_token
     context = workload.input_mean + workload.output_mean
@@ -191,6 +206,12 @@ def plan(
     busy = prefill + decode
     work = {"busy_s": busy, "busy2_s": busy * busy * 1.5, "step_s": step,
             "prefill_p90_s": workload.input_p90 * uncached * steps.prefill_s_per_token}  # fmt: skip
+    if measured is not None:  # the unit's measured service rate and unloaded TTFT replace the step model's
+        busy = 1 / measured.requests_per_s
+        work.update(busy_s=busy, busy2_s=busy * busy * 1.5)
+        if measured.ttft_p90_s is not None:
+            work.update(prefill_p90_s=measured.ttft_p90_s, step_s=0.0)
+        notes.append("queueing from the measured service rate" + (" and TTFT" if measured.ttft_p90_s else ""))
     lo, hi = 0.0, 1 / busy
     if ttft_p90_s(0.0, work) > workload.ttft_slo_s:
         notes.append("the p90 prompt's prefill alone misses the TTFT SLO")

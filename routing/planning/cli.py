@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from routing.planning.capacity import DTYPE_BYTES, GPUS, StepModel
+from routing.planning.capacity import DTYPE_BYTES, GPUS
 from routing.planning.request import PlanRequest, answer
 from routing.planning.workload import workload_from_trace
 
@@ -65,12 +65,20 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--s-per-output-token", type=float, help="batch-1 decode step, seconds")
     cal.add_argument("--s-per-prompt-token", type=float, help="batch-1 prefill, seconds per token")
     cal.add_argument("--max-batch", type=int, default=256)
+    cal.add_argument("--capacity-rps", type=float,
+                     help="a serving unit's closed-loop request rate measured on this workload (a replica, or the "
+                          "engines sharing one GPU); replaces the step model's service time in the queueing")  # fmt: skip
+    cal.add_argument("--unloaded-ttft-p90-ms", type=float, help="its p90 TTFT measured at low load")
     return p
 
 
 def build(args: argparse.Namespace) -> dict:
     """The flags as a PlanRequest (the admin route's body), plus what only a shell has: files."""
     fields = {k: v for k, v in vars(args).items() if k in PlanRequest.model_fields and v is not None}
+    if args.calibration:  # batch-1 step times measured by bench/trace_replay.py (flags given win)
+        measured = json.loads(args.calibration.read_text())["setup"]["calibration"]
+        fields = {"s_per_output_token": measured["s_per_output_token"],
+                  "s_per_prompt_token": measured["s_per_prompt_token"], **fields}  # fmt: skip
     if args.config:
         fields["config"] = json.loads(args.config.read_text())
     if args.shape:
@@ -86,11 +94,7 @@ def build(args: argparse.Namespace) -> dict:
     if args.trace:
         workload = workload_from_trace(args.trace, request.ttft_slo_ms / 1000, request.itl_slo_ms / 1000,
                                        args.time_factor, args.length_div, args.hit_rate)  # fmt: skip
-    steps = None
-    if args.calibration:
-        measured = json.loads(args.calibration.read_text())["setup"]["calibration"]
-        steps = StepModel.calibrated(measured["s_per_output_token"], measured["s_per_prompt_token"])
-    return answer(request, workload, steps)
+    return answer(request, workload)
 
 
 def main(argv: list[str]) -> int:

@@ -15,6 +15,7 @@ from routing.planning.capacity import (
     GB,
     GPUS,
     Gpu,
+    Measured,
     ModelShape,
     StepModel,
     Workload,
@@ -61,6 +62,12 @@ class PlanRequest(BaseModel):
     s_per_output_token: float | None = Field(default=None, gt=0, description="measured batch-1 decode step")
     s_per_prompt_token: float | None = Field(default=None, gt=0, description="measured prefill per token")
     max_batch: int = Field(default=256, ge=1, le=100_000)
+    capacity_rps: float | None = Field(
+        default=None, gt=0, description="a serving unit's measured closed-loop request rate on this workload"
+    )
+    unloaded_ttft_p90_ms: float | None = Field(
+        default=None, gt=0, description="its measured p90 TTFT at low load (with capacity_rps)"
+    )
 
     @model_validator(mode="after")
     def _one_model(self) -> "PlanRequest":
@@ -101,12 +108,18 @@ def answer(request: PlanRequest, workload: Workload | None = None, steps: StepMo
     workload = workload or request.workload()
     roofline = StepModel.roofline(shape, gpu, request.gpus_per_replica)
     if steps is None and request.s_per_output_token:
+        # batch 1 measures the weights' read; a batch's KV reads cost what the roofline charges them
+        prefill = request.s_per_prompt_token or roofline.prefill_s_per_token
         steps = StepModel.calibrated(
-            request.s_per_output_token, request.s_per_prompt_token or roofline.prefill_s_per_token
+            request.s_per_output_token, prefill, per_kv_byte_s=roofline.per_kv_byte_s
         )
     steps = steps or roofline
+    measured = None
+    if request.capacity_rps:
+        ttft = request.unloaded_ttft_p90_ms / 1000 if request.unloaded_ttft_p90_ms else None
+        measured = Measured(request.capacity_rps, ttft)
     result = plan(shape, gpu.memory_bytes, steps, workload, request.gpus_per_replica, request.utilization,
-                  request.max_batch)  # fmt: skip
+                  request.max_batch, measured)  # fmt: skip
     out = {"model": shape.__dict__, "gpu": gpu.__dict__, "workload": workload.__dict__, "step_model": steps.__dict__,
            "plan": result.as_dict()}  # fmt: skip
     if request.sequence_tokens:
