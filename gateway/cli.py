@@ -29,7 +29,8 @@ def _serve(args: argparse.Namespace, rest: list[str]) -> int:
         return 2
     common = {"host": settings.host, "port": settings.port, "loop": "uvloop", "http": CoalescingHttpToolsProtocol,
               "log_level": settings.log_level, "access_log": False,
-              "timeout_graceful_shutdown": settings.shutdown_grace_s + SHUTDOWN_BACKSTOP_S}  # fmt: skip
+              "timeout_graceful_shutdown": settings.shutdown_grace_s + SHUTDOWN_BACKSTOP_S,
+              "timeout_keep_alive": settings.keep_alive_s}  # fmt: skip
     signal.signal(signal.SIGTERM, _exit_cleanly)
     if settings.workers == 1:
         uvicorn.run(create_app(settings), **common)

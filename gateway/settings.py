@@ -62,6 +62,13 @@ class Settings(BaseSettings):
         description="larger request bodies (as sent, or once decompressed) are refused (413)",
     )
     shutdown_grace_s: float = Field(default=30.0, ge=0)  # SIGTERM: in-flight work gets this long, then is cut
+    keep_alive_s: float = Field(
+        default=75.0,
+        gt=0,
+        description="an idle client connection stays open this long; longer than clients' and load balancers' "
+        "idle timeouts, so none reuses a connection the gateway is closing (with uvicorn's 5 s, a client that keeps "
+        "connections longer can send on one as it closes: 'server disconnected')",
+    )
     models: list[ModelConfig] = Field(
         default_factory=default_models,
         description="public aliases and the deployments behind them (the YAML file's `models`); default: one "
