@@ -8,6 +8,7 @@ from bench.lib.trace_data import (
     TraceRequest,
     best_assignment_hit_rate,
     infinite_cache_hit_rate,
+    infinite_cache_uncached,
     load,
     retime,
     scale,
@@ -30,6 +31,7 @@ def test_infinite_cache_counts_leading_seen_blocks_in_tokens() -> None:
     ]
     # 2nd: blocks 1, 2 seen (128 tokens of 150); 3rd: block 9 unseen, so block 2 does not count
     assert infinite_cache_hit_rate(trace, 64) == 128 / 310
+    assert infinite_cache_uncached(trace, 64) == [100, 22, 60]  # what each must prefill however routed
 
 
 def test_best_assignment_keeps_groups_together_under_the_load_cap() -> None:

@@ -134,20 +134,26 @@ def _cached_tokens(r: TraceRequest, hits: int, block: int) -> int:
     return min(hits * block, r.input_length)
 
 
-def infinite_cache_hit_rate(requests: list[TraceRequest], block: int) -> float:
-    """Share of prompt tokens whose block (leading run only) was seen before, with a cache that never evicts."""
+def infinite_cache_uncached(requests: list[TraceRequest], block: int) -> list[int]:
+    """Per request, the prompt tokens a cache that never evicts could not serve (after the leading run of
+    blocks seen before): what it must prefill however it is routed."""
     seen: set[int] = set()
-    hit = total = 0
+    out = []
     for r in requests:
         run = 0
         for h in r.hash_ids:
             if h not in seen:
                 break
             run += 1
-        hit += _cached_tokens(r, run, block)
-        total += r.input_length
+        out.append(r.input_length - _cached_tokens(r, run, block))
         seen.update(r.hash_ids)
-    return hit / total if total else 0.0
+    return out
+
+
+def infinite_cache_hit_rate(requests: list[TraceRequest], block: int) -> float:
+    """Share of prompt tokens whose block (leading run only) was seen before, with a cache that never evicts."""
+    total = sum(r.input_length for r in requests)
+    return (total - sum(infinite_cache_uncached(requests, block))) / total if total else 0.0
 
 
 class LruBlocks:
