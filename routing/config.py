@@ -100,11 +100,17 @@ class RoutingPolicy(BaseModel):
 
 
 class ScoreWeights(BaseModel):
-    """Weights of the engine_score strategy: prefix match minus queue depth minus KV-cache usage."""
+    """Weights of the engine_score strategy: prefix match minus queue depth minus KV-cache usage minus the
+    prefill work waiting for it (as NVIDIA Dynamo's KV router counts blocks to prefill)."""
 
     prefix: float = Field(default=1.0, description="times the share of the prompt's blocks the replica holds")
     queue: float = Field(default=0.5, description="times its queue depth relative to the pool's mean")
     kv_usage: float = Field(default=0.3, description="times its KV-cache usage (0..1, scraped)")
+    prefill: float = Field(
+        default=0.0,
+        description="times the prompt blocks it would prefill: those of requests sent to it still without a first "
+        "byte plus this prompt's blocks it does not hold, relative to the pool's mean plus this prompt's",
+    )
 
 
 class RoutingSettings(BaseModel):

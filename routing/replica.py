@@ -58,6 +58,7 @@ class Replica:
         self.engine_pool = engine_pool
         self.retry_budget = retry_budget or RetryBudget(0.2, 5.0, 10.0)
         self.outstanding = 0
+        self.pending_prefill = 0  # prompt blocks not in its cache, of requests still without a first byte
         self.engine = EngineLoad()
         self.not_before = -math.inf  # clock time before which it is not tried (upstream Retry-After)
         self.cooled_by: UpstreamError | None = None  # the 429/503 that said so

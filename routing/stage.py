@@ -120,7 +120,7 @@ class RouteStage:
             tries[replica.name] += 1
             try:
                 with attempt_span(ctx, replica.name, alias, attempt):
-                    reply = await self._call(replica, ctx, lease)
+                    reply = await self._call(replica, ctx, lease, hashes)
             except UpstreamError as failure:
                 if not failure.retryable:
                     raise
@@ -159,9 +159,12 @@ class RouteStage:
     def _backoff(self, attempt: int) -> float:
         return backoff_s(attempt, self._settings.backoff_base_s, self._settings.backoff_max_s, self._rng)
 
-    async def _call(self, replica: Replica, ctx: RequestContext, lease: Lease | None) -> Reply:
+    async def _call(
+        self, replica: Replica, ctx: RequestContext, lease: Lease | None, hashes: list[bytes]
+    ) -> Reply:
         priority = lease.priority if lease is not None and replica.backend.config.takes_priority() else None
-        call = _Call(replica, self._router, self._first_byte_timeout(replica), priority)
+        prefill = len(hashes) - self._router.prefixes.match(replica.name, hashes) if hashes else 0
+        call = _Call(replica, self._router, self._first_byte_timeout(replica), priority, prefill)
         ctx.deployment = replica.name
         return await call.run(ctx)
 
@@ -194,9 +197,11 @@ class _Call:
     """One attempt on one replica: keeps its in-flight count, latency and breaker up to date."""
 
     def __init__(
-        self, replica: Replica, router: Router, first_byte_timeout: float | None, priority: int | None
-    ) -> None:
+        self, replica: Replica, router: Router, first_byte_timeout: float | None, priority: int | None,
+        prefill_blocks: int = 0,
+    ) -> None:  # fmt: skip
         self._replica = replica
+        self._prefill = prefill_blocks  # its prompt's blocks the replica does not hold, until its first byte
         self._priority = priority  # the service class's rank, as vLLM's `priority` (lower runs first)
         self._router = router
         self._timeout = first_byte_timeout
@@ -215,6 +220,7 @@ class _Call:
                 return Reply(body=body, usage=ctx.usage)
             chunks = self._replica.backend.stream(endpoint, sent, ctx.request_id)
             first = await self._first_chunk(chunks)
+            self._prefilled()
             self._replica.latency.observe(self._router.clock() - self._started)
             reply = Reply(stream=prepend(first, chunks))
             await reply.on_end(lambda ending: self._stream_ended(ctx, ending))
@@ -234,6 +240,7 @@ class _Call:
     def _begin(self) -> None:
         self._started = self._router.clock()
         self._replica.outstanding += 1
+        self._replica.pending_prefill += self._prefill
         self._replica.breaker.on_dispatch()
         self._router.metrics.set_outstanding(self._replica.name, self._replica.outstanding)
 
@@ -282,7 +289,12 @@ class _Call:
             self._router.metrics.failures.labels(self._replica.name, stage).inc()
         self._release()
 
+    def _prefilled(self) -> None:
+        self._replica.pending_prefill -= self._prefill
+        self._prefill = 0
+
     def _release(self) -> None:
+        self._prefilled()
         if not self._released:
             self._released = True
             self._replica.outstanding -= 1

@@ -135,11 +135,15 @@ class EngineScore:
     def scorer(self, replicas: list[Replica], request: RouteRequest) -> Callable[[Replica], float]:
         now, blocks = request.now, max(len(request.hashes), 1)
         mean_depth = sum(r.queue_depth(now, self._stale_s) for r in replicas) / len(replicas)
+        mean_pending = sum(r.pending_prefill for r in replicas) / len(replicas)
         w = self._weights
 
         def score(r: Replica) -> float:
-            prefix = self._index.match(r.name, request.hashes) / blocks
+            matched = self._index.match(r.name, request.hashes)
             queue = r.queue_depth(now, self._stale_s) / (mean_depth + 1)  # relative to the pool's load
-            return w.prefix * prefix - w.queue * queue - w.kv_usage * r.kv_usage(now, self._stale_s)
+            # the blocks it would prefill before this prompt's first token, and this prompt's own
+            prefill = (r.pending_prefill + blocks - matched) / (mean_pending + blocks)
+            return (w.prefix * matched / blocks - w.queue * queue - w.kv_usage * r.kv_usage(now, self._stale_s)
+                    - w.prefill * prefill)  # fmt: skip
 
         return score

@@ -187,3 +187,26 @@ async def test_outstanding_gauge_counts_the_calls_in_flight(cluster: Cluster) ->
     with pytest.raises(UpstreamError):
         await stage(request(), nobody)
     assert outstanding() == 0
+
+
+async def test_prompt_blocks_wait_as_pending_prefill_until_the_first_byte(cluster: Cluster) -> None:
+    """engine_score's prefill term reads them: an attempt's uncached prompt blocks count on its replica from
+    dispatch to the first byte (or the attempt's end)."""
+    stage, router = await cluster.build({"m": ["a"]}, default_strategy="engine_score", prefix_block_chars=8,
+                                        first_byte_timeout_s=0.3, max_attempts=1)  # fmt: skip
+    (replica,) = router.all_replicas()
+    cluster.upstreams["a"].mode = "stall_before_first"
+    call = asyncio.create_task(stage(request(stream=True), nobody))
+    await asyncio.sleep(0.1)
+    assert replica.pending_prefill > 0 and replica.outstanding == 1  # sent, nothing back yet
+    with pytest.raises(UpstreamError):
+        await call  # no first byte in time
+    assert replica.pending_prefill == 0 and replica.outstanding == 0
+    cluster.upstreams["a"].mode = "ok"
+    streaming = await stage(request(stream=True), nobody)
+    assert (
+        replica.pending_prefill == 0 and replica.outstanding == 1
+    )  # first byte in: prefilled, still answering
+    await collect(streaming)
+    await stage(request(), nobody)
+    assert replica.pending_prefill == 0 and replica.outstanding == 0

@@ -4,7 +4,7 @@ import random
 from collections import Counter
 
 from core.models import DeploymentConfig
-from routing.config import RoutingPolicy, RoutingSettings
+from routing.config import RoutingPolicy, RoutingSettings, ScoreWeights
 from routing.metrics import RoutingMetrics
 from routing.monitor import metrics_url, parse_engine_metrics
 from routing.prefix import PrefixIndex, block_hashes, render_prompt
@@ -156,6 +156,18 @@ def test_engine_score_prefers_prefix_then_penalises_queue_and_kv() -> None:
     assert first_choice(router, "engine_score", body) == "b"
 
 
+def test_engine_score_prefill_weight_weighs_the_prompts_a_replica_still_has_to_prefill() -> None:
+    router = make_router(["a", "b"], prefix_block_chars=16, score_weights=ScoreWeights(prefill=1.0))
+    a, b = router.pools["m"]
+    body = chat("a long question that nobody has asked before " * 8, "q")
+    a.pending_prefill = 40  # blocks of prompts sent to a that have no first token yet
+    assert first_choice(router, "engine_score", body) == "b"  # same queue depth: b starts it sooner
+    router.prefixes.record("a", block_hashes(render_prompt("chat", body), 16))
+    assert first_choice(router, "engine_score", body) == "a"  # cached there: little of its own to prefill
+    a.pending_prefill = 400
+    assert first_choice(router, "engine_score", body) == "b"  # but not behind ten times as much work
+
+
 def test_engine_score_spreads_a_hot_prefix_within_the_load_bound() -> None:
     """60 concurrent requests with one cached prefix: the score alone would keep them all on its home."""
     router = make_router(["a", "b", "c"], prefix_block_chars=16, load_epsilon=0.25)
@@ -203,7 +215,9 @@ def test_vllm_metrics_are_parsed_with_counter_deltas() -> None:
 
 
 def test_the_kv_cache_size_is_read_from_cache_config_info() -> None:
-    info = '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16",num_gpu_blocks="%s"} 1\n'
+    info = (
+        '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16",num_gpu_blocks="%s"} 1\n'
+    )
     assert parse_engine_metrics(info % "1000", EngineLoad(), now=1.0).kv_tokens == 16000
     assert parse_engine_metrics(info % "None", EngineLoad(), now=1.0).kv_tokens is None  # not profiled yet
     assert parse_engine_metrics("", EngineLoad(), now=1.0).kv_tokens is None
