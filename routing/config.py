@@ -107,7 +107,7 @@ class ScoreWeights(BaseModel):
     queue: float = Field(default=0.5, description="times its queue depth relative to the pool's mean")
     kv_usage: float = Field(default=0.3, description="times its KV-cache usage (0..1, scraped)")
     prefill: float = Field(
-        default=0.0,
+        default=1.0,
         description="times the prompt blocks it would prefill: those of requests sent to it still without a first "
         "byte plus this prompt's blocks it does not hold, relative to the pool's mean plus this prompt's",
     )
