@@ -108,11 +108,13 @@ def classes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def scaled(name: str, args: argparse.Namespace, start_s: float) -> tuple[list[td.TraceRequest], int]:
-    """Trace `name` from `start_s` (an hour of it), lengths scaled; with the length divisor used."""
+    """Trace `name` from `start_s` (an hour of it), lengths scaled, answers cut at --max-output (a prompt cut
+    at --max-input with a longer answer would pass the engines' max_model_len: a 400); the divisor used."""
     div = args.length_div if name == "mooncake" else args.azure_length_div
-    return td.scale(
+    requests = td.scale(
         td.window(td.load(name, Path(args.traces_dir)), start_s, 3600), div, 1.0, args.max_input
-    ), div
+    )
+    return [replace(r, output_length=min(r.output_length, args.max_output)) for r in requests], div
 
 
 def fit(name: str, pool: "Pool", start_s: float, load: float, duration_s: float,
@@ -310,7 +312,7 @@ async def main_async(args: argparse.Namespace) -> None:
             measure_overhead, args.overhead_rounds, args.overhead_requests
         )
         save(results)
-    engines = pool_engines(args, args.max_input + args.max_output)
+    engines = pool_engines(args, args.max_input + args.max_output + 32)  # + the chat template
     try:
         for engine in engines:
             await engine.wait_ready(timeout=900)
