@@ -58,7 +58,8 @@ class Replica:
         self.engine_pool = engine_pool
         self.retry_budget = retry_budget or RetryBudget(0.2, 5.0, 10.0)
         self.outstanding = 0
-        self.pending_prefill = 0  # prompt blocks not in its cache, of requests still without a first byte
+        # prompt blocks not in its cache, of requests still without a first byte, by the priority sent with them
+        self.pending_prefill: dict[int | None, int] = {}
         self.engine = EngineLoad()
         self.not_before = -math.inf  # clock time before which it is not tried (upstream Retry-After)
         self.cooled_by: UpstreamError | None = None  # the 429/503 that said so
@@ -84,6 +85,13 @@ class Replica:
         fresh = now - self.engine.at <= stale_s
         scraped = self.engine.waiting + self.engine.running if fresh else 0.0
         return max(float(self.outstanding), scraped)
+
+    def prefill_ahead(self, priority: int | None) -> int:
+        """The pending prompt blocks it prefills before a new request's: all of them, or, where it schedules by
+        priority (lower runs first), those sent with the request's rank or a more urgent one (or with none)."""
+        if priority is None or not self.backend.config.takes_priority():
+            return sum(self.pending_prefill.values())
+        return sum(n for rank, n in self.pending_prefill.items() if rank is None or rank <= priority)
 
     def kv_usage(self, now: float, stale_s: float) -> float:
         return self.engine.kv_usage if now - self.engine.at <= stale_s else 0.0

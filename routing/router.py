@@ -107,8 +107,9 @@ class Router:
         return self.settings.engine_strategy if engine else self.settings.default_strategy
 
     def plan(
-        self, alias: str, replicas: list[Replica], endpoint: str, body: dict, policy: RoutingPolicy | None
-    ) -> tuple[list[Replica], list[bytes]]:
+        self, alias: str, replicas: list[Replica], endpoint: str, body: dict, policy: RoutingPolicy | None,
+        priority: int | None = None,
+    ) -> tuple[list[Replica], list[bytes]]:  # fmt: skip
         """The try order for one request, and the prompt's block hashes (empty if not prefix-aware)."""
         name = self.strategy_name(alias, policy)
         hashes = []
@@ -119,7 +120,7 @@ class Router:
         available = [r for r in ready if r.breaker.available()] or ready  # all ejected: try anyway
         if not available:
             return [], hashes
-        return self._strategies[name].order(available, RouteRequest(hashes, now)), hashes
+        return self._strategies[name].order(available, RouteRequest(hashes, now, priority)), hashes
 
     def fallbacks(self, alias: str, policy: RoutingPolicy | None) -> list[str]:
         extra = policy.fallbacks.get(alias, []) if policy else []

@@ -102,7 +102,8 @@ class RouteStage:
         replicas: list[Replica],
         lease: Lease | None,
     ) -> Reply:
-        order, hashes = self._router.plan(alias, replicas, ctx.endpoint, ctx.body, policy)
+        priority = lease.priority if lease is not None else None
+        order, hashes = self._router.plan(alias, replicas, ctx.endpoint, ctx.body, policy, priority)
         tries = dict.fromkeys((r.name for r in order), 0)
         error: UpstreamError | None = None
         for attempt in range(self._router.max_attempts(policy)):
@@ -240,7 +241,8 @@ class _Call:
     def _begin(self) -> None:
         self._started = self._router.clock()
         self._replica.outstanding += 1
-        self._replica.pending_prefill += self._prefill
+        pending = self._replica.pending_prefill
+        pending[self._priority] = pending.get(self._priority, 0) + self._prefill
         self._replica.breaker.on_dispatch()
         self._router.metrics.set_outstanding(self._replica.name, self._replica.outstanding)
 
@@ -290,7 +292,12 @@ class _Call:
         self._release()
 
     def _prefilled(self) -> None:
-        self._replica.pending_prefill -= self._prefill
+        pending = self._replica.pending_prefill
+        left = pending.get(self._priority, 0) - self._prefill
+        if left:
+            pending[self._priority] = left
+        else:
+            pending.pop(self._priority, None)
         self._prefill = 0
 
     def _release(self) -> None:

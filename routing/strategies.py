@@ -16,6 +16,7 @@ from routing.replica import Replica
 class RouteRequest:
     hashes: list[bytes] = field(default_factory=list)  # the prompt's chained block hashes
     now: float = 0.0
+    priority: int | None = None  # its service class's rank (lower runs first), where admission gave one
 
 
 class Strategy(Protocol):
@@ -135,14 +136,15 @@ class EngineScore:
     def scorer(self, replicas: list[Replica], request: RouteRequest) -> Callable[[Replica], float]:
         now, blocks = request.now, max(len(request.hashes), 1)
         mean_depth = sum(r.queue_depth(now, self._stale_s) for r in replicas) / len(replicas)
-        mean_pending = sum(r.pending_prefill for r in replicas) / len(replicas)
+        ahead = {r.name: r.prefill_ahead(request.priority) for r in replicas}
+        mean_pending = sum(ahead.values()) / len(replicas)
         w = self._weights
 
         def score(r: Replica) -> float:
             matched = self._index.match(r.name, request.hashes)
             queue = r.queue_depth(now, self._stale_s) / (mean_depth + 1)  # relative to the pool's load
             # the blocks it would prefill before this prompt's first token, and this prompt's own
-            prefill = (r.pending_prefill + blocks - matched) / (mean_pending + blocks)
+            prefill = (ahead[r.name] + blocks - matched) / (mean_pending + blocks)
             return (w.prefix * matched / blocks - w.queue * queue - w.kv_usage * r.kv_usage(now, self._stale_s)
                     - w.prefill * prefill)  # fmt: skip
 

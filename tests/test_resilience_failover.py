@@ -198,15 +198,15 @@ async def test_prompt_blocks_wait_as_pending_prefill_until_the_first_byte(cluste
     cluster.upstreams["a"].mode = "stall_before_first"
     call = asyncio.create_task(stage(request(stream=True), nobody))
     await asyncio.sleep(0.1)
-    assert replica.pending_prefill > 0 and replica.outstanding == 1  # sent, nothing back yet
+    assert replica.prefill_ahead(None) > 0 and replica.outstanding == 1  # sent, nothing back yet
     with pytest.raises(UpstreamError):
         await call  # no first byte in time
-    assert replica.pending_prefill == 0 and replica.outstanding == 0
+    assert replica.pending_prefill == {} and replica.outstanding == 0
     cluster.upstreams["a"].mode = "ok"
     streaming = await stage(request(stream=True), nobody)
     assert (
-        replica.pending_prefill == 0 and replica.outstanding == 1
+        replica.pending_prefill == {} and replica.outstanding == 1
     )  # first byte in: prefilled, still answering
     await collect(streaming)
     await stage(request(), nobody)
-    assert replica.pending_prefill == 0 and replica.outstanding == 0
+    assert replica.pending_prefill == {} and replica.outstanding == 0

@@ -160,12 +160,32 @@ def test_engine_score_prefill_weight_weighs_the_prompts_a_replica_still_has_to_p
     router = make_router(["a", "b"], prefix_block_chars=16, score_weights=ScoreWeights(prefill=1.0))
     a, b = router.pools["m"]
     body = chat("a long question that nobody has asked before " * 8, "q")
-    a.pending_prefill = 40  # blocks of prompts sent to a that have no first token yet
+    a.pending_prefill = {None: 40}  # blocks of prompts sent to a that have no first token yet
     assert first_choice(router, "engine_score", body) == "b"  # same queue depth: b starts it sooner
     router.prefixes.record("a", block_hashes(render_prompt("chat", body), 16))
     assert first_choice(router, "engine_score", body) == "a"  # cached there: little of its own to prefill
-    a.pending_prefill = 400
+    a.pending_prefill = {None: 400}
     assert first_choice(router, "engine_score", body) == "b"  # but not behind ten times as much work
+
+
+def test_an_engine_that_schedules_by_priority_counts_only_the_urgent_prefill_ahead() -> None:
+    pools = {"m": [Named("a", backend="local_engine"), Named("b", backend="local_engine")]}
+    settings = RoutingSettings(prefix_block_chars=16, score_weights=ScoreWeights(prefill=1.0))
+    router = Router(pools, settings, {}, RoutingMetrics(), random.Random(7), Clock())
+    a, b = router.pools["m"]
+    a.pending_prefill = {2: 400}  # a batch tenant's prompts (rank 2) wait on a
+    b.pending_prefill = {0: 30}  # an interactive one's (rank 0) on b
+    body = chat("a long question that nobody has asked before " * 8, "q")
+
+    def choice(priority: int | None) -> str:
+        order, _ = router.plan(
+            "m", router.pools["m"], "chat", body, RoutingPolicy(strategy="engine_score"), priority
+        )
+        return order[0].name
+
+    assert choice(0) == "a"  # an interactive prompt starts ahead of a's batch prefill
+    assert choice(2) == "b" and choice(None) == "b"  # a batch one, or one without a rank, waits behind it
+    assert a.prefill_ahead(1) == 0 and b.prefill_ahead(1) == 30
 
 
 def test_engine_score_spreads_a_hot_prefix_within_the_load_bound() -> None:
