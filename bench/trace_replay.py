@@ -34,6 +34,7 @@ import aiohttp
 
 from bench.lib import trace_data as td
 from bench.lib.admission_pool import pool_capacity
+from bench.lib.admission_records import percentile
 from bench.lib.engine_http import EngineServer
 from bench.lib.engine_pool import KEY, gateway_config, one_request, random_model_folder, wait_ready
 from bench.lib.harness import RESULTS, ROOT, start_gateway, write_json
@@ -245,10 +246,10 @@ def slice_bounds(requests: list[td.TraceRequest], replicas: int, kv_tokens: int,
     """Hit-rate bounds, and TTFT's floor: each request's uncached prompt (infinite cache) prefilled at the
     batch-1 speed with nothing queued, p50 / p90 over the slice (what no routing can beat)."""
     best = td.best_assignment_hit_rate(requests, replicas, kv_tokens // block, block)
-    floor = sorted(n * cal["s_per_prompt_token"] * 1000 for n in td.infinite_cache_uncached(requests, block))
+    floor = [n * cal["s_per_prompt_token"] * 1000 for n in td.infinite_cache_uncached(requests, block)]
     return {"infinite": td.infinite_cache_hit_rate(requests, block), "best": best["hit_rate"],
             "best_requests_per_replica": best["requests_per_replica"],
-            "ttft_floor_p50_ms": floor[len(floor) // 2], "ttft_floor_p90_ms": floor[int(len(floor) * 0.9)]}  # fmt: skip
+            "ttft_floor_p50_ms": percentile(floor, 0.5), "ttft_floor_p90_ms": percentile(floor, 0.9)}  # fmt: skip
 
 
 def slo_max(rows: list[dict], args: argparse.Namespace) -> dict[str, dict[str, float]]:

@@ -241,8 +241,9 @@ class _Call:
     def _begin(self) -> None:
         self._started = self._router.clock()
         self._replica.outstanding += 1
-        pending = self._replica.pending_prefill
-        pending[self._priority] = pending.get(self._priority, 0) + self._prefill
+        if self._prefill:
+            pending = self._replica.pending_prefill
+            pending[self._priority] = pending.get(self._priority, 0) + self._prefill
         self._replica.breaker.on_dispatch()
         self._router.metrics.set_outstanding(self._replica.name, self._replica.outstanding)
 
@@ -292,6 +293,8 @@ class _Call:
         self._release()
 
     def _prefilled(self) -> None:
+        if not self._prefill:  # nothing counted (not prefix-aware, all cached) or already taken back
+            return
         pending = self._replica.pending_prefill
         left = pending.get(self._priority, 0) - self._prefill
         if left:
