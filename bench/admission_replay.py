@@ -54,13 +54,15 @@ from bench.lib.admission_pool import (
     pool_config,
     provision,
     slots_of,
+    wait_idle,
 )
 from bench.lib.admission_records import Record, jain, overlap, read_records, served_windows, summarise
 from bench.lib.admission_report import print_tables, targets
 from bench.lib.engine_http import EngineServer
+from bench.lib.engine_pool import add_pool_arguments, pool_engines
 from bench.lib.harness import ROOT, write_json
 from bench.lib.trace_aiperf import aiperf_command, run_aiperf
-from bench.trace_replay import add_pool_arguments, batch1_work, calibrate, pool_engines
+from bench.trace_replay import batch1_work, calibrate
 from routing.admission.config import AdmissionSettings
 
 TENANTS = [
@@ -86,9 +88,7 @@ class Pool:
     cal: dict[str, float]
     keys: dict[str, str]
     database_url: str
-    capacity: dict[
-        str, float
-    ]  # pool_capacity on the batch mix: tok_s, work_rate (batch-1 seconds per second)
+    capacity: dict[str, float]  # pool_capacity on the batch mix: tok_s, work_rate (batch-1 s per second)
 
     def work(self, records: list[Record], window: tuple[float, float]) -> float:
         """Batch-1 seconds of the requests answered in `window`, per second of it."""
@@ -153,6 +153,7 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
         await asyncio.sleep(1.5)  # the first scrapes
         slots = await learn_capacity(fleet, pool.keys["probe"], args.probe_clients) if mode != "off" else []
         await asyncio.sleep(2.0)
+        idle_wait_s = await wait_idle(pool.engines)
         commands, outs = [], []
         for index, load in enumerate(loads):
             case = Path(args.work_dir) / label / mode
@@ -177,7 +178,7 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
     counts = {t: len(r) for t, r in records.items()}
     print(f"== {label} {mode}: {counts} requests, {time.time() - started:.0f} s, slots {slots}, "
           f"load avg {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
-    return {"records": records, "slots_learned": slots, "slots_during": slot_stats(slots_seen),
+    return {"records": records, "slots_learned": slots, "idle_wait_s": idle_wait_s, "slots_during": slot_stats(slots_seen),
             "aiperf_wall_s": walls, "case_wall_s": time.time() - started, "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
             "gateway_series": [compact(s) for s in series]}  # fmt: skip
 
@@ -246,16 +247,16 @@ async def priority(pool: Pool, results: dict[str, Any]) -> None:
         alone[mode] = tenant_figures(pool, case, "interactive", (records[0].start_s, records[-1].start_s))
         out.setdefault("alone", {})[mode] = {**case_meta(case), "interactive": alone[mode]}
         save(results)
-    for mode in args.modes:
+    for mode, share in [(m, n) for m in args.modes for n in args.prefill_shares or [None]]:
+        if share is not None:  # the engines restarted with this lower-priority prefill share (a sweep)
+            await restart_engines(pool, lower_priority_prefill_tokens=share)
         loads = [
             Load("interactive", inter, inter_div, args.interactive_delay_s),
             Load("batch", batch, batch_div),
         ]
-        case = await run_case(pool, "mixed", mode, loads)
+        case = await run_case(pool, "mixed" if share is None else f"mixed{share}", mode, loads)
         both = case["records"]["interactive"], case["records"]["batch"]
-        window = overlap(
-            *both
-        )  # AIPerf's start-up differs: only the interactive requests sent beside the batch
+        window = overlap(*both)  # AIPerf's start-up differs: only the interactive requests beside the batch
         mixed = [r for r in both[0] if window[0] <= r.start_s <= window[1]]
         i = {
             **tenant_figures(pool, case, "interactive", window, mixed),
@@ -264,13 +265,21 @@ async def priority(pool: Pool, results: dict[str, Any]) -> None:
         b = tenant_figures(pool, case, "batch", window)
         remaining = cap["served_tok_s"] * max(0.0, 1 - i["work_rate"] / max(cap["work_rate"], 1e-9))
         base = alone["off" if mode == "off" else "fair"]
-        out.setdefault("mixed", {})[mode] = {
+        out.setdefault("mixed", {})[mode if share is None else f"{mode}@{share}"] = {
             **case_meta(case), "interactive": i, "batch": b, "remaining_tok_s": remaining,
             "p95_vs_alone": (i["ttft_p95_ms"] or float("inf")) / (base["ttft_p95_ms"] or float("inf")),
             "batch_vs_remaining": b["served_tok_s"] / remaining if remaining else None,
             "window_s": window[1] - window[0],
         }  # fmt: skip
         save(results)
+
+
+async def restart_engines(pool: Pool, **settings: object) -> None:
+    for engine in pool.engines:
+        engine.stop()
+    pool.engines[:] = pool_engines(pool.args, pool.args.max_input + pool.args.max_output + 32, **settings)
+    for engine in pool.engines:
+        await engine.wait_ready(timeout=900)
 
 
 async def fair_share(pool: Pool, results: dict[str, Any]) -> None:
@@ -365,6 +374,8 @@ def main() -> None:
     add("--lead-s", type=float, default=10, help="the batch trace starts this much earlier, ends later")
     add("--interactive-delay-s", type=float, default=5,
         help="its AIPerf starts this long after the batch tenant's first request reached the engines")  # fmt: skip
+    add("--prefill-shares", type=int, nargs="+", default=None,
+        help="priority: the beside-batch case once per engine lower_priority_prefill_tokens (engines restarted)")  # fmt: skip
     add("--share-duration-s", type=float, default=90)
     add("--share-cases", nargs="+", default=["equal", "weighted"])
     add("--window-s", type=float, default=30)

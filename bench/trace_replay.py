@@ -36,9 +36,16 @@ from bench.lib import trace_data as td
 from bench.lib.admission_pool import pool_capacity
 from bench.lib.admission_records import percentile
 from bench.lib.engine_http import EngineServer
-from bench.lib.engine_pool import KEY, gateway_config, one_request, random_model_folder, wait_ready
-from bench.lib.harness import RESULTS, ROOT, start_gateway, write_json
-from bench.lib.trace_aiperf import HF_CACHE, aiperf_command, read_aiperf, run_aiperf
+from bench.lib.engine_pool import (
+    KEY,
+    add_pool_arguments,
+    gateway_config,
+    one_request,
+    pool_engines,
+    wait_ready,
+)
+from bench.lib.harness import RESULTS, start_gateway, write_json
+from bench.lib.trace_aiperf import aiperf_command, read_aiperf, run_aiperf
 from routing.monitor import parse_engine_metrics
 from routing.replica import EngineLoad
 
@@ -136,41 +143,6 @@ def print_table(rows: list[dict], setup: dict) -> None:
 
 def _ratio(value: float, floor: float | None) -> str:
     return f"{value / floor:.1f}" if floor else "-"
-
-
-def add_pool_arguments(add: Any, kv_mb: int, batched_tokens: int) -> None:
-    """The engine pool's options, shared with bench/admission_replay.py."""
-    add("--replicas", type=int, default=2, help="engines in the pool")
-    add("--device", default="cpu", help="cuda: every engine on the one GPU")
-    add("--dtype", default="int4")
-    add(
-        "--random-shape",
-        default=None,
-        help="random weights of a bench.lib.engine_gpu_models shape, e.g. llama-1b",
-    )
-    add("--tokenizer-dir", default=".gpu/tokenizer", help="tokenizer.json for --random-shape")
-    add("--kv-mb", type=int, default=kv_mb, help="each engine's KV cache")
-    add("--threads", type=int, default=1)
-    add("--batched-tokens", type=int, default=batched_tokens)
-    add("--max-num-seqs", type=int, default=None, help="each engine's running-batch limit (default: its own)")
-    add("--traces-dir", default=str(td.TRACES), help="folder of the traces (../shared/traces)")
-    add("--aiperf", default=str(ROOT / "build" / "aiperf-venv" / "bin" / "aiperf"), help="AIPerf's command")
-    add("--tokenizer", default=str(HF_CACHE), help="HF cache with SmolLM2's tokenizer, for AIPerf")
-
-
-def pool_engines(args: argparse.Namespace, max_model_len: int) -> list[EngineServer]:
-    """`--replicas` engine servers; with `--random-shape`, one random-weight folder that all of them load."""
-    settings: dict[str, Any] = dict(served_model_name="m", dtype=args.dtype, device=args.device,
-                                    kv_cache_memory_mb=args.kv_mb, num_threads=args.threads,
-                                    max_model_len=max_model_len, max_num_batched_tokens=args.batched_tokens)  # fmt: skip
-    if args.max_num_seqs:
-        settings["max_num_seqs"] = args.max_num_seqs
-    if args.random_shape:
-        folder = Path(args.work_dir) / args.random_shape
-        settings["model"] = random_model_folder(
-            args.random_shape, folder, Path(args.tokenizer_dir), args.dtype
-        )
-    return [EngineServer(**settings) for _ in range(args.replicas)]
 
 
 async def offered_rate(args: argparse.Namespace, engines: list[EngineServer], sample: list[td.TraceRequest],

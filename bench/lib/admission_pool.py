@@ -204,6 +204,19 @@ async def pool_capacity(
             "work_rate": work / seconds, "seconds": seconds}  # fmt: skip
 
 
+async def wait_idle(engines: list[EngineServer], timeout_s: float = 120.0) -> float:
+    """Waits until no engine runs or holds a request (what an earlier case or probe left still finishing), so
+    that every case starts on an idle pool. Returns the seconds waited (timeout_s at most)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        counters = [await engine.counters() for engine in engines]
+        if not any(c.get("vllm:num_requests_running", 0.0) + c.get("vllm:num_requests_waiting", 0.0)
+                   for c in counters):  # fmt: skip
+            break
+        await asyncio.sleep(0.5)
+    return time.monotonic() - start
+
+
 async def first_traffic(engines: list[EngineServer], timeout_s: float = 600.0) -> float:
     """Waits until the engines' prompt-token counters rise above what they were at the call: the first request
     of a load generator started beside it has arrived (AIPerf synthesises every prompt before it sends, which

@@ -40,6 +40,9 @@ class Result:
     text: str = ""
 
 
+COUNTER = r"^(vllm:(?:[a-z_]+_total|num_requests_running|num_requests_waiting))\{[^}]*\} ([0-9.e+]+)$"
+
+
 class EngineServer:
     """`llmgw engine serve` on a free port, with `settings` as LLMGW_ENGINE__* variables."""
 
@@ -77,10 +80,11 @@ class EngineServer:
         raise TimeoutError("the engine did not become ready")
 
     async def counters(self) -> dict[str, float]:
+        """The engine's vllm:*_total counters and its running / waiting gauges, summed over labels."""
         async with aiohttp.ClientSession() as http, http.get(f"{self.url}/metrics") as response:
             text = await response.text()
         values: dict[str, float] = {}
-        for match in re.finditer(r"^(vllm:[a-z_]+_total)\{[^}]*\} ([0-9.e+]+)$", text, re.M):
+        for match in re.finditer(COUNTER, text, re.M):
             values[match[1]] = values.get(match[1], 0.0) + float(match[2])
         return values
 

@@ -3,9 +3,10 @@
 The gateway's config (one alias `pool` over engine servers, declared an engine pool and scraped every 0.5 s),
 waiting for its /health/ready, one streamed `/v1/completions` request timed client-side (TTFT, tokens,
 `x-served-by`, cached tokens), a random-weight HF folder for a GPU without real weights, and SmolLM2's
-tokenizer.json to carry there.
+tokenizer.json to carry there; the pool's command-line options and its engine servers.
 """
 
+import argparse
 import asyncio
 import json
 import tempfile
@@ -15,7 +16,10 @@ from typing import Any
 
 import aiohttp
 
+from bench.lib import trace_data as td
 from bench.lib.engine_http import EngineServer
+from bench.lib.harness import ROOT
+from bench.lib.trace_aiperf import HF_CACHE
 
 KEY = "sk-bench-routing"
 
@@ -104,3 +108,40 @@ def export_tokenizer(folder: Path) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     load_tokenizer(load_gguf(packaged_model_path()).tokenizer).backend.save(str(folder / "tokenizer.json"))
+
+
+def add_pool_arguments(add: Any, kv_mb: int, batched_tokens: int) -> None:
+    """The engine pool's options, shared with bench/admission_replay.py."""
+    add("--replicas", type=int, default=2, help="engines in the pool")
+    add("--device", default="cpu", help="cuda: every engine on the one GPU")
+    add("--dtype", default="int4")
+    add(
+        "--random-shape",
+        default=None,
+        help="random weights of a bench.lib.engine_gpu_models shape, e.g. llama-1b",
+    )
+    add("--tokenizer-dir", default=".gpu/tokenizer", help="tokenizer.json for --random-shape")
+    add("--kv-mb", type=int, default=kv_mb, help="each engine's KV cache")
+    add("--threads", type=int, default=1)
+    add("--batched-tokens", type=int, default=batched_tokens)
+    add("--max-num-seqs", type=int, default=None, help="each engine's running-batch limit (default: its own)")
+    add("--traces-dir", default=str(td.TRACES), help="folder of the traces (../shared/traces)")
+    add("--aiperf", default=str(ROOT / "build" / "aiperf-venv" / "bin" / "aiperf"), help="AIPerf's command")
+    add("--tokenizer", default=str(HF_CACHE), help="HF cache with SmolLM2's tokenizer, for AIPerf")
+
+
+def pool_engines(args: argparse.Namespace, max_model_len: int, **extra: object) -> list[EngineServer]:
+    """`--replicas` engine servers (engine settings `extra` on top); with `--random-shape`, one random-weight
+    folder that all of them load."""
+    settings: dict[str, Any] = dict(served_model_name="m", dtype=args.dtype, device=args.device,
+                                    kv_cache_memory_mb=args.kv_mb, num_threads=args.threads,
+                                    max_model_len=max_model_len, max_num_batched_tokens=args.batched_tokens)  # fmt: skip
+    if args.max_num_seqs:
+        settings["max_num_seqs"] = args.max_num_seqs
+    settings.update(extra)
+    if args.random_shape:
+        folder = Path(args.work_dir) / args.random_shape
+        settings["model"] = random_model_folder(
+            args.random_shape, folder, Path(args.tokenizer_dir), args.dtype
+        )
+    return [EngineServer(**settings) for _ in range(args.replicas)]
