@@ -59,7 +59,7 @@ from bench.lib.admission_pool import (
 from bench.lib.admission_records import Record, jain, overlap, read_records, served_windows, summarise
 from bench.lib.admission_report import print_tables, targets
 from bench.lib.engine_http import EngineServer
-from bench.lib.engine_pool import add_pool_arguments, pool_engines
+from bench.lib.engine_pool import add_pool_arguments, pool_engines, restart_pool
 from bench.lib.harness import ROOT, write_json
 from bench.lib.trace_aiperf import aiperf_command, run_aiperf
 from bench.trace_replay import batch1_work, calibrate
@@ -97,6 +97,10 @@ class Pool:
         seconds = sum(r.prompt_tokens * self.cal["s_per_prompt_token"] + r.completion_tokens
                       * self.cal["s_per_output_token"] for r in done)  # fmt: skip
         return seconds / (hi - lo) if hi > lo else 0.0
+
+
+def max_model_len(args: argparse.Namespace) -> int:
+    return args.max_input + args.max_output + 32  # + the chat template
 
 
 def classes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -247,9 +251,11 @@ async def priority(pool: Pool, results: dict[str, Any]) -> None:
         alone[mode] = tenant_figures(pool, case, "interactive", (records[0].start_s, records[-1].start_s))
         out.setdefault("alone", {})[mode] = {**case_meta(case), "interactive": alone[mode]}
         save(results)
+    current = (args.prefill_shares or [None])[0]  # the engines started with it
     for mode, share in [(m, n) for m in args.modes for n in args.prefill_shares or [None]]:
-        if share is not None:  # the engines restarted with this lower-priority prefill share (a sweep)
-            await restart_engines(pool, lower_priority_prefill_tokens=share)
+        if share != current:  # the engines restarted with this lower-priority prefill share (a sweep)
+            await restart_pool(pool.engines, args, max_model_len(args), lower_priority_prefill_tokens=share)
+            current = share
         loads = [
             Load("interactive", inter, inter_div, args.interactive_delay_s),
             Load("batch", batch, batch_div),
@@ -272,14 +278,6 @@ async def priority(pool: Pool, results: dict[str, Any]) -> None:
             "window_s": window[1] - window[0],
         }  # fmt: skip
         save(results)
-
-
-async def restart_engines(pool: Pool, **settings: object) -> None:
-    for engine in pool.engines:
-        engine.stop()
-    pool.engines[:] = pool_engines(pool.args, pool.args.max_input + pool.args.max_output + 32, **settings)
-    for engine in pool.engines:
-        await engine.wait_ready(timeout=900)
 
 
 async def fair_share(pool: Pool, results: dict[str, Any]) -> None:
@@ -321,7 +319,8 @@ async def main_async(args: argparse.Namespace) -> None:
             measure_overhead, args.overhead_rounds, args.overhead_requests
         )
         save(results)
-    engines = pool_engines(args, args.max_input + args.max_output + 32)  # + the chat template
+    share = {"lower_priority_prefill_tokens": args.prefill_shares[0]} if args.prefill_shares else {}
+    engines = pool_engines(args, max_model_len(args), **share)
     try:
         for engine in engines:
             await engine.wait_ready(timeout=900)

@@ -145,3 +145,13 @@ def pool_engines(args: argparse.Namespace, max_model_len: int, **extra: object) 
             args.random_shape, folder, Path(args.tokenizer_dir), args.dtype
         )
     return [EngineServer(**settings) for _ in range(args.replicas)]
+
+
+async def restart_pool(engines: list[EngineServer], args: argparse.Namespace, max_model_len: int,
+                       **extra: object) -> None:  # fmt: skip
+    """Stops `engines` and puts in their place a fresh pool of `pool_engines(args, …, **extra)`, ready."""
+    for engine in engines:
+        engine.stop()
+    engines[:] = pool_engines(args, max_model_len, **extra)
+    for engine in engines:
+        await engine.wait_ready(timeout=900)
