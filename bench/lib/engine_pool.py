@@ -18,8 +18,7 @@ import aiohttp
 
 from bench.lib import trace_data as td
 from bench.lib.engine_http import EngineServer
-from bench.lib.harness import ROOT
-from bench.lib.trace_aiperf import HF_CACHE
+from bench.lib.harness import HF_CACHE, ROOT
 
 KEY = "sk-bench-routing"
 

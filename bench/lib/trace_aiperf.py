@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.lib.harness import ROOT
+from bench.lib.harness import HF_CACHE
 
 TOKENIZER_REPO = "HuggingFaceTB/SmolLM2-135M"  # the packaged GGUF's tokenizer is this repo's
-HF_CACHE = ROOT / "build" / "hf-cache"
 ALL_FAILED = (
     "inference request(s) failed; no successful responses"  # AIPerf 0.13 exits 1 then, records written
 )
