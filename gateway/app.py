@@ -18,6 +18,7 @@ from core.validation import too_large
 from gateway.anthropic_api.errors import anthropic_error_response
 from gateway.anthropic_api.routes import router as messages_router
 from gateway.inbound import bounded_receive, client_request_id, declared_size, decoded
+from gateway.lifecycle import close_within
 from gateway.openapi import allowed_methods, install_openapi
 from gateway.proxy import ENDPOINTS, JSON, Proxy
 from gateway.responses_api.routes import router as responses_router
@@ -102,7 +103,7 @@ def create_app(settings: Settings) -> GatewayApp:
         finally:
             restore_signals()
             app.proxy = None
-            await app.state.response_store.aclose()
+            await close_within([app.state.response_store.aclose], settings.shutdown_grace_s)
             await services.aclose()
 
     app = GatewayApp(title="llmgw", version="0.1.0", lifespan=lifespan, docs_url="/docs", redoc_url=None)

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -35,6 +35,21 @@ def shutting_down() -> OpenAIError:
                         code="server_shutting_down")  # fmt: skip
     error.headers["retry-after"] = "1"
     return error
+
+
+async def close_within(closers: list[Callable[[], Awaitable[Any]]], timeout_s: float) -> None:
+    """Runs each closer in turn (the lifespan shutdown: flush usage records, close pools and clients), all
+    within `timeout_s` together. One that has not finished by then is abandoned with an error naming it, and
+    the rest still run (each gets at least a second), so a stuck close (a peer that never answers) cannot
+    keep a terminated process alive: an orchestrator would kill it later and lose every later flush."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    for close in closers:
+        left = max(deadline - asyncio.get_running_loop().time(), 1.0)
+        try:
+            await asyncio.wait_for(close(), left)
+        except TimeoutError:
+            name = getattr(close, "__qualname__", repr(close))
+            log.error("shutdown: %s did not finish within %.0fs; exiting without it", name, left)
 
 
 class Drain:

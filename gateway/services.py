@@ -17,7 +17,7 @@ from cache.factory import CacheComponents, create_cache
 from core.context import Handler, Policy, Principal, RequestContext, Stage
 from core.errors import OpenAIError, model_not_found
 from core.models import ModelConfig
-from gateway.lifecycle import Drain, DrainStage
+from gateway.lifecycle import Drain, DrainStage, close_within
 from gateway.observe import Observability, create_observability
 from gateway.pipeline import chain
 from gateway.settings import Settings, database_problem
@@ -110,8 +110,8 @@ class Services:
         return report
 
     async def aclose(self) -> None:
-        for close in reversed(self.closers):
-            await close()
+        """Closes what start_services opened, in reverse order, within the shutdown grace period."""
+        await close_within(list(reversed(self.closers)), self.settings.shutdown_grace_s)
 
 
 def redis_connector(settings: Settings, user: str) -> Callable[[], Redis] | None:

@@ -64,13 +64,20 @@ class Fleet:
     def stop(self) -> None:
         for process in self.processes:
             process.terminate()
-            process.wait(timeout=10)
+        stuck = []
+        for process in self.processes:  # every replica stopped even when one hangs (then the test fails)
+            try:
+                process.wait(timeout=40)  # its shutdown is bounded by the grace period (30 s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                stuck.append(process.args)
         client = redis.Redis.from_url(REDIS_URL)
         for key in client.scan_iter(match=self.prefix + "*", count=1000):
             client.delete(key)
         client.close()
         if self.schema:
             asyncio.run(_postgres(f"DROP SCHEMA {self.schema} CASCADE"))
+        assert not stuck, f"replicas did not exit within 40 s of SIGTERM: {stuck}"
 
     def log_tails(self, lines: int = 30) -> str:
         """The last lines each replica logged (secrets masked), for a failure's message."""

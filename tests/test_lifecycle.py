@@ -9,7 +9,7 @@ import pytest
 
 from core.context import Reply, RequestContext
 from core.errors import OpenAIError
-from gateway.lifecycle import Drain, DrainStage
+from gateway.lifecycle import Drain, DrainStage, close_within
 
 
 def ctx() -> RequestContext:
@@ -87,3 +87,37 @@ async def test_other_cancellations_stay_cancellations() -> None:
     call.cancel()  # e.g. the client left
     with pytest.raises(asyncio.CancelledError):
         await call
+
+
+async def test_a_stuck_closer_is_abandoned_and_the_others_still_run(caplog: pytest.LogCaptureFixture) -> None:
+    closed: list[str] = []
+
+    async def flush() -> None:
+        closed.append("flush")
+
+    async def stuck() -> None:
+        await asyncio.Event().wait()  # a peer that never answers
+
+    async def pools() -> None:
+        closed.append("pools")
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await close_within([flush, stuck, pools], timeout_s=0.3)
+    assert closed == ["flush", "pools"]
+    assert loop.time() - started < 2.5  # the stuck one got what was left (at least 1 s), not forever
+    assert "stuck did not finish" in caplog.text
+
+
+async def test_closers_that_finish_are_all_awaited_in_order() -> None:
+    closed: list[int] = []
+
+    def closer(n: int):
+        async def close() -> None:
+            await asyncio.sleep(0.01)
+            closed.append(n)
+
+        return close
+
+    await close_within([closer(1), closer(2), closer(3)], timeout_s=5)
+    assert closed == [1, 2, 3]
