@@ -15,9 +15,9 @@ run of consecutive trace requests holding L × replicas × D seconds of work, re
 
 1. priority: an interactive tenant (class interactive) replays a Mooncake conversation-trace slice at
    `--interactive-load` alone (its baseline, admission fair and off), then beside a batch tenant (class batch)
-   replaying the Azure code trace at `--batch-load` (3×). The batch tenant alone with admission off gives the
-   pool's capacity for its mix (served tokens/s, and batch-1 work served per second); its "remaining capacity"
-   beside the interactive tenant is that × (1 − the interactive tenant's served work rate ÷ the pool's).
+   replaying the Azure code trace at `--batch-load` (3×), once per engine step share with `--prefill-shares`.
+   The pool's closed-loop capacity on the batch mix (tokens/s, batch-1 work/s) × (1 − the interactive tenant's
+   served work ÷ the pool's) is the batch tenant's "remaining capacity". Every case starts on idle engines.
    Reported: interactive p95 TTFT ÷ alone (target ≤ 1.5), goodput against its class's SLO (≥ 95 %), batch
    served tokens/s ÷ remaining capacity (≥ 90 %), refusals by status with how many carried Retry-After,
    timeouts (AIPerf's client timeout `--client-timeout-s`; target none).
