@@ -47,13 +47,15 @@ from bench.lib.admission_pool import (
     REDIS_URL,
     GatewayFleet,
     Tenant,
-    first_traffic,
+    compact,
+    launch,
     learn_capacity,
     new_database_url,
     pool_capacity,
     pool_config,
     provision,
-    slots_of,
+    sample_slots,
+    slot_stats,
     wait_idle,
 )
 from bench.lib.admission_records import Record, jain, overlap, read_records, served_windows, summarise
@@ -61,7 +63,7 @@ from bench.lib.admission_report import print_tables, targets
 from bench.lib.engine_http import EngineServer
 from bench.lib.engine_pool import add_pool_arguments, pool_engines, restart_pool
 from bench.lib.harness import ROOT, write_json
-from bench.lib.trace_aiperf import aiperf_command, run_aiperf
+from bench.lib.trace_aiperf import aiperf_command
 from bench.trace_replay import batch1_work, calibrate
 from routing.admission.config import AdmissionSettings
 
@@ -185,37 +187,6 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
     return {"records": records, "slots_learned": slots, "idle_wait_s": idle_wait_s, "slots_during": slot_stats(slots_seen),
             "aiperf_wall_s": walls, "case_wall_s": time.time() - started, "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
             "gateway_series": [compact(s) for s in series]}  # fmt: skip
-
-
-async def launch(
-    command: list[str], delay_s: float, timeout: float, after: list[EngineServer] | None
-) -> float:
-    """A delayed tenant starts `delay_s` after the others' first request reached the engines (`after`)."""
-    if after:
-        await first_traffic(after)
-    await asyncio.sleep(delay_s)
-    return await asyncio.to_thread(run_aiperf, command, timeout)
-
-
-async def sample_slots(fleet: GatewayFleet, seen: list[list[float | None]]) -> None:
-    """Each replica's estimate of the pool's slots, every second, while the load runs."""
-    while True:
-        seen.append([slots_of(series) for series in await fleet.metrics()])
-        await asyncio.sleep(1.0)
-
-
-def slot_stats(seen: list[list[float | None]]) -> list[dict[str, float]]:
-    out = []
-    for column in zip(*seen, strict=True):
-        known = [v for v in column if v is not None]
-        out.append({"min": min(known), "mean": sum(known) / len(known), "max": max(known)} if known else {})
-    return out
-
-
-def compact(series: dict[str, float]) -> dict[str, float]:
-    keep = ("llmgw_admission_shed_total", "llmgw_admission_slo_requests_total", "llmgw_admission_served_tokens_total",
-            "llmgw_admission_pool_slots")  # fmt: skip
-    return {k: v for k, v in series.items() if k.startswith(keep)}
 
 
 def tenant_figures(

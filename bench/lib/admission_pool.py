@@ -7,7 +7,8 @@ policy has only its `routing` section: `{"service_class": ..., "weight": ...}` (
 Deployments get `send_priority: true` (the class's rank reaches the engine's priority scheduler) and no
 `max_concurrency` unless asked: the gateway learns each engine's slots from its scraped metrics, which needs
 the engine to be seen saturated once, so `learn_capacity` sends a burst through each replica first and waits
-until its `llmgw_admission_pool_slots` is a number.
+until its `llmgw_admission_pool_slots` is a number. While a case runs: waits on the engines' counters (idle
+before it starts, a tenant's first request arrived), AIPerf launched per tenant, the replicas' slots sampled.
 """
 
 import asyncio
@@ -15,6 +16,7 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,7 @@ import aiohttp
 from bench.lib.engine_http import EngineServer
 from bench.lib.engine_pool import KEY, gateway_config, one_request, wait_ready
 from bench.lib.harness import Process, start_gateway
+from bench.lib.trace_aiperf import run_aiperf
 from bench.lib.trace_data import TraceRequest
 from gateway.settings import Settings
 from policies.policy import Policy
@@ -204,17 +207,27 @@ async def pool_capacity(
             "work_rate": work / seconds, "seconds": seconds}  # fmt: skip
 
 
-async def wait_idle(engines: list[EngineServer], timeout_s: float = 120.0) -> float:
-    """Waits until no engine runs or holds a request (what an earlier case or probe left still finishing), so
-    that every case starts on an idle pool. Returns the seconds waited (timeout_s at most)."""
+async def _wait_counters(
+    engines: list[EngineServer], done: Callable[[list[dict[str, float]]], bool], timeout_s: float
+) -> float:
+    """Polls the engines' counters every 0.5 s until `done` says so; the seconds waited (timeout_s at most)."""
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
-        counters = [await engine.counters() for engine in engines]
-        if not any(c.get("vllm:num_requests_running", 0.0) + c.get("vllm:num_requests_waiting", 0.0)
-                   for c in counters):  # fmt: skip
+        if done([await engine.counters() for engine in engines]):
             break
         await asyncio.sleep(0.5)
     return time.monotonic() - start
+
+
+async def wait_idle(engines: list[EngineServer], timeout_s: float = 120.0) -> float:
+    """Waits until no engine runs or holds a request (what an earlier case or probe left still finishing), so
+    that every case starts on an idle pool. Returns the seconds waited."""
+
+    def idle(counters: list[dict[str, float]]) -> bool:
+        busy = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+        return not any(c.get(name, 0.0) for c in counters for name in busy)
+
+    return await _wait_counters(engines, idle, timeout_s)
 
 
 async def first_traffic(engines: list[EngineServer], timeout_s: float = 600.0) -> float:
@@ -223,14 +236,39 @@ async def first_traffic(engines: list[EngineServer], timeout_s: float = 600.0) -
     for thousands of full-length prompts takes minutes, so a fixed head start does not order two tenants).
     Returns the seconds waited (timeout_s at most)."""
 
-    async def prompt_tokens() -> float:
-        counters = [await engine.counters() for engine in engines]
+    def prompt_tokens(counters: list[dict[str, float]]) -> float:
         return sum(c.get("vllm:prompt_tokens_total", 0.0) for c in counters)
 
-    start = time.monotonic()
-    before = await prompt_tokens()
-    while time.monotonic() - start < timeout_s:
-        await asyncio.sleep(0.5)
-        if await prompt_tokens() > before:
-            break
-    return time.monotonic() - start
+    before = prompt_tokens([await engine.counters() for engine in engines])
+    return await _wait_counters(engines, lambda counters: prompt_tokens(counters) > before, timeout_s)
+
+
+async def launch(
+    command: list[str], delay_s: float, timeout: float, after: list[EngineServer] | None
+) -> float:
+    """A delayed tenant starts `delay_s` after the others' first request reached the engines (`after`)."""
+    if after:
+        await first_traffic(after)
+    await asyncio.sleep(delay_s)
+    return await asyncio.to_thread(run_aiperf, command, timeout)
+
+
+async def sample_slots(fleet: GatewayFleet, seen: list[list[float | None]]) -> None:
+    """Each replica's estimate of the pool's slots, every second, while the load runs."""
+    while True:
+        seen.append([slots_of(series) for series in await fleet.metrics()])
+        await asyncio.sleep(1.0)
+
+
+def slot_stats(seen: list[list[float | None]]) -> list[dict[str, float]]:
+    out = []
+    for column in zip(*seen, strict=True):
+        known = [v for v in column if v is not None]
+        out.append({"min": min(known), "mean": sum(known) / len(known), "max": max(known)} if known else {})
+    return out
+
+
+def compact(series: dict[str, float]) -> dict[str, float]:
+    keep = ("llmgw_admission_shed_total", "llmgw_admission_slo_requests_total", "llmgw_admission_served_tokens_total",
+            "llmgw_admission_pool_slots")  # fmt: skip
+    return {k: v for k, v in series.items() if k.startswith(keep)}

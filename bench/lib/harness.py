@@ -16,9 +16,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
-HF_CACHE = (
-    ROOT / "build" / "hf-cache"
-)  # SmolLM2's tokenizer as an HF cache, for AIPerf (bench/lib/trace_aiperf)
+# SmolLM2's tokenizer as an HF cache, for AIPerf (bench/lib/trace_aiperf)
+HF_CACHE = ROOT / "build" / "hf-cache"
 WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.body = [[%s]]
