@@ -6,8 +6,10 @@ running: the engine's own batch limit, as vLLM's --max-num-seqs), one alias `poo
 replicas sharing Redis (127.0.0.1:6379) and one database; each AIPerf process sends to one replica (tenant i to
 replica i mod gateways). The gateways learn each engine's slots from its scraped metrics (no max_concurrency
 unless `--max-concurrency`); the class's rank reaches the engines as vLLM's `priority`. Every case runs with
-admission on (`fair`: weighted fair sharing between tenants), on with `fair: false` (`fifo`), and `off`
-(routing.admission.enabled=false), each with fresh gateway processes.
+admission on (`fair`: weighted fair sharing between tenants), on without latency feedback (`noguard`:
+routing.admission.slo_guard.enabled=false), on with `fair: false` (`fifo`), and `off`
+(routing.admission.enabled=false), each with fresh gateway processes. `--no-send-priority`: the engines see
+every request alike (vLLM without --scheduling-policy priority), so only the gateway separates the classes.
 
 Load is relative to the pool's capacity, calibrated as bench/trace_replay.py does: batch-1 seconds per prompt
 and per output token on each engine; a slice's work is Σ(batch-1 seconds), and a load of L over D seconds is a
@@ -150,7 +152,7 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
     args = pool.args
     prefix = f"llmgw-admbench-{time.time_ns()}:"
     config = pool_config(pool.engines, mode, pool.database_url, classes(args), args.max_concurrency, prefix,
-                         None if args.no_redis else REDIS_URL)  # fmt: skip
+                         None if args.no_redis else REDIS_URL, not args.no_send_priority)  # fmt: skip
     fleet = GatewayFleet(config, args.gateways)
     started = time.time()
     load_before = os.getloadavg()
@@ -216,7 +218,8 @@ async def priority(pool: Pool, results: dict[str, Any]) -> None:
     )
     cap = {"served_tok_s": pool.capacity["tok_s"], "work_rate": pool.capacity["work_rate"]}
     alone: dict[str, dict] = {}
-    for mode in [m for m in ("fair", "off") if m in args.modes]:  # alone, fifo is fair
+    admission = set(args.modes) - {"off"}  # alone, every admission mode is fair (no one to share with)
+    for mode in [m for m in ("fair", "off") if m in args.modes or (m == "fair" and admission)]:
         case = await run_case(pool, "alone", mode, [Load("interactive", inter, inter_div)])
         records = case["records"]["interactive"]
         alone[mode] = tenant_figures(pool, case, "interactive", (records[0].start_s, records[-1].start_s))
@@ -330,6 +333,7 @@ def main() -> None:
     add_pool_arguments(add, kv_mb=96, batched_tokens=128)
     parser.set_defaults(max_num_seqs=4, dtype="int4")
     add("--no-redis", action="store_true", help="one gateway, admission and limits in its memory (no Redis)")
+    add("--no-send-priority", action="store_true", help="the engines get no priority (vLLM without it)")
     add("--max-output", type=int, default=256, help="the engines' max_model_len is --max-input + this")
     add("--length-div", type=int, default=64, help="Mooncake lengths ÷ this")
     add(

@@ -32,8 +32,10 @@ from policies.policy import Policy
 from policies.provision import provision_virtual_key
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
-MODES: dict[str, dict[str, bool]] = {
+MODES: dict[str, dict[str, Any]] = {
     "fair": {"enabled": True, "fair": True},  # weighted fair sharing between tenants of a class
+    # the same without latency feedback (routing/admission/guard.py): shares by slots alone
+    "noguard": {"enabled": True, "fair": True, "slo_guard": {"enabled": False}},
     "fifo": {"enabled": True, "fair": False},  # first come, first served within a class
     "off": {"enabled": False, "fair": True},  # no admission: requests go straight to the engines
 }
@@ -49,12 +51,14 @@ class Tenant:
 def pool_config(
     engines: list[EngineServer], mode: str, database_url: str, classes: dict[str, dict[str, float]],
     max_concurrency: int | None, redis_prefix: str, redis_url: str | None = REDIS_URL,
+    send_priority: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """engine_routing's gateway config (one alias `pool`, an engine pool scraped every 0.5 s) plus admission,
-    priority, a shared database and Redis."""
+    priority (`send_priority` False: the engines see every request alike, as vLLM without
+    --scheduling-policy priority), a shared database and Redis."""
     config = gateway_config(engines, "least_outstanding")
     for deployment in config["models"][0]["deployments"]:
-        deployment["send_priority"] = True
+        deployment["send_priority"] = send_priority
         if max_concurrency:
             deployment["max_concurrency"] = max_concurrency
     config["database_url"] = database_url

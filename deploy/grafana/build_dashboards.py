@@ -200,6 +200,10 @@ OVERLOAD = [
         ("max by (model) (llmgw_admission_pool_slots)", "{{model}} slots (NaN: not learned yet)"),
         ("sum by (model) (llmgw_admission_running)", "{{model}} running (all replicas)"),
     ), "Slots: the deployments' max_concurrency, or learned from the engines' running and waiting counts"),
+    Panel("Latency feedback: part of its pool share a class may fill", "percentunit",
+          (("min by (model, class) (llmgw_admission_share_factor)", "{{model}} {{class}}"),),
+          "Below 1 while a class ranked above it misses its TTFT target (routing.admission.slo_guard); "
+          "lowest over replicas"),
 ]  # fmt: skip
 
 DASHBOARDS = {

@@ -57,6 +57,8 @@ class Lease:
     def _tap(self, chunk: dict[str, Any]) -> None:
         if self._first_token is None and _has_token(chunk):
             self._first_token = time.perf_counter()
+            started = self._ctx.started_at or self._first_token
+            self._gate.guard.observe_ttft(self.ticket.service, self._first_token - started)
 
     def _ended(self, ending: Ending) -> None:
         if self._done:
@@ -66,6 +68,8 @@ class Lease:
         self._gate.release(self.ticket, usage.prompt_tokens + usage.completion_tokens)
         outcome = "failed" if ending.status != 200 else self._slo(usage.completion_tokens)
         self._admission.metrics.outcome(self._gate.alias, self.ticket, outcome)
+        if outcome != "failed" and self._first_token is None:  # a body: its whole answer counts
+            self._gate.guard.observe(self.ticket.service, outcome == "met")
 
     def _slo(self, tokens: int) -> str:
         target = self._admission.settings.classes[self.ticket.service]
@@ -132,6 +136,9 @@ class Admission:
         while True:
             await asyncio.sleep(self.settings.tick_s)
             for alias, gate in list(self.gates.items()):
+                if gate.guard.adjust(gate.holds) and gate.waiting():
+                    gate.tick()  # a share grew: start what now fits
+                self.metrics.set_share_factors(alias, gate.guard.factor)
                 if gate.waiting():
                     gate.tick()
                 else:

@@ -33,6 +33,27 @@ class ServiceClass(BaseModel):
     max_queued: int = Field(default=2000, ge=0, description="requests held per pool; beyond it, refused")
 
 
+class SloGuardSettings(BaseModel):
+    """Latency feedback (guard.py): the classes below one that misses its TTFT target get fewer slots."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        default=True, description="cut the lower classes' share of a saturated pool while a higher class "
+        "misses its TTFT target; give it back as the target is met"
+    )  # fmt: skip
+    window_s: float = Field(default=20.0, gt=0, description="TTFT outcomes are counted over this")
+    interval_s: float = Field(default=1.0, gt=0, description="shares move at most this often")
+    max_miss: float = Field(
+        default=0.05, ge=0, lt=1, description="share of the higher classes' requests that may miss their "
+        "TTFT target before the lower classes' share is cut"
+    )  # fmt: skip
+    min_samples: int = Field(default=10, ge=1, description="outcomes needed in the window to cut a share")
+    decrease: float = Field(default=0.7, gt=0, lt=1, description="a cut multiplies the share by this")
+    increase: float = Field(default=0.05, gt=0, le=1, description="added back per interval while met")
+    min_factor: float = Field(default=0.1, gt=0, le=1, description="a share is never cut below this part")
+
+
 def _default_classes() -> dict[ClassName, ServiceClass]:
     return {
         "interactive": ServiceClass(rank=0, ttft_s=1.0, itl_s=0.1, queue_deadline_s=2.0, pool_share=1.0),
@@ -70,6 +91,9 @@ class AdmissionSettings(BaseModel):
         default=0.25, gt=0, description="replicas exchange their counts this often"
     )
     replica_ttl_s: float = Field(default=2.0, gt=0, description="a replica silent this long holds no share")
+    slo_guard: SloGuardSettings = Field(
+        default_factory=SloGuardSettings, description="lower classes' share cut while a higher one misses TTFT"
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _all_classes(self) -> "AdmissionSettings":

@@ -64,6 +64,7 @@ class FleetSync:
                     for gate in self._admission.gates.values():
                         gate.others, gate.ledger.others, gate.others_running = {}, {}, 0.0
                         gate.others_queued, gate.others_rate, gate.others_tenants = {}, 0.0, {}
+                        gate.guard.others = {}
             await asyncio.sleep(self._interval)
 
     async def sync(self) -> None:
@@ -75,7 +76,7 @@ class FleetSync:
         members, mine = self.members_key(gate.alias), self._record_key(gate.alias, self.replica_id)
         record = json.dumps({"demand": gate.demand(), "running": gate.running_total(), "queued": gate.queued(),
                              "rate": gate.release_rate(), "service": gate.ledger.local(),
-                             "tenants": gate.tenant_demand()})  # fmt: skip
+                             "tenants": gate.tenant_demand(), "slo": gate.guard.local()})  # fmt: skip
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.set(mine, record, px=self._ttl_ms)
             pipe.zadd(members, {self.replica_id: now_ms + self._ttl_ms})
@@ -89,6 +90,7 @@ class FleetSync:
         service: dict[str, float] = {}
         queued: dict[str, float] = {}
         tenants: dict[str, dict[str, tuple[float, float]]] = {}
+        outcomes: dict[str, tuple[float, float]] = {}
         running = rate = 0.0
         for raw in records:
             if raw is None:
@@ -103,6 +105,9 @@ class FleetSync:
                     demand[name] = demand.get(name, 0.0) + float(count)
                 for tenant, amount in data["service"].items():
                     service[tenant] = service.get(tenant, 0.0) + float(amount)
+                for name, (met, missed) in data.get("slo", {}).items():
+                    seen_met, seen_missed = outcomes.get(name, (0.0, 0.0))
+                    outcomes[name] = (seen_met + float(met), seen_missed + float(missed))
                 for name, by_tenant in data.get("tenants", {}).items():
                     merged = tenants.setdefault(name, {})
                     for tenant, (count, weight) in by_tenant.items():
@@ -110,6 +115,7 @@ class FleetSync:
                         merged[tenant] = (seen + float(count), max(seen_weight, float(weight)))
         gate.others, gate.ledger.others = demand, service  # type: ignore[assignment]
         gate.others_tenants = tenants  # type: ignore[assignment]
+        gate.guard.others = outcomes  # type: ignore[assignment]
         gate.others_running, gate.others_queued, gate.others_rate = running, queued, rate  # type: ignore[assignment]
         if gate.waiting():
             gate.tick()

@@ -35,6 +35,7 @@ from backends.base import UpstreamError
 from routing.admission.capacity import Slots
 from routing.admission.config import AdmissionSettings, ClassName
 from routing.admission.fair import ClassQueue, ServiceLedger, Ticket, whole_slot_shares
+from routing.admission.guard import SloGuard
 from routing.admission.metrics import AdmissionMetrics
 
 RATE_WINDOW_S = 10.0
@@ -92,6 +93,7 @@ class PoolGate:
         self._tenant_running: dict[ClassName, dict[str, tuple[int, float]]] = {c: {} for c in self._ranked}
         self.slots = Slots(None)
         self.rate = StartRate(clock)
+        self.guard = SloGuard(settings.slo_guard, settings.classes, clock)  # latency feedback (guard.py)
 
     # -- the hot path ---------------------------------------------------------------------------------
 
@@ -213,10 +215,19 @@ class PoolGate:
         if total is None:
             return True
         busy = self._busy(service)
-        share = self._classes[service].pool_share
+        share = self._share(service)
         # whole slots: 90 % of 8 lets batch run 7, keeping one free; any class may use a pool's one slot
         fits = busy + 1 <= max(math.floor(total * share + 1e-9), min(total, 1.0))
         return fits and self.running[service] < self.allowance()[service]
+
+    def _share(self, service: ClassName) -> float:
+        """The class's `pool_share`, cut while a class above it misses its TTFT target (guard.py)."""
+        return self._classes[service].pool_share * self.guard.factor[service]
+
+    def holds(self, service: ClassName) -> bool:
+        """A request of `service` runs on this replica or, as last synced, on another."""
+        elsewhere = self.others.get(service, 0.0) - self.others_queued.get(service, 0.0)
+        return self.running[service] > 0 or elsewhere > 0
 
     def _busy(self, service: ClassName) -> float:
         """Slots in use that a request of `service` must find room beside: every running request, or, where
@@ -235,7 +246,7 @@ class PoolGate:
         for service in self._ranked:
             mine = self.running[service] + len(self.queues[service])
             fleet = mine + self.others.get(service, 0.0)
-            cap = math.inf if total is None else total * self._classes[service].pool_share
+            cap = math.inf if total is None else total * self._share(service)
             grant = max(0.0, min(fleet, cap - used))
             used += grant
             if self._settings.fair and self.others_tenants.get(service):

@@ -39,6 +39,11 @@ class AdmissionMetrics:
             "missed, shed, failed. Goodput = met / all.",
             ["model", "class", "tenant", "outcome"], registry=registry,
         )  # fmt: skip
+        self.share_factor = Gauge(
+            "llmgw_admission_share_factor",
+            "Part of its pool_share a class may fill now: below 1 while a class above it misses its TTFT "
+            "target (latency feedback).", ["model", "class"], registry=registry,
+        )  # fmt: skip
         self.tokens = Counter(
             "llmgw_admission_served_tokens", "Prompt + completion tokens served, per tenant (fair shares).",
             ["model", "class", "tenant"], registry=registry,
@@ -62,6 +67,10 @@ class AdmissionMetrics:
 
     def set_running(self, model: str, service: str, count: int) -> None:
         self.running.labels(model, service).set(count)
+
+    def set_share_factors(self, model: str, factors: dict[str, float]) -> None:
+        for service, factor in factors.items():
+            self.share_factor.labels(model, service).set(factor)
 
     def set_slots(self, model: str, slots: float | None) -> None:
         self.slots.labels(model).set(float("nan") if slots is None else slots)
