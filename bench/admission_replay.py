@@ -175,7 +175,8 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
                                            outs[-1], args.seed + index) + ["--export-http-trace"])  # fmt: skip
         timeout = args.client_timeout_s + max(r.t_ms for load in loads for r in load.trace) / 1000 + 300
         slots_seen: list[list[float | None]] = []
-        sampling = asyncio.create_task(sample_slots(fleet, slots_seen))
+        factors_seen: list[list[float | None]] = []
+        sampling = asyncio.create_task(sample_slots(fleet, slots_seen, factors_seen))
         walls = await asyncio.gather(*(launch(c, load.delay_s, timeout, pool.engines if load.delay_s else None)
                                        for c, load in zip(commands, loads, strict=True)))  # fmt: skip
         sampling.cancel()
@@ -187,6 +188,7 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
     print(f"== {label} {mode}: {counts} requests, {time.time() - started:.0f} s, slots {slots}, "
           f"load avg {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     return {"records": records, "slots_learned": slots, "idle_wait_s": idle_wait_s, "slots_during": slot_stats(slots_seen),
+            "batch_share_factor": slot_stats(factors_seen),
             "aiperf_wall_s": walls, "case_wall_s": time.time() - started, "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
             "gateway_series": [compact(s) for s in series]}  # fmt: skip
 

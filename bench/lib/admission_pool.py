@@ -257,11 +257,23 @@ async def launch(
     return await asyncio.to_thread(run_aiperf, command, timeout)
 
 
-async def sample_slots(fleet: GatewayFleet, seen: list[list[float | None]]) -> None:
-    """Each replica's estimate of the pool's slots, every second, while the load runs."""
+async def sample_slots(
+    fleet: GatewayFleet, seen: list[list[float | None]], factors: list[list[float | None]]
+) -> None:
+    """Each replica's estimate of the pool's slots and its batch class's share factor (latency feedback),
+    every second, while the load runs."""
     while True:
-        seen.append([slots_of(series) for series in await fleet.metrics()])
+        metrics = await fleet.metrics()
+        seen.append([slots_of(series) for series in metrics])
+        factors.append([batch_factor(series) for series in metrics])
         await asyncio.sleep(1.0)
+
+
+def batch_factor(series: dict[str, float]) -> float | None:
+    for name, value in series.items():
+        if name.startswith("llmgw_admission_share_factor{") and 'class="batch"' in name:
+            return value
+    return None
 
 
 def slot_stats(seen: list[list[float | None]]) -> list[dict[str, float]]:
