@@ -123,11 +123,16 @@ def admission_series(text: str) -> dict[str, float]:
     return series
 
 
-def slots_of(series: dict[str, float]) -> float | None:
-    for name, value in series.items():
-        if name.startswith("llmgw_admission_pool_slots") and value == value:  # not NaN
+def series_value(series: dict[str, float], name: str, label: str = "") -> float | None:
+    """The first series of `name` (carrying `label`, e.g. 'class="batch"') whose value is a number."""
+    for key, value in series.items():
+        if key.startswith(name) and label in key and value == value:  # not NaN
             return value
     return None
+
+
+def slots_of(series: dict[str, float]) -> float | None:
+    return series_value(series, "llmgw_admission_pool_slots")
 
 
 async def learn_capacity(
@@ -265,15 +270,8 @@ async def sample_slots(
     while True:
         metrics = await fleet.metrics()
         seen.append([slots_of(series) for series in metrics])
-        factors.append([batch_factor(series) for series in metrics])
+        factors.append([series_value(s, "llmgw_admission_share_factor", 'class="batch"') for s in metrics])
         await asyncio.sleep(1.0)
-
-
-def batch_factor(series: dict[str, float]) -> float | None:
-    for name, value in series.items():
-        if name.startswith("llmgw_admission_share_factor{") and 'class="batch"' in name:
-            return value
-    return None
 
 
 def slot_stats(seen: list[list[float | None]]) -> list[dict[str, float]]:

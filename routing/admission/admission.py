@@ -136,8 +136,7 @@ class Admission:
         while True:
             await asyncio.sleep(self.settings.tick_s)
             for alias, gate in list(self.gates.items()):
-                if gate.guard.adjust(gate.holds) and gate.waiting():
-                    gate.tick()  # a share grew: start what now fits
+                gate.guard.adjust(gate.holds)  # a share that grew lets the tick below start what now fits
                 self.metrics.set_share_factors(alias, gate.guard.factor)
                 if gate.waiting():
                     gate.tick()

@@ -226,8 +226,11 @@ class PoolGate:
 
     def holds(self, service: ClassName) -> bool:
         """A request of `service` runs on this replica or, as last synced, on another."""
-        elsewhere = self.others.get(service, 0.0) - self.others_queued.get(service, 0.0)
-        return self.running[service] > 0 or elsewhere > 0
+        return self.running[service] > 0 or self._running_elsewhere(service) > 0
+
+    def _running_elsewhere(self, service: ClassName) -> float:
+        """The other replicas' requests of `service` holding a slot (their demand less their queue)."""
+        return max(self.others.get(service, 0.0) - self.others_queued.get(service, 0.0), 0.0)
 
     def _busy(self, service: ClassName) -> float:
         """Slots in use that a request of `service` must find room beside: every running request, or, where
@@ -236,7 +239,7 @@ class PoolGate:
         if not self.slots.preemptible:
             return sum(self.running.values()) + self.others_running
         above = self._at_or_above[service]
-        others = sum(max(self.others.get(c, 0.0) - self.others_queued.get(c, 0.0), 0.0) for c in above)
+        others = sum(self._running_elsewhere(c) for c in above)
         return sum(self.running[c] for c in above) + others
 
     def allowance(self) -> dict[ClassName, float]:

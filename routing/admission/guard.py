@@ -61,7 +61,7 @@ class SloGuard:
 
     def adjust(self, holds: Callable[[ClassName], bool]) -> bool:
         """At most once per `interval_s`: move each class's factor (`holds`: the class runs somewhere in the
-        fleet). True when a factor grew, so that the queue can start what now fits."""
+        fleet). True when a factor grew (the gate's next tick starts what now fits)."""
         now = self._clock()
         if not self._settings.enabled or now - self._adjusted_at < self._settings.interval_s:
             return False
