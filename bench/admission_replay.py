@@ -22,7 +22,8 @@ run of consecutive trace requests holding L × replicas × D seconds of work, re
    served work ÷ the pool's) is the batch tenant's "remaining capacity". Every case starts on idle engines.
    Reported: interactive p95 TTFT ÷ alone (target ≤ 1.5), goodput against its class's SLO (≥ 95 %), batch
    served tokens/s ÷ remaining capacity (≥ 90 %), refusals by status with how many carried Retry-After,
-   timeouts (AIPerf's client timeout `--client-timeout-s`; target none).
+   timeouts (AIPerf's client timeout `--client-timeout-s`; target none) split into waits (nothing came) and
+   answers cut while streaming (the client's total timeout shorter than the answer).
 2. fair share: two standard tenants replay two Azure conversation-trace slices at `--share-loads` (2× and
    1.5×): served tokens per 30 s window from AIPerf's records, Jain's index per window (target ≥ 0.95); then
    weights 2 : 1 (the weight-2 tenant offers the smaller load): shares per window (target within 10 % of 2).

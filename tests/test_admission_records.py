@@ -26,14 +26,19 @@ def test_records_carry_status_retry_after_and_served_tokens(tmp_path: Path) -> N
         _row(1.0, 41.0, 0, error={"type": "TimeoutError", "code": None}),
         _row(31.0, 32.0, 200, (40, 10)),
     ]
+    streaming = _row(2.0, 42.0, 0, error={"type": "TimeoutError", "code": None})
+    streaming["trace_data"]["response_chunks_count"] = 120  # tokens were flowing when the client gave up
+    rows.append(streaming)
     (tmp_path / "profile_export.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     records = read_records(tmp_path)
-    assert [r.status for r in records] == ["200", "429", "timeout", "200"]
+    assert [r.status for r in records] == ["200", "429", "timeout", "cut_streaming", "200"]
     assert records[1].retry_after == "3" and records[0].tokens == 100
     figures = summarise(records, ttft_ms=200, itl_ms=50, window=(0.0, 60.0))
     assert figures["refused"] == {"429": {"count": 1, "with_retry_after": 1},
-                                  "timeout": {"count": 1, "with_retry_after": 0}}  # fmt: skip
-    assert figures["timeouts"] == 1 and figures["goodput"] == 0.5 and figures["served_tokens"] == 150
+                                  "timeout": {"count": 1, "with_retry_after": 0},
+                                  "cut_streaming": {"count": 1, "with_retry_after": 0}}  # fmt: skip
+    assert figures["timeouts"] == 1 and figures["cut_streaming"] == 1
+    assert figures["goodput"] == 0.4 and figures["served_tokens"] == 150
     assert served_windows(records, 0.0, 60.0, 30.0) == [100, 50]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 class Record:
     start_s: float  # wall clock
     end_s: float
-    status: str  # "200", "429", "503", "timeout", or the error's type
+    status: str  # "200", "429", "503", "timeout", "cut_streaming", or the error's type
     ttft_ms: float | None
     itl_ms: float | None
     prompt_tokens: int  # served (0 when it failed)
@@ -34,13 +34,19 @@ def _value(metrics: dict[str, Any], tag: str) -> float | None:
     return float(entry["value"]) if isinstance(entry, dict) and entry.get("value") is not None else None
 
 
+STREAMING_READS = 4  # more network reads than the headers and the role chunk: tokens were flowing
+
+
 def _status(row: dict[str, Any], trace: dict[str, Any]) -> str:
+    """A client timeout is "timeout" while nothing came (a wait: what the gateway must refuse instead) and
+    "cut_streaming" when the answer was streaming (the client's total timeout shorter than the answer)."""
     error = row.get("error")
     if not error:
         return str(trace.get("response_status_code") or 200)
     kind = str(error.get("type") or "")
     if "timeout" in kind.lower() or (row.get("metadata") or {}).get("was_cancelled"):
-        return "timeout"
+        reads = int(trace.get("response_chunks_count") or 0)
+        return "cut_streaming" if reads >= STREAMING_READS else "timeout"
     code = error.get("code") or trace.get("response_status_code")
     return str(code) if code else kind or "other"
 
@@ -113,6 +119,7 @@ def summarise(records: list[Record], ttft_ms: float, itl_ms: float, window: tupl
         "goodput": sum(met(r, ttft_ms, itl_ms) for r in records) / len(records) if records else 0.0,
         "refused": refused,
         "timeouts": refused.get("timeout", {}).get("count", 0),
+        "cut_streaming": refused.get("cut_streaming", {}).get("count", 0),
         "served_tokens": served,
         "served_tok_s": served / (hi - lo) if hi > lo else 0.0,
         "first_start_s": records[0].start_s if records else None,

@@ -7,8 +7,9 @@ TARGETS = {"p95_vs_alone": 1.5, "goodput": 0.95, "batch_vs_remaining": 0.9, "jai
 
 
 def _refusals_ok(tenant: dict[str, Any]) -> bool:
-    """Every 429/503 carried Retry-After, and nothing else failed (no timeout, no other error)."""
-    refused = tenant["refused"]
+    """Every 429/503 carried Retry-After, and nothing else failed (no timeout, no other error); an answer the
+    client's own timeout cut while it streamed is not a refusal (counted apart, `no_cut_streams`)."""
+    refused = {s: v for s, v in tenant["refused"].items() if s != "cut_streaming"}
     return all(s in ("429", "503") and v["with_retry_after"] == v["count"] for s, v in refused.items())
 
 
@@ -37,6 +38,7 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
             "batch_vs_remaining>=0.9": (case["batch_vs_remaining"] or 0) >= TARGETS["batch_vs_remaining"],
             "refusals_429_503_with_retry_after_only": _refusals_ok(i) and _refusals_ok(b),
             "no_timeouts": i["timeouts"] == 0 and b["timeouts"] == 0,
+            "no_cut_streams": i.get("cut_streaming", 0) == 0 and b.get("cut_streaming", 0) == 0,
         }
     for label in ("equal", "weighted"):
         for mode, case in results.get("fair_share", {}).get(label, {}).items():
