@@ -177,6 +177,7 @@ LIMITS = [
 ]  # fmt: skip
 
 SLO = "llmgw_admission_slo_requests_total"
+JUDGED = '{outcome!="cancelled"}'  # a client that left while its request still met the SLO: no verdict
 OVERLOAD = [
     Panel("Requests waiting for a slot, by class", "short",
           (("sum by (model, class) (llmgw_admission_queue_depth)", "{{model}} {{class}}"),),
@@ -188,11 +189,11 @@ OVERLOAD = [
           "deadline: could not start in time, refused at once; expired: waited its deadline out; queue_full; "
           "pool_down (503). All carry Retry-After"),
     Panel("SLO attainment (goodput) by class", "percentunit", ((ratio(
-        rate(SLO + '{outcome="met"}', "class"), rate(SLO, "class")
+        rate(SLO + '{outcome="met"}', "class"), rate(SLO + JUDGED, "class")
     ), "{{class}}"),), "Requests within their class's TTFT and inter-token targets, among all (refused count "
-       "as missed)"),
+       "as missed) but those whose client left while still within them"),
     Panel("SLO attainment (goodput) by tenant", "percentunit", ((ratio(
-        rate(SLO + '{outcome="met"}', "tenant, class"), rate(SLO, "tenant, class")
+        rate(SLO + '{outcome="met"}', "tenant, class"), rate(SLO + JUDGED, "tenant, class")
     ), "{{tenant}} ({{class}})"),)),
     Panel("Served tokens per second by tenant (fair shares)", "short",
           ((rate("llmgw_admission_served_tokens_total", "model, tenant"), "{{model}} {{tenant}}"),)),

@@ -17,7 +17,7 @@ from typing import Any
 
 from core.completion import requested_completion_tokens
 from core.context import RequestContext
-from core.reply import Ending, Reply
+from core.reply import CLIENT_CLOSED, Ending, Reply
 from core.usage import estimate_prompt_tokens
 from routing.admission.capacity import CapacityEstimate, Slots
 from routing.admission.config import AdmissionSettings, ClassName
@@ -66,10 +66,25 @@ class Lease:
         self._done = True
         usage = ending.usage
         self._gate.release(self.ticket, usage.prompt_tokens + usage.completion_tokens)
-        outcome = "failed" if ending.status != 200 else self._slo(usage.completion_tokens)
+        outcome = self._outcome(ending.status, usage.completion_tokens)
         self._admission.metrics.outcome(self._gate.alias, self.ticket, outcome)
-        if outcome != "failed" and self._first_token is None:  # a body: its whole answer counts
+        if outcome in ("met", "missed") and self._first_token is None:  # a body: its whole answer counts
             self._gate.guard.observe(self.ticket.service, outcome == "met")
+
+    def _outcome(self, status: int, tokens: int) -> str:
+        """met / missed against the class's SLO; failed (an error); cancelled: the client left while its
+        request still met the SLO. One that left after tokens came is judged on what it was sent so far,
+        one that left before its first token missed only if it had waited longer than the TTFT target."""
+        if status == 200:
+            return self._slo(tokens)
+        if status != CLIENT_CLOSED:
+            return "failed"
+        if self._first_token is not None:
+            return self._slo(tokens)
+        waited = time.perf_counter() - (self._ctx.started_at or time.perf_counter())
+        return (
+            "missed" if waited > self._admission.settings.classes[self.ticket.service].ttft_s else "cancelled"
+        )
 
     def _slo(self, tokens: int) -> str:
         target = self._admission.settings.classes[self.ticket.service]

@@ -36,7 +36,8 @@ class AdmissionMetrics:
         self.slo = Counter(
             "llmgw_admission_slo_requests",
             "Requests by SLO outcome: met (TTFT and mean inter-token latency within the class's targets), "
-            "missed, shed, failed. Goodput = met / all.",
+            "missed, shed, failed (an error), cancelled (the client left while still within them). Goodput = "
+            "met / all but cancelled.",
             ["model", "class", "tenant", "outcome"], registry=registry,
         )  # fmt: skip
         self.share_factor = Gauge(
