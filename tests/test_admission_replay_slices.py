@@ -6,8 +6,9 @@ import argparse
 
 import pytest
 
-from bench.admission_replay import Pool, fit, slice_load
+from bench.admission_replay import Pool
 from bench.lib import trace_data as td
+from bench.lib.admission_slices import fit, slice_load
 
 CAL = {"s_per_prompt_token": 0.0015603, "s_per_output_token": 0.0126257}  # a CPU run's calibration
 
