@@ -77,13 +77,6 @@ async def calibrate(engines: list[EngineServer], prompt_tokens: int = 400) -> di
     return {"s_per_prompt_token": prefill[len(prefill) // 2], "s_per_output_token": decode[len(decode) // 2]}
 
 
-def batch1_work(requests: list[td.TraceRequest], cal: dict[str, float]) -> float:
-    return sum(
-        r.input_length * cal["s_per_prompt_token"] + r.output_length * cal["s_per_output_token"]
-        for r in requests
-    )
-
-
 def error_counts(records: list[dict]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for record in records:
@@ -178,7 +171,7 @@ async def main_async(args: argparse.Namespace) -> None:
         cal = await calibrate(engines, args.calibration_tokens)
         kv_tokens = min([int((await engine_info(e))["kv_tokens"]) for e in engines])
         work_rate, capacity = await offered_rate(args, engines, sample, cal)
-        work = batch1_work(sample, cal)
+        work = td.batch1_work(sample, cal)
         span = (sample[-1].t_ms - sample[0].t_ms) / 1000
         setup = {k: getattr(args, k) for k in ("trace", "start_s", "routing", "span_s", "one_in", "length_div", "max_input", "replicas",
                                                "kv_mb", "threads", "dtype", "device", "random_shape", "slo_ttft_ms",

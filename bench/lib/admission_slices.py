@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.lib import trace_data as td
-from bench.trace_replay import batch1_work
 
 
 class SlicePool(Protocol):
@@ -45,13 +44,13 @@ def fit(name: str, pool: SlicePool, start_s: float, load: float, duration_s: flo
     budget, span, end = load * pool.capacity["work_rate"] * duration_s, duration_s, requests[-1].t_ms / 1000
     while True:
         window = [r for r in requests if r.t_ms < span * 1000]
-        total = batch1_work(window, pool.cal)
+        total = td.batch1_work(window, pool.cal)
         if total >= budget or len(window) == len(requests):
             break
         span = min(span * (budget / total * 1.05 if total else 2.0), end + 1e-3)  # never past the trace's end
     k = max(total / budget, 1.0)
     kept = [r for index, r in enumerate(window) if int((index + 1) / k) > int(index / k)]
-    reached = batch1_work(kept, pool.cal) / (pool.capacity["work_rate"] * duration_s)
+    reached = td.batch1_work(kept, pool.cal) / (pool.capacity["work_rate"] * duration_s)
     if reached < 0.95 * load:
         print(f"warning: {name} from second {start_s} holds load {reached:.2f} over {duration_s:.0f} s, "
               f"not {load}: the trace ends (choose an earlier --start-s for the full load)")  # fmt: skip
@@ -61,5 +60,5 @@ def fit(name: str, pool: SlicePool, start_s: float, load: float, duration_s: flo
 
 def slice_load(trace: list[td.TraceRequest], pool: SlicePool, duration_s: float) -> dict[str, Any]:
     """A slice's description with the load it offers (batch-1 work ÷ the pool's capacity over `duration_s`)."""
-    load = batch1_work(trace, pool.cal) / (pool.capacity["work_rate"] * duration_s)
+    load = td.batch1_work(trace, pool.cal) / (pool.capacity["work_rate"] * duration_s)
     return {**td.describe(trace), "load": load}

@@ -199,6 +199,14 @@ def best_assignment_hit_rate(
     return {"hit_rate": hit / total if total else 0.0, "requests_per_replica": counts}
 
 
+def batch1_work(requests: list[TraceRequest], cal: dict[str, float]) -> float:
+    """Seconds the requests take one at a time (`cal`: seconds per prompt and per output token)."""
+    return sum(
+        r.input_length * cal["s_per_prompt_token"] + r.output_length * cal["s_per_output_token"]
+        for r in requests
+    )
+
+
 def describe(requests: list[TraceRequest]) -> dict:
     """Counts, span and medians of a (scaled) slice."""
     if not requests:
