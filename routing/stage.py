@@ -86,9 +86,9 @@ class RouteStage:
                 lease = await self._admission.enter(ctx, alias, policy)
         try:
             reply = await self._attempts(ctx, alias, policy, replicas, lease)
-        except BaseException:
+        except BaseException as error:
             if lease is not None:
-                lease.failed()
+                lease.failed(cancelled=isinstance(error, asyncio.CancelledError))  # the client left
             raise
         if lease is not None:
             await lease.follow(reply)

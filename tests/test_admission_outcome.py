@@ -82,3 +82,23 @@ async def test_outcome_when_the_stream_ends(
 ) -> None:
     outcome, _ = await _end(waited_s, first_token, read, fail)
     assert outcome == expected
+
+
+@pytest.mark.parametrize(
+    ("waited_s", "cancelled", "expected"),
+    [(0.0, True, "cancelled"), (3.0, True, "missed"), (0.0, False, "failed")],
+)
+def test_no_reply_is_failed_unless_the_client_left(waited_s: float, cancelled: bool, expected: str) -> None:
+    """A body request whose client went away before any answer (cancelled) is judged by how long it had
+    waited, as a stream cut before its first token; every attempt failing is `failed`."""
+    settings = AdmissionSettings()
+    registry = CollectorRegistry()
+    admission = SimpleNamespace(settings=settings, metrics=AdmissionMetrics(registry))
+    ctx = SimpleNamespace(started_at=time.perf_counter() - waited_s)
+    ticket = Ticket("t", "standard", 1.0, 10.0, time.monotonic() + 15, time.monotonic())
+    lease = Lease(admission, _Gate(settings), ticket, ctx)  # type: ignore[arg-type]
+    lease.failed(cancelled=cancelled)
+    lease.failed(cancelled=cancelled)  # once only
+    outcomes = [(s.labels["outcome"], s.value) for m in registry.collect() if m.name == "llmgw_admission_slo_requests"
+                for s in m.samples if s.name.endswith("_total") and s.value]  # fmt: skip
+    assert outcomes == [(expected, 1.0)]

@@ -47,12 +47,14 @@ class Lease:
             reply.taps.append(self._tap)
         await reply.on_end(self._ended)
 
-    def failed(self) -> None:
-        """No reply: every attempt failed (its error goes to the client, or to a fallback alias)."""
+    def failed(self, cancelled: bool = False) -> None:
+        """No reply: every attempt failed (its error goes to the client, or to a fallback alias), or the client
+        left before any came (`cancelled`: judged as a stream cut before its first token)."""
         if not self._done:
             self._done = True
             self._gate.release(self.ticket, None)
-            self._admission.metrics.outcome(self._gate.alias, self.ticket, "failed")
+            outcome = self._outcome(CLIENT_CLOSED, 0) if cancelled else "failed"
+            self._admission.metrics.outcome(self._gate.alias, self.ticket, outcome)
 
     def _tap(self, chunk: dict[str, Any]) -> None:
         if self._first_token is None and _has_token(chunk):
