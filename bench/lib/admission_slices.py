@@ -50,7 +50,7 @@ def fit(name: str, pool: SlicePool, start_s: float, load: float, duration_s: flo
         span = min(span * (budget / total * 1.05 if total else 2.0), end + 1e-3)  # never past the trace's end
     k = max(total / budget, 1.0)
     kept = [r for index, r in enumerate(window) if int((index + 1) / k) > int(index / k)]
-    reached = td.batch1_work(kept, pool.cal) / (pool.capacity["work_rate"] * duration_s)
+    reached = _load(kept, pool, duration_s)
     if reached < 0.95 * load:
         print(f"warning: {name} from second {start_s} holds load {reached:.2f} over {duration_s:.0f} s, "
               f"not {load}: the trace ends (choose an earlier --start-s for the full load)")  # fmt: skip
@@ -59,6 +59,10 @@ def fit(name: str, pool: SlicePool, start_s: float, load: float, duration_s: flo
 
 
 def slice_load(trace: list[td.TraceRequest], pool: SlicePool, duration_s: float) -> dict[str, Any]:
-    """A slice's description with the load it offers (batch-1 work ÷ the pool's capacity over `duration_s`)."""
-    load = td.batch1_work(trace, pool.cal) / (pool.capacity["work_rate"] * duration_s)
-    return {**td.describe(trace), "load": load}
+    """A slice's description with the load it offers."""
+    return {**td.describe(trace), "load": _load(trace, pool, duration_s)}
+
+
+def _load(trace: list[td.TraceRequest], pool: SlicePool, duration_s: float) -> float:
+    """Batch-1 work of `trace` ÷ the pool's measured capacity over `duration_s`."""
+    return td.batch1_work(trace, pool.cal) / (pool.capacity["work_rate"] * duration_s)

@@ -4,8 +4,8 @@ multiplicative decrease, as TCP shares a congested link).
 
 Slots alone do not say how much one request slows another. Where engines share a GPU (several servers on
 one card), or take no priority, a batch flood that leaves an interactive request its slot still slows its
-prefill: the engines run their own steps side by side on the card (docs/overload.md, "the CUDA step share
-swept"). The gate caps each class at `pool_share` × its factor of the pool's slots; the factor moves on the
+prefill: the engines run their own steps side by side on the card (docs/overload-gpu.md, "the CUDA step
+share swept"). The gate caps each class at `pool_share` × its factor of the pool's slots; the factor moves on the
 TTFT outcomes of the classes ranked above it over the last `window_s`, counted on every replica of the
 fleet (fleet.py publishes them beside the demand):
 

@@ -20,7 +20,7 @@ alone needs.
 A step model predicts one engine alone on its GPU. Where the serving unit was measured on the workload
 itself (`Measured`: its closed-loop saturated request rate, and its p90 TTFT at low load), the queueing uses
 those instead: this holds where engines share a GPU, or where long prompts make prefill cost more than
-linear, which a batch-1 calibration does not see (docs/capacity.md).
+linear, which a batch-1 calibration does not see (docs/capacity-gpu.md).
 """
 
 import math
