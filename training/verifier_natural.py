@@ -30,7 +30,7 @@ from bench.lib.verifier_pairs import Pair
 from cache.guard import stem
 from cache.lexicon import FUNCTION_WORDS
 
-DATA = Path(__file__).parent / "data" / "natural_pairs"
+DATA = Path(__file__).resolve().parents[1] / "bench" / "data" / "natural_pairs"
 SOURCES = ("comqa", "ambigqa", "hand_natural")
 ORDINAL_SWAPS = {
     "first": "last", "1st": "last", "last": "first", "latest": "first", "second": "third", "2nd": "3rd",
