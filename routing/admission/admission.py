@@ -112,7 +112,7 @@ class Admission:
         self.metrics = metrics
         self._pools = pools
         self._clock = clock
-        self._capacity = CapacityEstimate(stale_s, settings.kv_high)
+        self._capacity = CapacityEstimate(stale_s, settings.kv_high, engine_queue=settings.engine_queue)
         self.gates: dict[str, PoolGate] = {}
         self._task: asyncio.Task[None] | None = None
 

@@ -5,8 +5,15 @@ learned from its scraped metrics: when the engine has requests waiting, it runs 
 ran while requests waited over the last `window_s` is its capacity (not the latest count: an engine spending
 a step's token budget on prefill chunks leaves requests waiting with slots free, as vLLM's chunked prefill
 does); while nothing waits and its KV cache has room, the estimate grows by one slot per
-fresh scrape (additive increase, so a capacity seen under a KV-limited mix is not kept forever). Until an
-engine has been seen saturated its slots are unknown, and a pool with an unknown deployment is not held
+fresh scrape (additive increase, so a capacity seen under a KV-limited mix is not kept forever). A learned
+engine is given `engine_queue` requests beyond that count to hold in its own queue (as the Gateway API
+inference extension's saturation detector lets a pod queue up to 5 before calling it full): its next
+prefill is there when a step frees budget, instead of one gateway round trip after a request ends, and the
+count can rise. Without it the estimate locks: while a long prompt's prefill chunks fill each step, the
+engine keeps a request or two waiting whatever its free slots, so it never runs more than the gateway
+lets in, and the most it ran while requests waited can only stay or fall (one H200 engine with room
+for 256 sequences was held to 11–42: docs/overload-gpu.md). Until an engine has been seen saturated its
+slots are unknown, and a pool with an unknown deployment is not held
 back (the engines queue). An engine whose KV cache is fuller than `kv_high` takes nothing new; ejected
 (open breaker) or cooling (upstream Retry-After) deployments count for nothing, and a pool with none left
 is down.
@@ -30,10 +37,11 @@ class Slots:
 
 
 class CapacityEstimate:
-    def __init__(self, stale_s: float, kv_high: float, window_s: float = 60.0) -> None:
+    def __init__(self, stale_s: float, kv_high: float, window_s: float = 60.0, engine_queue: int = 0) -> None:
         self._stale_s = stale_s
         self._kv_high = kv_high
         self._window_s = window_s
+        self._engine_queue = engine_queue
         self._peaks: dict[str, deque[tuple[float, float]]] = {}
         self._learned: dict[str, float] = {}
         self._seen_at: dict[str, float] = {}
@@ -58,7 +66,11 @@ class CapacityEstimate:
     def _replica_slots(self, replica: Replica, now: float) -> float | None:
         fresh = now - replica.engine.at <= self._stale_s
         configured = replica.backend.config.max_concurrency
-        cap = float(configured) if configured is not None else self._learn(replica, fresh)
+        if configured is not None:
+            cap: float | None = float(configured)
+        else:
+            learned = self._learn(replica, fresh)
+            cap = None if learned is None else learned + self._engine_queue
         if fresh and replica.engine.kv_usage >= self._kv_high:
             cap = min(cap if cap is not None else math.inf, float(replica.outstanding))
         return cap
