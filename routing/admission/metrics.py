@@ -20,7 +20,8 @@ class AdmissionMetrics:
         )  # fmt: skip
         self.slots = Gauge(
             "llmgw_admission_pool_slots",
-            "The pool's estimated capacity in concurrent requests (NaN: not known yet, nothing is held).",
+            "The pool's estimated capacity in concurrent requests, each learned engine's allowed queue "
+            "(routing.admission.engine_queue) included (NaN: not known yet, nothing is held).",
             ["model"], registry=registry,
         )  # fmt: skip
         self.wait = Histogram(
