@@ -122,7 +122,8 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
     args = pool.args
     prefix = f"llmgw-admbench-{time.time_ns()}:"
     config = pool_config(pool.engines, mode, pool.database_url, classes(args), args.max_concurrency, prefix,
-                         None if args.no_redis else REDIS_URL, not args.no_send_priority)  # fmt: skip
+                         None if args.no_redis else REDIS_URL, not args.no_send_priority,
+                         args.engine_queue)  # fmt: skip
     fleet = GatewayFleet(config, args.gateways)
     started = time.time()
     load_before = os.getloadavg()
@@ -309,6 +310,7 @@ def main() -> None:
     add("--modes", nargs="+", default=["fair", "fifo", "off"])
     add("--gateways", type=int, default=2, help="gateway replicas sharing Redis")
     add("--max-concurrency", type=int, default=None, help="deployment max_concurrency (default: learned)")
+    add("--engine-queue", type=int, default=None, help="routing.admission.engine_queue (default: as shipped)")
     add_pool_arguments(add, kv_mb=96, batched_tokens=128)
     parser.set_defaults(max_num_seqs=4, dtype="int4")
     add("--no-redis", action="store_true", help="one gateway, admission and limits in its memory (no Redis)")

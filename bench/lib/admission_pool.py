@@ -51,7 +51,7 @@ class Tenant:
 def pool_config(
     engines: list[EngineServer], mode: str, database_url: str, classes: dict[str, dict[str, float]],
     max_concurrency: int | None, redis_prefix: str, redis_url: str | None = REDIS_URL,
-    send_priority: bool = True,
+    send_priority: bool = True, engine_queue: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """engine_routing's gateway config (one alias `pool`, an engine pool scraped every 0.5 s) plus admission,
     priority (`send_priority` False: the engines see every request alike, as vLLM without
@@ -66,6 +66,8 @@ def pool_config(
     # 1 s, not the 50 ms default: on a busy 2-core box a starved process misses 50 ms (bench/gateway_overhead.py)
     config["policies"] = {"redis_prefix": redis_prefix, "redis_timeout_s": 1.0}
     config["routing"]["admission"] = {**MODES[mode], "classes": classes}
+    if engine_queue is not None:  # None: as shipped
+        config["routing"]["admission"]["engine_queue"] = engine_queue
     config["observability"] = {"tenant_label": True}
     return config
 
