@@ -64,7 +64,7 @@ def test_configured_slots_get_no_queue_and_a_full_kv_cache_still_stops_new_reque
 def test_the_gateway_hands_its_setting_to_the_estimate() -> None:
     engine = replica("engine")
     engine.engine = EngineLoad(waiting=3, running=24, kv_usage=0.5, at=1.0)
-    for engine_queue, expected in ((None, 24 + 2), (0, 24), (5, 29)):
+    for engine_queue, expected in ((None, 24), (0, 24), (2, 26), (5, 29)):  # off by default
         settings = (
             AdmissionSettings() if engine_queue is None else AdmissionSettings(engine_queue=engine_queue)
         )

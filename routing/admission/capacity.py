@@ -5,16 +5,20 @@ learned from its scraped metrics: when the engine has requests waiting, it runs 
 ran while requests waited over the last `window_s` is its capacity (not the latest count: an engine spending
 a step's token budget on prefill chunks leaves requests waiting with slots free, as vLLM's chunked prefill
 does); while nothing waits and its KV cache has room, the estimate grows by one slot per
-fresh scrape (additive increase, so a capacity seen under a KV-limited mix is not kept forever). A learned
-engine is given `engine_queue` requests beyond that count to hold in its own queue (as the Gateway API
-inference extension's saturation detector lets a pod queue up to 5 before calling it full): its next
-prefill is there when a step frees budget, instead of one gateway round trip after a request ends, and the
-count can rise. Without it the estimate locks: while a long prompt's prefill chunks fill each step, the
-engine keeps a request or two waiting whatever its free slots, so it never runs more than the gateway
-lets in, and the most it ran while requests waited can only stay or fall (one H200 engine with room
-for 256 sequences was held to 11–42: docs/overload-gpu.md). Until an engine has been seen saturated its
-slots are unknown, and a pool with an unknown deployment is not held
-back (the engines queue). An engine whose KV cache is fuller than `kv_high` takes nothing new; ejected
+fresh scrape (additive increase, so a capacity seen under a KV-limited mix is not kept forever).
+
+`engine_queue` (0 by default) gives a learned engine that many requests beyond its count to hold in its
+own queue, as the Gateway API inference extension's saturation detector lets a pod queue up to 5 before
+calling it full. Without it the estimate can lock: while long prompts' prefill chunks fill each step, the
+engine keeps a request or two waiting whatever its free slots, so it never runs more than the gateway lets
+in, and the most it ran while requests waited can only stay or fall (one H200 engine with room for 256
+sequences was held to 8–12 slots: docs/overload-gpu.md). With it the count climbs to what the engine runs.
+It is off by default because where an engine's sequence limit binds (the CPU pools, 4 per engine) the
+extra queue cost the interactive class a little in both orders of a paired run (docs/overload.md) and its
+gain on a GPU is not measured yet.
+
+Until an engine has been seen saturated its slots are unknown, and a pool with an unknown deployment is
+not held back (the engines queue). An engine whose KV cache is fuller than `kv_high` takes nothing new; ejected
 (open breaker) or cooling (upstream Retry-After) deployments count for nothing, and a pool with none left
 is down.
 """

@@ -82,9 +82,9 @@ class AdmissionSettings(BaseModel):
         default=0.98, gt=0, le=1, description="an engine this full of KV cache (scraped) takes no new request"
     )  # fmt: skip
     engine_queue: int = Field(
-        default=2, ge=0, le=64, description="requests each engine whose slots are learned (no "
-        "max_concurrency) may hold in its own queue beyond them, so it never waits for the gateway's next "
-        "release and its learned slots can grow"
+        default=0, ge=0, le=64, description="requests each engine whose slots are learned (no "
+        "max_concurrency) may hold in its own queue beyond them, so that its learned slots can grow where long "
+        "prefills keep requests waiting (one large engine per GPU; 2 there); 0: none"
     )  # fmt: skip
     share_window_s: float = Field(default=30.0, gt=0, description="served tokens are compared over this")
     answer_tokens_estimate: int = Field(

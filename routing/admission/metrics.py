@@ -20,7 +20,7 @@ class AdmissionMetrics:
         )  # fmt: skip
         self.slots = Gauge(
             "llmgw_admission_pool_slots",
-            "The pool's estimated capacity in concurrent requests, each learned engine's allowed queue "
+            "The pool's estimated capacity in concurrent requests, any allowed engine queue "
             "(routing.admission.engine_queue) included (NaN: not known yet, nothing is held).",
             ["model"], registry=registry,
         )  # fmt: skip
