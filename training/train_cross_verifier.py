@@ -14,6 +14,7 @@ Three steps, so that the training can run on a GPU box and the calibration on th
              at the default precision target, which no step above looks at.
 
     LLMGW_ROUTELLM_EVAL_DIR=../shared/routellm_eval python -m training.train_cross_verifier pairs --out D [--base]
+        [--natural [--holdout-source comqa|ambigqa|hand_natural]]
     python3 -m training.train_cross_verifier train --data D [--device cuda] [--epochs 3] [--rank 16]
     python -m training.train_cross_verifier calibrate --adapter D/cross_encoder.npz [--out cache/verifier_model]
 """
@@ -30,13 +31,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_pairs(out: Path, seed: int, per_subject: int, base: bool) -> None:
+def write_pairs(
+    out: Path, seed: int, per_subject: int, base: bool, natural: bool, holdout: str | None
+) -> None:
     from bench.lib.verifier_pairs import build
     from cache.encoder import default_model_path, normalise
     from training.verifier_augment import augment
+    from training.verifier_natural import natural_pairs
 
     pairs = build(seed, per_subject, hand=True)
     pairs += augment(pairs, seed)
+    if natural:  # verifier_natural.py's sources split by cluster; `holdout`: one source wholly held out
+        pairs += natural_pairs(seed, holdout)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for p in pairs:
@@ -223,6 +229,10 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--per-subject", type=int, default=20)
     p.add_argument("--base", action="store_true", help="also a float16 copy of the base model")
+    p.add_argument(
+        "--natural", action="store_true", help="also the natural pairs (training/verifier_natural.py)"
+    )
+    p.add_argument("--holdout-source", help="with --natural: a source kept wholly in the heldout split")
     t = sub.add_parser("train")
     t.add_argument("--data", type=Path, required=True)
     t.add_argument("--device", default="cpu")
@@ -237,7 +247,7 @@ def main() -> None:
     c.add_argument("--out", type=Path, default=ROOT / "cache/verifier_model")
     args = parser.parse_args()
     if args.step == "pairs":
-        write_pairs(args.out, args.seed, args.per_subject, args.base)
+        write_pairs(args.out, args.seed, args.per_subject, args.base, args.natural, args.holdout_source)
     elif args.step == "train":
         train(args.data, args.device, args.epochs, args.rank, args.lr, args.batch, args.seed)
     else:
