@@ -44,6 +44,12 @@ BOOTSTRAP = 1000
 OTHER_TARGETS = (0.95, 0.99)  # what a policy's semantic_min_precision gives instead
 
 
+def set_name(path: Path) -> str:
+    """bench/data/NAME/pairs.jsonl is NAME; any other file is its own stem (two files of one folder no longer
+    share a name and overwrite each other's rows)."""
+    return path.parent.name if path.name == "pairs.jsonl" else path.stem
+
+
 def decisions(
     rows: list[dict],
     encoded: dict[str, EncodedQuestion],
@@ -145,7 +151,7 @@ def main() -> None:
         "project": load_set(ROOT / "tests/data/semantic_pairs.jsonl"),
     }  # fmt: skip
     for path in args.pairs:
-        sets[path.parent.name] = load_set(path)
+        sets[set_name(path)] = load_set(path)
     policy = CachePolicy(semantic_min_precision=args.min_precision)
     verifiers = {"": Verifier.load(args.model), **{f"{d.name}:": Verifier.load(d) for d in args.compare}}
     encoders = {flag: shipped_encoder(flag) for flag in {v.normalise_text for v in verifiers.values()}}

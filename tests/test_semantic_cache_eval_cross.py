@@ -1,5 +1,6 @@
-"""bench/semantic_cache_eval.py scores a cross-encoder verifier folder by its pair probabilities (stored
-question first, one pair per lookup, as the cache asks it), not by the trees' features it does not have."""
+"""bench/semantic_cache_eval.py: a cross-encoder verifier folder is scored by its pair probabilities (stored
+question first, one pair per lookup, as the cache asks it), not by the trees' features it does not have; and
+each --pairs file keeps its own name."""
 
 import numpy as np
 import pytest
@@ -45,3 +46,12 @@ def test_a_cross_encoder_is_asked_each_pair_in_the_stored_then_new_order() -> No
     assert verifier.asked[: len(ROWS)] == texts
     cosine_ok = [float(encoded[r["a"]].vector @ encoded[r["b"]].vector) >= 0.6 for r in ROWS]
     assert hits["x:verifier"].tolist() == [cosine_ok[0], False, cosine_ok[2]]
+
+
+def test_a_pairs_file_is_named_by_its_folder_and_any_other_file_by_its_stem() -> None:
+    from pathlib import Path
+
+    from bench.semantic_cache_eval import set_name
+
+    assert set_name(Path("bench/data/indep_questions2/pairs.jsonl")) == "indep_questions2"
+    assert {set_name(Path("/tmp/comqa.jsonl")), set_name(Path("/tmp/hand.jsonl"))} == {"comqa", "hand"}
