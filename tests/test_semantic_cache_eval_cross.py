@@ -2,6 +2,8 @@
 question first, one pair per lookup, as the cache asks it), not by the trees' features it does not have; and
 each --pairs file keeps its own name."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -23,7 +25,6 @@ class FakeCross:
     """A cross-encoder verifier: probabilities per (stored, new) pair, threshold 0.9 at any target."""
 
     cross = object()
-    normalise_text = True
 
     def __init__(self, probability: dict[tuple[str, str], float]) -> None:
         self.probability = probability
@@ -49,8 +50,6 @@ def test_a_cross_encoder_is_asked_each_pair_in_the_stored_then_new_order() -> No
 
 
 def test_a_pairs_file_is_named_by_its_folder_and_any_other_file_by_its_stem() -> None:
-    from pathlib import Path
-
     from bench.semantic_cache_eval import set_name
 
     assert set_name(Path("bench/data/indep_questions2/pairs.jsonl")) == "indep_questions2"
