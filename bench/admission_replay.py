@@ -51,12 +51,14 @@ from bench.lib.admission_pool import (
     GatewayFleet,
     Tenant,
     compact,
+    engine_window,
     launch,
     learn_capacity,
     new_database_url,
     pool_capacity,
     pool_config,
     provision,
+    sample_engines,
     sample_slots,
     slot_stats,
     wait_idle,
@@ -147,10 +149,13 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
         timeout = args.client_timeout_s + max(r.t_ms for load in loads for r in load.trace) / 1000 + 300
         slots_seen: list[list[float | None]] = []
         factors_seen: list[list[float | None]] = []
+        engine_seen: list[dict[str, float]] = []
         sampling = asyncio.create_task(sample_slots(fleet, slots_seen, factors_seen))
+        engine_sampling = asyncio.create_task(sample_engines(pool.engines, engine_seen))
         walls = await asyncio.gather(*(launch(c, load.delay_s, timeout, pool.engines if load.delay_s else None)
                                        for c, load in zip(commands, loads, strict=True)))  # fmt: skip
         sampling.cancel()
+        engine_sampling.cancel()
         series = await fleet.metrics()
     finally:
         fleet.stop()
@@ -159,7 +164,7 @@ async def run_case(pool: Pool, label: str, mode: str, loads: list[Load]) -> dict
     print(f"== {label} {mode}: {counts} requests, {time.time() - started:.0f} s, slots {slots}, "
           f"load avg {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     return {"records": records, "slots_learned": slots, "idle_wait_s": idle_wait_s, "slots_during": slot_stats(slots_seen),
-            "batch_share_factor": slot_stats(factors_seen),
+            "batch_share_factor": slot_stats(factors_seen), "engine_series": engine_seen,
             "aiperf_wall_s": walls, "case_wall_s": time.time() - started, "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
             "gateway_series": [compact(s) for s in series]}  # fmt: skip
 
@@ -201,8 +206,14 @@ async def priority(pool: Pool, results: dict[str, Any]) -> None:
     for mode in [m for m in ("fair", "off") if m in args.modes or (m == "fair" and admission)]:
         case = await run_case(pool, "alone", mode, [Load("interactive", inter, inter_div)])
         records = case["records"]["interactive"]
-        alone[mode] = tenant_figures(pool, case, "interactive", (records[0].start_s, records[-1].start_s))
-        out.setdefault("alone", {})[mode] = {**case_meta(case), "interactive": alone[mode]}
+        span_alone = (records[0].start_s, records[-1].start_s)
+        alone[mode] = tenant_figures(pool, case, "interactive", span_alone)
+        steps = engine_window(case["engine_series"], span_alone, args.batched_tokens, len(pool.engines))
+        out.setdefault("alone", {})[mode] = {
+            **case_meta(case),
+            "interactive": alone[mode],
+            "engine_steps": steps,
+        }
         save(results)
     current = (args.prefill_shares or [None])[0]  # the engines started with it
     for mode, share in [(m, n) for m in args.modes for n in args.prefill_shares or [None]]:
@@ -229,6 +240,7 @@ async def priority(pool: Pool, results: dict[str, Any]) -> None:
             "p95_vs_alone": (i["ttft_p95_ms"] or float("inf")) / (base["ttft_p95_ms"] or float("inf")),
             "batch_vs_remaining": b["served_tok_s"] / remaining if remaining else None,
             "window_s": window[1] - window[0],
+            "engine_steps": engine_window(case["engine_series"], window, args.batched_tokens, len(pool.engines)),
         }  # fmt: skip
         save(results)
 

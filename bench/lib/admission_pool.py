@@ -276,6 +276,42 @@ async def sample_slots(
         await asyncio.sleep(1.0)
 
 
+ENGINE_SERIES = ("vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum", "vllm:num_requests_running",
+                 "vllm:num_requests_waiting")  # fmt: skip
+
+
+async def sample_engines(engines: list[EngineServer], seen: list[dict[str, float]]) -> None:
+    """Every second, the engines' steps and step tokens so far and their running / waiting requests, summed
+    over the pool: whether the pool was busy (a batch tenant below its share beside idle steps is the gateway's
+    doing; beside full steps, the pool's)."""
+    while True:
+        counters = await asyncio.gather(*(engine.counters() for engine in engines))
+        seen.append({"t": time.time(), **{k: sum(c.get(k, 0.0) for c in counters) for k in ENGINE_SERIES}})
+        await asyncio.sleep(1.0)
+
+
+def engine_window(
+    seen: list[dict[str, float]], window: tuple[float, float], budget: int, engines: int
+) -> dict:
+    """The pool's steps within `window`: steps a second (per engine), tokens a step, its fill (tokens over the
+    step budget), and the mean running and waiting requests; {} when fewer than two samples fall in it."""
+    inside = [s for s in seen if window[0] <= s["t"] <= window[1]]
+    if len(inside) < 2:
+        return {}
+    first, last = inside[0], inside[-1]
+    seconds = last["t"] - first["t"]
+    steps = last["vllm:iteration_tokens_total_count"] - first["vllm:iteration_tokens_total_count"]
+    tokens = last["vllm:iteration_tokens_total_sum"] - first["vllm:iteration_tokens_total_sum"]
+    return {
+        "steps_per_s": steps / seconds / engines,
+        "tokens_per_s": tokens / seconds,
+        "tokens_per_step": tokens / steps if steps else 0.0,
+        "step_fill": tokens / steps / budget if steps else 0.0,
+        "running_mean": sum(s["vllm:num_requests_running"] for s in inside) / len(inside),
+        "waiting_mean": sum(s["vllm:num_requests_waiting"] for s in inside) / len(inside),
+    }
+
+
 def slot_stats(seen: list[list[float | None]]) -> list[dict[str, float]]:
     out = []
     for column in zip(*seen, strict=True):

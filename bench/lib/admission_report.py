@@ -72,6 +72,14 @@ def _slots(case: dict[str, Any]) -> str:
     return " ".join(f"{d['min']:.0f}-{d['max']:.0f}" if d else "-" for d in during) or "-"
 
 
+def _steps(steps: dict[str, float]) -> str:
+    if not steps:
+        return "not sampled"
+    return (f"{steps['steps_per_s']:.1f}/s an engine, {steps['tokens_per_step']:.0f} tokens a step (fill "
+            f"{steps['step_fill']:.2f}), {steps['tokens_per_s']:.0f} tok/s, running {steps['running_mean']:.1f}, "
+            f"waiting {steps['waiting_mean']:.1f}")  # fmt: skip
+
+
 def print_tables(results: dict[str, Any]) -> None:
     setup = results["setup"]
     print(f"\nadmission replay: {setup['replicas']} engines (max_num_seqs {setup['max_num_seqs']}), {setup['gateways']} "
@@ -93,6 +101,11 @@ def print_tables(results: dict[str, Any]) -> None:
                   f"{i['goodput']:>8.2f} {_refused(i):<22} {b['served_tok_s']:>8.0f} {case['remaining_tok_s']:>7.0f} "
                   f"{case['batch_vs_remaining'] or 0:>6.2f} {against_off(prio, mode) or 0:>5.2f} {_refused(b):<28} {i['in_overlap']:>4.2f} "
                   f"{_slots(case)}  {case['load_avg_after'][0]:.1f}")  # fmt: skip
+        for label, case in [
+            *((f"alone {m}", c) for m, c in prio.get("alone", {}).items()),
+            *prio.get("mixed", {}).items(),
+        ]:
+            print(f"engine steps, {label}: {_steps(case.get('engine_steps') or {})}")
     share = results.get("fair_share")
     if share:
         print(f"\n{'case':<9} {'mode':<5} {'tenant tok/s':<22} {'Jain per window':<24} {'ratio per window':<22} "

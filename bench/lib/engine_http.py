@@ -40,7 +40,10 @@ class Result:
     text: str = ""
 
 
-COUNTER = r"^(vllm:(?:[a-z_]+_total|num_requests_running|num_requests_waiting))\{[^}]*\} ([0-9.e+]+)$"
+COUNTER = (
+    r"^(vllm:(?:[a-z_]+_total|iteration_tokens_total_(?:sum|count)|num_requests_running|num_requests_waiting))"
+    r"\{[^}]*\} ([0-9.e+]+)$"
+)
 
 
 class EngineServer:
@@ -80,7 +83,8 @@ class EngineServer:
         raise TimeoutError("the engine did not become ready")
 
     async def counters(self) -> dict[str, float]:
-        """The engine's vllm:*_total counters and its running / waiting gauges, summed over labels."""
+        """The engine's vllm:*_total counters, its steps and their tokens (iteration_tokens_total's count and sum)
+        and its running / waiting gauges, summed over labels."""
         async with aiohttp.ClientSession() as http, http.get(f"{self.url}/metrics") as response:
             text = await response.text()
         values: dict[str, float] = {}

@@ -1,0 +1,46 @@
+"""bench/admission_replay.py's engine-step figures: the counters it scrapes and what it makes of them."""
+
+import re
+
+from bench.lib.admission_pool import engine_window
+from bench.lib.engine_http import COUNTER
+
+METRICS = """# HELP vllm:iteration_tokens_total Tokens per engine step.
+vllm:iteration_tokens_total_bucket{le="2048.0",model_name="m"} 10.0
+vllm:iteration_tokens_total_count{model_name="m"} 10.0
+vllm:iteration_tokens_total_sum{model_name="m"} 12288.0
+vllm:num_requests_running{model_name="m"} 3.0
+vllm:num_requests_waiting{model_name="m"} 1.0
+vllm:prompt_tokens_total{model_name="m"} 900.0
+"""
+
+
+def test_the_counter_pattern_reads_step_count_and_sum_but_not_buckets() -> None:
+    found = {m[1]: float(m[2]) for m in re.finditer(COUNTER, METRICS, re.M)}
+    assert found == {
+        "vllm:iteration_tokens_total_count": 10.0,
+        "vllm:iteration_tokens_total_sum": 12288.0,
+        "vllm:num_requests_running": 3.0,
+        "vllm:num_requests_waiting": 1.0,
+        "vllm:prompt_tokens_total": 900.0,
+    }
+
+
+def _sample(t: float, steps: float, tokens: float, running: float, waiting: float) -> dict[str, float]:
+    return {"t": t, "vllm:iteration_tokens_total_count": steps, "vllm:iteration_tokens_total_sum": tokens,
+            "vllm:num_requests_running": running, "vllm:num_requests_waiting": waiting}  # fmt: skip
+
+
+def test_engine_window_counts_only_samples_inside_the_window() -> None:
+    seen = [_sample(0, 0, 0, 9, 9), _sample(10, 100, 102_400, 4, 2), _sample(12, 160, 163_840, 6, 0),
+            _sample(14, 200, 184_320, 8, 4), _sample(30, 900, 900_000, 9, 9)]  # fmt: skip
+    steps = engine_window(seen, (5.0, 20.0), budget=2048, engines=2)
+    assert steps["steps_per_s"] == 100 / 4 / 2
+    assert steps["tokens_per_s"] == 81_920 / 4
+    assert steps["tokens_per_step"] == 819.2
+    assert steps["step_fill"] == 0.4
+    assert steps["running_mean"] == 6.0 and steps["waiting_mean"] == 2.0
+
+
+def test_engine_window_is_empty_with_fewer_than_two_samples() -> None:
+    assert engine_window([_sample(0, 0, 0, 0, 0)], (0.0, 1.0), budget=2048, engines=1) == {}
