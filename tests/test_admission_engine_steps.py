@@ -3,6 +3,7 @@
 import re
 
 from bench.lib.admission_pool import engine_window
+from bench.lib.admission_report import against_engine, targets
 from bench.lib.engine_http import COUNTER
 
 METRICS = """# HELP vllm:iteration_tokens_total Tokens per engine step.
@@ -44,3 +45,30 @@ def test_engine_window_counts_only_samples_inside_the_window() -> None:
 
 def test_engine_window_is_empty_with_fewer_than_two_samples() -> None:
     assert engine_window([_sample(0, 0, 0, 0, 0)], (0.0, 1.0), budget=2048, engines=1) == {}
+
+
+def _case(fill: float, engine_tok_s: float) -> dict:
+    return {"interactive": {"served_tok_s": 20_000.0}, "batch": {"served_tok_s": 27_000.0},
+            "engine_steps": {"step_fill": fill, "tokens_per_s": engine_tok_s}}  # fmt: skip
+
+
+def test_against_engine_is_the_batch_over_what_the_engines_computed_beyond_the_interactive_tenant() -> None:
+    assert against_engine(_case(0.99, 50_000.0)) == 0.9
+    assert against_engine({**_case(0.99, 50_000.0), "engine_steps": {}}) is None
+    assert (
+        against_engine(_case(0.99, 15_000.0)) is None
+    )  # the interactive tenant alone exceeds it: no yardstick
+
+
+def test_the_pool_full_target_needs_full_steps_as_well_as_the_share() -> None:
+    def verdict(case: dict) -> bool | None:
+        case = {**case, "p95_vs_alone": 1.0, "batch_vs_remaining": 0.5}
+        for tenant in ("interactive", "batch"):
+            case[tenant] = {**case[tenant], "goodput": 1.0, "refused": {}, "timeouts": 0}
+        found = targets({"priority": {"mixed": {"fair": case}}})["priority/fair"]
+        return found["steps_full_and_batch_vs_engine_left>=0.9"]
+
+    assert verdict(_case(0.99, 50_000.0)) is True
+    assert verdict(_case(0.60, 50_000.0)) is False  # steps part empty: the pool was left idle
+    assert verdict(_case(0.99, 60_000.0)) is False  # 0.675 of what was left
+    assert verdict({**_case(0.99, 50_000.0), "engine_steps": {}}) is None
