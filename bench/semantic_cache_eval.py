@@ -64,7 +64,9 @@ def decisions(
     if verifier.cross is not None:  # a cross-encoder folder reads both texts, one pair per lookup
         prob = np.concatenate([verifier.scores([encoded[r["a"]]], encoded[r["b"]]) for r in rows])
     else:
-        prob = verifier.probabilities(np.stack([pair_features(encoded[r["a"]], encoded[r["b"]]) for r in rows]))
+        prob = verifier.probabilities(
+            np.stack([pair_features(encoded[r["a"]], encoded[r["b"]]) for r in rows])
+        )
     candidate = (cosine >= policy.similarity_threshold) & rules_ok
     shipped = {
         f"{prefix}verifier": candidate & (prob >= verifier.threshold_for(policy.semantic_min_precision))

@@ -123,7 +123,6 @@ async def test_admission_feeds_the_guard_from_its_ticks() -> None:
     assert admission.metrics.share_factor.labels("pool", "batch")._value.get() == 0.7
 
 
-
 async def test_replicas_see_each_others_outcomes_through_redis() -> None:
     redis = Redis.from_url(REDIS_URL)
     a, b, sync_a, sync_b = two_replicas(AdmissionSettings(), (redis, redis))

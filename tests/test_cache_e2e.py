@@ -16,7 +16,9 @@ ADMIN_TOKEN = "admin-test-token"
 @pytest.fixture(scope="module")
 def cached_gateway(upstream: tuple[FakeUpstream, ServerThread]) -> Iterator[ServerThread]:
     settings = gateway_settings(
-        upstream[1].url, cache={"semantic_enabled": True, "onnx": False, "defaults": {"semantic": "static"}}, admin_token=ADMIN_TOKEN
+        upstream[1].url,
+        cache={"semantic_enabled": True, "onnx": False, "defaults": {"semantic": "static"}},
+        admin_token=ADMIN_TOKEN,
     )
     with ServerThread(create_app(settings)) as server:
         yield server

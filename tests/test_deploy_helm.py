@@ -64,7 +64,9 @@ def test_chart_lints_strictly() -> None:
 
 
 @pytest.mark.parametrize("values", [[], ["-f", str(FLEET)]], ids=["defaults", "fleet"])
-def test_rendered_manifests_validate_against_the_kubernetes_schemas(tmp_path: Path, values: list[str]) -> None:
+def test_rendered_manifests_validate_against_the_kubernetes_schemas(
+    tmp_path: Path, values: list[str]
+) -> None:
     docs = default_render(*values)
     builtin = [d for d in docs if d["apiVersion"] != "monitoring.coreos.com/v1"]
     manifest = tmp_path / "rendered.yaml"
@@ -77,7 +79,10 @@ def test_rendered_manifests_validate_against_the_kubernetes_schemas(tmp_path: Pa
     # ServiceMonitor: the Prometheus Operator's CRD schema is not available offline; its shape is checked here.
     service = one(docs, "Service")
     monitors = [d for d in docs if d["kind"] == "ServiceMonitor"]
-    assert monitors and monitors[0]["spec"]["selector"]["matchLabels"].items() <= service["spec"]["selector"].items()
+    assert (
+        monitors
+        and monitors[0]["spec"]["selector"]["matchLabels"].items() <= service["spec"]["selector"].items()
+    )
     assert monitors[0]["spec"]["endpoints"][0] | {"interval": None} == {"port": "http", "path": "/metrics",
                                                                          "interval": None}  # fmt: skip
     assert {p["name"] for p in service["spec"]["ports"]} == {"http"}

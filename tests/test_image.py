@@ -67,7 +67,10 @@ def test_dockerfile_installs_from_the_hashed_locks_on_a_base_given_as_argument()
     text = DOCKERFILE.read_text()
     assert re.search(r"^ARG BASE=python:3\.11-slim$", text, re.M) and text.count("FROM ${BASE}") == 2
     assert "--require-hashes --no-deps -r requirements/build.txt" in text
-    assert '--require-hashes --no-deps ${EXTRAS:+--extra-index-url "$TORCH_INDEX"} -r "requirements/${EXTRAS:-runtime}.txt"' in text
+    assert (
+        '--require-hashes --no-deps ${EXTRAS:+--extra-index-url "$TORCH_INDEX"} -r "requirements/${EXTRAS:-runtime}.txt"'
+        in text
+    )
     assert "pip install --no-deps --no-build-isolation ." in text
     for lock in ("build", "runtime", "semantic"):
         assert "--hash=sha256:" in (ROOT / f"requirements/{lock}.txt").read_text()
@@ -188,7 +191,7 @@ def podman(*args: str, check: bool = True, timeout: float = 600) -> subprocess.C
     command, *rest = args
     options = podman_options()
     global_options = options[:2] if options[:1] == ["--runtime"] else []
-    local = options[len(global_options):] if command in ("build", "run") else []
+    local = options[len(global_options) :] if command in ("build", "run") else []
     return subprocess.run(["podman", *global_options, command, *local, *rest], capture_output=True, text=True,
                           check=check, timeout=timeout)  # fmt: skip
 

@@ -110,5 +110,9 @@ def test_make_linear_picks_the_mma_kernel_from_the_setting(monkeypatch: pytest.M
     from backends.local_engine.kernels.select import make_linear
 
     kernels = KernelSettings(int4_cuda_kernel="mma")
-    assert isinstance(make_linear(torch.randn(256, 256, device="cuda"), None, "int4", 32, kernels=kernels), Int4MmaLinear)
-    assert isinstance(make_linear(torch.randn(200, 256, device="cuda"), None, "int4", 32, kernels=kernels), Int4Linear)
+    assert isinstance(
+        make_linear(torch.randn(256, 256, device="cuda"), None, "int4", 32, kernels=kernels), Int4MmaLinear
+    )
+    assert isinstance(
+        make_linear(torch.randn(200, 256, device="cuda"), None, "int4", 32, kernels=kernels), Int4Linear
+    )

@@ -32,7 +32,12 @@ def test_default_outlasts_common_client_idle_timeouts() -> None:
 
 def test_the_setting_reaches_the_server(tmp_path) -> None:
     unused = free_port(HTTP_PORTS)  # held by this process, never listened on: a deployment never called
-    models = [{"name": "m", "deployments": [{"name": "d", "model": "m", "base_url": f"http://127.0.0.1:{unused}/v1"}]}]
+    models = [
+        {
+            "name": "m",
+            "deployments": [{"name": "d", "model": "m", "base_url": f"http://127.0.0.1:{unused}/v1"}],
+        }
+    ]
     env = {"LLMGW_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/gw.db", "LLMGW_MODELS": json.dumps(models),
            "LLMGW_CACHE__ENABLED": "false", "LLMGW_LOG_LEVEL": "warning"}  # fmt: skip
     short = Gateway({**env, "LLMGW_KEEP_ALIVE_S": "1"}, log_dir=tmp_path).spawn()

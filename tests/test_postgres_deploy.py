@@ -54,8 +54,14 @@ async def test_concurrent_migrations_on_a_fresh_database_all_succeed(fresh_datab
     """Five `llmgw migrate` processes at once (a Job and replicas starting together), none retried: the
     advisory lock lets one create the schema; the others wait and find it at head."""
     runs = [
-        await asyncio.create_subprocess_exec(sys.executable, "-c", MIGRATE_ONCE, fresh_database,
-                                             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)  # fmt: skip
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            MIGRATE_ONCE,
+            fresh_database,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
         for _ in range(5)
     ]
     outputs = await asyncio.gather(*(run.communicate() for run in runs))
@@ -65,7 +71,9 @@ async def test_concurrent_migrations_on_a_fresh_database_all_succeed(fresh_datab
     try:
         async with engine.connect() as conn:
             versions = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
-            tables = (await conn.execute(text("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"))).scalar()
+            tables = (
+                await conn.execute(text("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"))
+            ).scalar()
         assert len(versions) == 1 and tables > 1
     finally:
         await engine.dispose()

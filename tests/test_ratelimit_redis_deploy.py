@@ -115,8 +115,11 @@ async def test_tls_with_client_certificates(workdir, certs):
 
 @pytest.mark.parametrize(
     "user, password, match",
-    [(ACL_USER, "wrong", "AuthenticationError"), ("", ACL_PASSWORD, "AuthenticationError"),
-     ("norights", ACL_PASSWORD, "NoPermissionError")],  # fmt: skip
+    [
+        (ACL_USER, "wrong", "AuthenticationError"),
+        ("", ACL_PASSWORD, "AuthenticationError"),
+        ("norights", ACL_PASSWORD, "NoPermissionError"),
+    ],  # fmt: skip
 )
 async def test_redis_refusing_the_gateway_is_an_error_at_start(tls_server, certs, user, password, match):
     """A wrong password, the password without the ACL user (the old client's AUTH), an ACL without rights."""
@@ -164,7 +167,9 @@ async def test_cluster_holds_limits_exactly_for_tenants_on_every_node(cluster):
     try:
         pools = [getattr(limiter, "_primary")._pool for limiter in limiters]  # noqa: B009
         assert all(isinstance(p, ClusterPool) and len(set(p._slots)) == 3 for p in pools)
-        counts = await asyncio.gather(*(admitted(limiters, [rpm(t, 4), tpm(t, 500, 100)], 12) for t in tenants))
+        counts = await asyncio.gather(
+            *(admitted(limiters, [rpm(t, 4), tpm(t, 500, 100)], 12) for t in tenants)
+        )
         assert counts == [4] * len(tenants)
         nodes_used = set()
         for server in cluster:
@@ -253,11 +258,15 @@ def test_health_ready_reports_the_limiters_redis(tls_server, certs):
     with ServerThread(gateway_over(tls_server, certs)) as gateway:
         ready = httpx.get(gateway.url + "/health/ready", timeout=10).json()
     limiter = ready["rate_limiter"]
-    assert limiter["redis"] == "ok" and limiter["ready"] and limiter["where"] == f"127.0.0.1:{tls_server.port}"
+    assert (
+        limiter["redis"] == "ok" and limiter["ready"] and limiter["where"] == f"127.0.0.1:{tls_server.port}"
+    )
     assert ACL_PASSWORD not in str(ready)
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # uvicorn exits its thread
+@pytest.mark.filterwarnings(
+    "ignore::pytest.PytestUnhandledThreadExceptionWarning"
+)  # uvicorn exits its thread
 def test_the_gateway_does_not_start_when_redis_refuses_it(tls_server, certs):
     from tests.fakes import ServerThread
 

@@ -12,7 +12,9 @@ def padded(batches: list[list[dict]]) -> int:
 
 def test_every_row_once_in_full_batches_with_less_padding() -> None:
     rng = random.Random(1)
-    rows = [{"a": "x" * rng.randint(5, 40), "b": "y" * rng.choice([5, 10, 200]), "id": i} for i in range(6_430)]
+    rows = [
+        {"a": "x" * rng.randint(5, 40), "b": "y" * rng.choice([5, 10, 200]), "id": i} for i in range(6_430)
+    ]
     batches = length_buckets(rows, 64, random.Random(0))
     assert all(len(b) == 64 for b in batches) and len(batches) == 6_430 // 64
     ids = [r["id"] for b in batches for r in b]

@@ -240,5 +240,3 @@ def cuda_inner_k_tiles(in_features: int) -> int:
         if in_features % (tiles * _INT4_K_TILE) == 0:
             return tiles
     raise ValueError(f"int4 on CUDA needs in_features divisible by 32, got {in_features}")
-
-

@@ -15,7 +15,10 @@ def make_linear(
     """Build the layer for `dtype` from a float32 weight already on its target device. `gate_up`: the weight
     is [gate; up] (int4_mma's layer stores it interleaved for its fused SwiGLU; others ignore it)."""
     cuda = weight.is_cuda
-    if cuda and (dtype, getattr(kernels, f"{dtype}_cuda_kernel", None)) in (("int8", "kernels"), ("int4", "kernels")):
+    if cuda and (dtype, getattr(kernels, f"{dtype}_cuda_kernel", None)) in (
+        ("int8", "kernels"),
+        ("int4", "kernels"),
+    ):
         from backends.local_engine.kernels.triton import TritonInt4Linear, TritonInt8Linear
 
         if dtype == "int8":
@@ -43,7 +46,9 @@ def make_linear(
     return dense_linear(weight.to(torch.bfloat16 if dtype == "bf16" else torch.float32), bias, kernels)
 
 
-def dense_linear(weight: Tensor, bias: Tensor | None, kernels: KernelSettings = DEFAULT_KERNELS) -> DenseLinear:
+def dense_linear(
+    weight: Tensor, bias: Tensor | None, kernels: KernelSettings = DEFAULT_KERNELS
+) -> DenseLinear:
     """A bf16/fp32 layer with the Triton GEMV / skinny matmul as `kernels` choose (CUDA bf16 only)."""
     return DenseLinear(weight, bias, gemv=kernels.bf16_gemv, skinny_rows=kernels.skinny_max_rows)
 

@@ -138,7 +138,11 @@ class ModelBuilder:
         # int4 keeps the output projection in int8, as llama.cpp's Q4 formats keep it at higher precision
         # (fp16 keeps its own: an int8 head is 0.7 ms faster at 1 row but costs fp16 its near-fp32 quality)
         dtype = "int8" if self.fmt.dtype == "int4" else self.fmt.dtype
-        if self.fmt.dtype == "int4" and not self.fmt.cuda and cpu_int8_kernel(*weight.shape, self.fmt.kernels):
+        if (
+            self.fmt.dtype == "int4"
+            and not self.fmt.cuda
+            and cpu_int8_kernel(*weight.shape, self.fmt.kernels)
+        ):
             from backends.local_engine.kernels.cpu.ops import Int8CpuLinear
 
             return Int8CpuLinear(weight)  # the AVX2 kernel family: 3-4x fbgemm's int8 GEMM on such CPUs

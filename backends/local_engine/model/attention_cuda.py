@@ -43,7 +43,6 @@ def _kernels_package() -> AttentionKernel | None:
     if not all(hasattr(module, name) for name in ("paged_attention", "paged_decode")):
         return None
 
-
     def run(q: Tensor, pool: Tensor, meta: CudaAttentionMetadata) -> Tensor:
         scale = q.shape[-1] ** -0.5
         seqs, kv_heads = meta.block_tables.shape[0], pool.shape[2]

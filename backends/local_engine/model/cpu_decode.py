@@ -16,7 +16,6 @@ decoding keeps greedy output unchanged, and so do chunk boundaries.
 The engine setting cpu_fused_decode=False turns it off.
 """
 
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor

@@ -13,9 +13,7 @@ from backends.local_engine.server.served import LoadedEngine
 from backends.local_engine.server.tokenize_api import detokenize, tokenize
 from core.validation import parse_json
 
-Ready = Callable[
-    [], LoadedEngine
-]  # the loaded engine, or a 503 OpenAIError while loading or after a failure
+Ready = Callable[[], LoadedEngine]  # the loaded engine, or a 503 OpenAIError while loading or after a failure
 
 
 def add_info_routes(app: FastAPI, ready: Ready, started: int) -> None:

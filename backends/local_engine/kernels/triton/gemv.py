@@ -15,7 +15,6 @@ scale) or per group (int4: nibble-packed bytes, quant_triton.pack_int4, per-grou
 with A = sum(f x) and X = sum(x) over the row (int8) or the group (int4).
 """
 
-
 import torch
 from torch import Tensor
 

@@ -7,7 +7,6 @@ the weight is widened once per call and cuBLAS runs. Block sizes are autotuned p
 The engine's own fallback; quant.py prefers the kernels of `kernels/` when present.
 """
 
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
