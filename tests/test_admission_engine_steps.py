@@ -12,6 +12,7 @@ vllm:iteration_tokens_total_count{model_name="m"} 10.0
 vllm:iteration_tokens_total_sum{model_name="m"} 12288.0
 vllm:num_requests_running{model_name="m"} 3.0
 vllm:num_requests_waiting{model_name="m"} 1.0
+vllm:kv_cache_usage_perc{model_name="m"} 0.5
 vllm:prompt_tokens_total{model_name="m"} 900.0
 """
 
@@ -23,13 +24,15 @@ def test_the_counter_pattern_reads_step_count_and_sum_but_not_buckets() -> None:
         "vllm:iteration_tokens_total_sum": 12288.0,
         "vllm:num_requests_running": 3.0,
         "vllm:num_requests_waiting": 1.0,
+        "vllm:kv_cache_usage_perc": 0.5,
         "vllm:prompt_tokens_total": 900.0,
     }
 
 
 def _sample(t: float, steps: float, tokens: float, running: float, waiting: float) -> dict[str, float]:
     return {"t": t, "vllm:iteration_tokens_total_count": steps, "vllm:iteration_tokens_total_sum": tokens,
-            "vllm:num_requests_running": running, "vllm:num_requests_waiting": waiting}  # fmt: skip
+            "vllm:num_requests_running": running, "vllm:num_requests_waiting": waiting,
+            "vllm:kv_cache_usage_perc": running / 5}  # fmt: skip
 
 
 def test_engine_window_counts_only_samples_inside_the_window() -> None:
@@ -41,6 +44,7 @@ def test_engine_window_counts_only_samples_inside_the_window() -> None:
     assert steps["tokens_per_step"] == 819.2
     assert steps["step_fill"] == 0.4
     assert steps["running_mean"] == 6.0 and steps["waiting_mean"] == 2.0
+    assert steps["kv_usage_mean"] == 1.2 / 2  # two engines' usages summed, then averaged
 
 
 def test_engine_window_is_empty_with_fewer_than_two_samples() -> None:
@@ -66,9 +70,12 @@ def test_the_pool_full_target_needs_full_steps_as_well_as_the_share() -> None:
         for tenant in ("interactive", "batch"):
             case[tenant] = {**case[tenant], "goodput": 1.0, "refused": {}, "timeouts": 0}
         found = targets({"priority": {"mixed": {"fair": case}}})["priority/fair"]
-        return found["steps_full_and_batch_vs_engine_left>=0.9"]
+        return found["pool_full_and_batch_vs_engine_left>=0.9"]
 
     assert verdict(_case(0.99, 50_000.0)) is True
     assert verdict(_case(0.60, 50_000.0)) is False  # steps part empty: the pool was left idle
+    kv_full = _case(0.60, 50_000.0)
+    kv_full["engine_steps"]["kv_usage_mean"] = 0.93
+    assert verdict(kv_full) is True  # part-empty steps, but no memory for another sequence
     assert verdict(_case(0.99, 60_000.0)) is False  # 0.675 of what was left
     assert verdict({**_case(0.99, 50_000.0), "engine_steps": {}}) is None

@@ -277,7 +277,7 @@ async def sample_slots(
 
 
 ENGINE_SERIES = ("vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum", "vllm:num_requests_running",
-                 "vllm:num_requests_waiting")  # fmt: skip
+                 "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")  # fmt: skip
 
 
 async def sample_engines(engines: list[EngineServer], seen: list[dict[str, float]]) -> None:
@@ -294,7 +294,8 @@ def engine_window(
     seen: list[dict[str, float]], window: tuple[float, float], budget: int, engines: int
 ) -> dict:
     """The pool's steps within `window`: steps a second (per engine), tokens a step, its fill (tokens over the
-    step budget), and the mean running and waiting requests; {} when fewer than two samples fall in it."""
+    step budget), the mean running and waiting requests and the engines' mean KV-cache usage (a pool can be full
+    by memory with its steps part empty); {} when fewer than two samples fall in it."""
     inside = [s for s in seen if window[0] <= s["t"] <= window[1]]
     if len(inside) < 2:
         return {}
@@ -309,6 +310,7 @@ def engine_window(
         "step_fill": tokens / steps / budget if steps else 0.0,
         "running_mean": sum(s["vllm:num_requests_running"] for s in inside) / len(inside),
         "waiting_mean": sum(s["vllm:num_requests_waiting"] for s in inside) / len(inside),
+        "kv_usage_mean": sum(s.get("vllm:kv_cache_usage_perc", 0.0) for s in inside) / len(inside) / engines,
     }
 
 

@@ -41,8 +41,8 @@ class Result:
 
 
 COUNTER = (
-    r"^(vllm:(?:[a-z_]+_total|iteration_tokens_total_(?:sum|count)|num_requests_running|num_requests_waiting))"
-    r"\{[^}]*\} ([0-9.e+]+)$"
+    r"^(vllm:(?:[a-z_]+_total|iteration_tokens_total_(?:sum|count)|num_requests_running|num_requests_waiting"
+    r"|kv_cache_usage_perc))\{[^}]*\} ([0-9.e+]+)$"
 )
 
 
@@ -84,7 +84,7 @@ class EngineServer:
 
     async def counters(self) -> dict[str, float]:
         """The engine's vllm:*_total counters, its steps and their tokens (iteration_tokens_total's count and sum)
-        and its running / waiting gauges, summed over labels."""
+        its running / waiting gauges and KV-cache usage, summed over labels."""
         async with aiohttp.ClientSession() as http, http.get(f"{self.url}/metrics") as response:
             text = await response.text()
         values: dict[str, float] = {}
