@@ -86,6 +86,16 @@ def decisions(
     }
 
 
+def agreement(hits: dict[str, np.ndarray], prefixes: list[str]) -> dict[str, np.ndarray]:
+    """`prefix`∧model: a hit where the compared verifier and the main one both serve, target by target."""
+    return {
+        f"{prefix}{lookup}∧model": hits[lookup] & hits[prefix + lookup]
+        for prefix in prefixes
+        for lookup in list(hits)
+        if lookup.startswith("verifier") and prefix + lookup in hits
+    }
+
+
 def scores(hit: np.ndarray, labels: np.ndarray, kinds: np.ndarray, rng: np.random.Generator) -> dict:
     def point(idx: np.ndarray) -> dict[str, float]:
         h, y, k = hit[idx], labels[idx], kinds[idx]
@@ -147,6 +157,8 @@ def main() -> None:
     parser.add_argument("--min-precision", type=float, default=CachePolicy().semantic_min_precision)
     parser.add_argument("--model", type=Path, default=MODEL_DIR, help="the verifier (default: shipped)")
     parser.add_argument("--compare", type=Path, nargs="*", default=[], help="other verifiers, same run")
+    parser.add_argument("--agree", action="store_true",
+                        help="also each compared verifier and --model together: a hit only where both serve")  # fmt: skip
     args = parser.parse_args()
     sets = {
         "heldout": [{"a": p.a, "b": p.b, "label": p.label, "kind": p.kind} for p in build(0, args.per_subject) if p.split == "heldout"],
@@ -171,6 +183,8 @@ def main() -> None:
             for prefix, v in verifiers.items()
             for lookup, hit in decisions(rows, encoded[v.normalise_text], v, policy, prefix).items()
         }
+        if args.agree:
+            hits.update(agreement(hits, [f"{d.name}:" for d in args.compare]))
         report[name] = {lookup: scores(hit, labels, kinds, rng) for lookup, hit in hits.items()}
         print_set(name, report[name])
     for prefix, v in verifiers.items():

@@ -54,3 +54,19 @@ def test_a_pairs_file_is_named_by_its_folder_and_any_other_file_by_its_stem() ->
 
     assert set_name(Path("bench/data/indep_questions2/pairs.jsonl")) == "indep_questions2"
     assert {set_name(Path("/tmp/comqa.jsonl")), set_name(Path("/tmp/hand.jsonl"))} == {"comqa", "hand"}
+
+
+def test_agreement_serves_only_where_both_verifiers_serve_at_the_same_target() -> None:
+    from bench.semantic_cache_eval import agreement
+
+    hits = {
+        "verifier": np.array([True, True, False]),
+        "verifier@0.95": np.array([True, True, True]),
+        "cosine": np.array([True, True, True]),
+        "x:verifier": np.array([True, False, True]),
+        "x:verifier@0.95": np.array([False, True, True]),
+    }
+    found = agreement(hits, ["x:"])
+    assert set(found) == {"x:verifier∧model", "x:verifier@0.95∧model"}  # no baseline, no cross-prefix pairs
+    assert found["x:verifier∧model"].tolist() == [True, False, False]
+    assert found["x:verifier@0.95∧model"].tolist() == [False, True, True]
