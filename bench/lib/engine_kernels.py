@@ -9,7 +9,8 @@ count M: bf16 cuBLAS (F.linear), int8_matmul, int4_matmul (G = 32 and 128, bf16 
 against its torch reference (max error relative to the output's max); with --sweep also a few
 alternative MatmulConfigs around choose_config's pick (the best is printed beside the default). Then
 paged decode at batch 1 / 32 / 128 and 1k / 4k contexts (split-K by choose_num_splits vs none) and one
-mixed prefill + decode step. Bytes are the minimum a call must move (formats.matmul_bytes_flops,
+mixed prefill + decode step; then the serving shapes of bench/lib/engine_kernels_serving.py (ragged decode
+at 128 / 256 sequences, prefill chunks against SDPA's FlashAttention). Bytes are the minimum a call must move (formats.matmul_bytes_flops,
 paged_attention.attention_flops_bytes). Prints a table and writes bench/results/engine_kernels_<shape>.json (not in --dry-run).
 """
 
@@ -31,6 +32,7 @@ import torch.nn.functional as F
 
 from backends.local_engine.kernels.quantize import quantize_int8
 from backends.local_engine.kernels.triton import formats, reference
+from bench.lib import engine_kernels_serving as serving
 from bench.lib.harness import write_json
 
 attention = importlib.import_module(
@@ -203,7 +205,7 @@ def _mixed_step(
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="engine_gpu triton", description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=["8b", "1b"], default="8b")
-    parser.add_argument("--rows", default="1,16,128")
+    parser.add_argument("--rows", default="1,16,128,2048")
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
@@ -215,6 +217,10 @@ def main(argv: list[str]) -> None:
     results = matmul_rows(shape, rows, args.sweep, device, bandwidth) + attention_rows(
         shape, device, bandwidth
     )
+    kernels = (attention, timed, _row)
+    results += serving.decode_rows(shape, HEADS[shape], device, bandwidth, kernels)
+    rate = serving.matmul_rate(device, timed)
+    prefill = serving.prefill_rows(shape, HEADS[shape], device, rate, kernels)
     print(
         f"copy bandwidth {bandwidth / 1e9:.0f} GB/s ({torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'})"
     )
@@ -225,11 +231,18 @@ def main(argv: list[str]) -> None:
         print(
             f"{r['case']:24} {r['kernel']:28} {r['us']:9.1f} {r['GB/s']:7.0f} {r['pct_copy_bw']:6.1f} {error:>8}  {config}"
         )
+    print(f"\nprefill chunks of a step: bf16 matmul rate {rate / 1e12:.0f} TFLOP/s")
+    print(f"{'case':30} {'kernel':28} {'us':>9} {'TFLOP/s':>8} {'% mm':>6} {'rel err':>8}")
+    for r in prefill:
+        print(f"{r['case']:30} {r['kernel']:28} {r['us']:9.1f} {r['TFLOP/s']:8.1f} {r['pct_matmul_rate']:6.1f} "
+              f"{r['rel_error']:8.1e}")  # fmt: skip
     if not args.dry_run:
         payload = {
             "copy_bandwidth_GBps": bandwidth / 1e9,
+            "matmul_TFLOPs": rate / 1e12,
             "shape": shape,
             "sweep": args.sweep,
             "rows": results,
+            "prefill": prefill,
         }
         print(f"wrote {write_json(f'engine_kernels_{shape}', payload)}")
