@@ -16,6 +16,7 @@ from backends.local_engine.kernels.triton.quant_own import int8_matmul
 from backends.local_engine.kernels.triton.reference import reference_paged_attention
 from backends.local_engine.model import attention_cuda
 from backends.local_engine.model.attention_cuda import CudaAttentionMetadata
+from bench.lib.engine_kernels_serving import paged_case
 
 try:
     import backends.local_engine.kernels.triton as KERNELS
@@ -29,21 +30,10 @@ _8B_LINEARS = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
 def _case(
     dtype: torch.dtype, heads: int, kv_heads: int, dim: int, spans: list[tuple[int, int]], page: int = 16
 ):
-    device = torch.device("cuda")
-    blocks = sum(-(-(c + n) // page) for c, n in spans) + 4
-    pool = torch.randn(2, blocks * page, kv_heads, dim, dtype=dtype, device=device)
-    order = torch.randperm(blocks, device=device)
-    width = max(-(-(c + n) // page) for c, n in spans)
-    tables = torch.zeros(len(spans), width, dtype=torch.int32, device=device)
-    used = 0
-    for row, (c, n) in enumerate(spans):
-        count = -(-(c + n) // page)
-        tables[row, :count] = order[used : used + count]
-        used += count
-    q = torch.randn(sum(n for _, n in spans), heads, dim, dtype=dtype, device=device)
-    lens = torch.tensor([c + n for c, n in spans], dtype=torch.int32, device=device)
-    starts = torch.tensor([0, *torch.tensor([n for _, n in spans]).cumsum(0).tolist()], dtype=torch.int32,
-                          device=device)  # fmt: skip
+    """(q, pool, metadata) on the device for sequences of (cached, new) tokens."""
+    q, pool, tables, lens, starts = paged_case(
+        spans, heads, kv_heads, dim, torch.device("cuda"), dtype, page, spare_blocks=4
+    )
     meta = CudaAttentionMetadata(torch.empty(0), tables, lens, starts, max(n for _, n in spans), page)
     return q, pool, meta
 

@@ -182,17 +182,8 @@ def _mixed_step(
     q_lens = [512, 512, 512, 512] + [1] * 60 if shape != "dry" else [9, 1, 1]
     contexts = [512, 1024, 1536, 2048] + [1024] * 60 if shape != "dry" else [20, 30, 7]
     block = 16
-    widths = [-(-c // block) for c in contexts]
-    pool = torch.randn(2, sum(widths) * block, kv_heads, dim, device=device, dtype=torch.bfloat16)
-    tables = torch.zeros(len(contexts), max(widths), dtype=torch.int32, device=device)
-    order = torch.randperm(sum(widths), device=device).int()
-    for row, (first, width) in enumerate(
-        zip([0, *torch.tensor(widths).cumsum(0).tolist()], widths, strict=False)
-    ):
-        tables[row, :width] = order[first : first + width]
-    q = torch.randn(sum(q_lens), heads, dim, device=device, dtype=torch.bfloat16)
-    lens = torch.tensor(contexts, dtype=torch.int32, device=device)
-    starts = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    spans = [(c - n, n) for n, c in zip(q_lens, contexts, strict=True)]
+    q, pool, tables, lens, starts = serving.paged_case(spans, heads, kv_heads, dim, device, block=block)
     run = partial(attention.paged_attention, q, pool, tables, block, lens, starts, dim**-0.5)
     error = rel_error(
         run(), reference.reference_paged_attention(q, pool, tables, block, lens, starts, dim**-0.5)

@@ -21,13 +21,13 @@ import torch.nn.functional as F
 
 DECODE_SEQS = (128, 256)
 DECODE_CONTEXT = (512, 2560)
-# (new tokens, cached tokens before them) of each chunk in a step
+# (cached tokens, new tokens after them) of each chunk in a step
 PREFILL_CASES = {
-    "one chunk, cold": [(2048, 0)],
-    "one chunk after 6,144 cached": [(2048, 6144)],
-    "four ragged chunks": [(700, 0), (512, 1500), (300, 4000), (536, 9000)],
+    "one chunk, cold": [(0, 2048)],
+    "one chunk after 6,144 cached": [(6144, 2048)],
+    "four ragged chunks": [(0, 700), (1500, 512), (4000, 300), (9000, 536)],
 }
-DRY_PREFILL = {"dry ragged chunks": [(9, 0), (5, 11)]}
+DRY_PREFILL = {"dry ragged chunks": [(0, 9), (11, 5)]}
 
 
 def matmul_rate(device: torch.device, timed: Callable[[Callable[[], object], torch.device], float]) -> float:
@@ -38,21 +38,24 @@ def matmul_rate(device: torch.device, timed: Callable[[Callable[[], object], tor
 
 
 def paged_case(
-    spans: list[tuple[int, int]], heads: int, kv_heads: int, dim: int, device: torch.device, block: int = 16
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(q, pool, block tables, context lengths, query starts) for sequences of (new, cached) tokens, their
-    blocks scattered through the pool."""
-    widths = [-(-(new + cached) // block) for new, cached in spans]
-    pool = torch.randn(2, sum(widths) * block, kv_heads, dim, device=device, dtype=torch.bfloat16)
-    order = torch.randperm(sum(widths), device=device).int()
+    spans: list[tuple[int, int]], heads: int, kv_heads: int, dim: int, device: torch.device,
+    dtype: torch.dtype = torch.bfloat16, block: int = 16, spare_blocks: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(q, pool, block tables, context lengths, query starts) for sequences of (cached, new) tokens, their
+    blocks scattered through a random pool (`spare_blocks` more than they need). The one builder of paged
+    attention inputs for bench/lib/engine_kernels.py and engine_gpu_kernels.py."""
+    widths = [-(-(cached + new) // block) for cached, new in spans]
+    blocks = sum(widths) + spare_blocks
+    pool = torch.randn(2, blocks * block, kv_heads, dim, device=device, dtype=dtype)
+    order = torch.randperm(blocks, device=device).int()
     tables = torch.zeros(len(spans), max(widths), dtype=torch.int32, device=device)
     first = 0
     for row, width in enumerate(widths):
         tables[row, :width] = order[first : first + width]
         first += width
-    q = torch.randn(sum(new for new, _ in spans), heads, dim, device=device, dtype=torch.bfloat16)
-    lens = torch.tensor([new + cached for new, cached in spans], dtype=torch.int32, device=device)
-    starts = torch.tensor([0, *torch.tensor([n for n, _ in spans]).cumsum(0).tolist()], dtype=torch.int32,
+    q = torch.randn(sum(new for _, new in spans), heads, dim, device=device, dtype=dtype)
+    lens = torch.tensor([cached + new for cached, new in spans], dtype=torch.int32, device=device)
+    starts = torch.tensor([0, *torch.tensor([n for _, n in spans]).cumsum(0).tolist()], dtype=torch.int32,
                           device=device)  # fmt: skip
     return q, pool, tables, lens, starts
 
@@ -68,7 +71,7 @@ def decode_rows(
     for seqs in DECODE_SEQS if shape != "dry" else (3,):
         low, high = DECODE_CONTEXT if shape != "dry" else (20, 70)
         contexts = [rng.randint(low, high) for _ in range(seqs)]
-        q, pool, tables, lens, starts = paged_case([(1, c - 1) for c in contexts], h, kvh, dim, device)
+        q, pool, tables, lens, starts = paged_case([(c - 1, 1) for c in contexts], h, kvh, dim, device)
         splits = attention.choose_num_splits(seqs, kvh, max(contexts), _sms(device))
         run = partial(attention.paged_decode, q, pool, tables, 16, lens, dim**-0.5, num_splits=splits)
         flops, nbytes = attention.attention_flops_bytes([1] * seqs, contexts, h, kvh, dim, 2)
@@ -91,7 +94,7 @@ def prefill_rows(
         flash, backend = flash_calls(q, pool, tables, lens, starts, h // kvh, device)
         expected = torch.cat([call() for call in flash])
         flops, _ = attention.attention_flops_bytes(
-            [n for n, _ in spans], [n + c for n, c in spans], h, kvh, dim, 2
+            [n for _, n in spans], [c + n for c, n in spans], h, kvh, dim, 2
         )
         error = float((ours().float() - expected.float()).abs().max() / expected.float().abs().max())
         for kernel, run in (
