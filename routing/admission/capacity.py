@@ -14,8 +14,9 @@ engine keeps a request or two waiting whatever its free slots, so it never runs 
 in, and the most it ran while requests waited can only stay or fall (one H200 engine with room for 256
 sequences was held to 8–12 slots: docs/overload-gpu.md). With it the count climbs to what the engine runs.
 It is off by default because where an engine's sequence limit binds (the CPU pools, 4 per engine) the
-extra queue cost the interactive class a little in both orders of a paired run (docs/overload.md) and its
-gain on a GPU is not measured yet.
+extra queue cost the interactive class a little in both orders of a paired run (docs/overload.md). On one
+H100 engine 2 and 8 lifted the learned slots from 8–12 to 40–86 with the interactive targets held, yet left
+the steps part empty under a batch flood (docs/overload-gpu.md, fifth run).
 
 Until an engine has been seen saturated its slots are unknown, and a pool with an unknown deployment is
 not held back (the engines queue). An engine whose KV cache is fuller than `kv_high` takes nothing new; ejected
