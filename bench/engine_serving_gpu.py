@@ -16,6 +16,9 @@ with the same lengths, so no run hits the prefix cache of the one before. Scenar
   decode128  128 requests at once: decode-only steps at 128 running sequences against their memory floor
   breakdown  profiled steps of the decode128 workload (attention / matmul / other kernels / sampling / host)
   prefix     TTFT of a 1,024-token shared prefix + 32 own tokens, cold vs prefix-cached
+  graphs     the burst with prefill/mixed graphs only up to 256 tokens and 8 sequences, then up to the step
+             budget (engine setting mixed_graphs), twice in turn; the first mixed graphs' logits against the
+             eager step's (bench/lib/engine_graph_check.py)
 Each run prints output and total tok/s, the per-step bound and the share reached (bench/lib/engine_serving_trace.py
 defines it), TTFT / ITL p50/p90/p99 and goodput under --slo-ttft / --slo-itl. The table is printed last;
 JSON goes to --out (default bench/results) as engine_serving_gpu.json.
@@ -124,6 +127,7 @@ def shape_section(shape: str, args, ceil: Ceilings) -> None:
     budget, seqs = configs[0]
     settings = dict(max_model_len=args.max_model_len, max_num_batched_tokens=max(b for b, _ in configs),
                     max_num_seqs=max(128, *(s for _, s in configs)), kv_cache_memory_mb=args.kv_mb,
+                    mixed_graphs=args.mixed_graphs or "graphs" in args.scenarios.split(","),
                     **args.kernel_fields)  # fmt: skip
     ours = build_ours_from(random_checkpoint(shape, "cuda" if cuda else "cpu"), shape, "bf16" if cuda else "fp32",
                            **settings)  # fmt: skip
@@ -176,6 +180,34 @@ def shape_section(shape: str, args, ceil: Ceilings) -> None:
                 finally:
                     scheduler.__dict__.pop("can_admit", None)
         set_limits(ours, budget, seqs)
+    if "graphs" in scenarios and ours.runner.cuda_steps is not None:
+        from bench.lib.engine_graph_check import GraphCheck, without_mixed
+
+        steps = ours.runner.cuda_steps
+        every = dict(steps.prefill_graphs)
+        for label in ("small graphs", "mixed graphs", "mixed graphs", "small graphs"):
+            content += 1
+            steps.prefill_graphs = every if label == "mixed graphs" else without_mixed(every)
+            check = (
+                GraphCheck(steps)
+                if label == "mixed graphs" and shape not in RESULTS.get("graph_check", {})
+                else None
+            )
+            try:
+                run(
+                    ours,
+                    f"{shape} burst {budget}:{seqs} {label}",
+                    make(args.requests, content),
+                    ceil,
+                    cost,
+                    args,
+                )
+            finally:
+                if check is not None:
+                    check.close()
+                    RESULTS.setdefault("graph_check", {})[shape] = check.summary()
+                    log(f"{shape} graph check: {json.dumps(check.summary())[:400]}")
+        steps.prefill_graphs = every
     if "trace" in scenarios:  # a production trace's window at full length and real timing
         from bench.lib.trace_data import load, window
 
@@ -257,6 +289,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="CPU dry run: tiny model, short prompts")
     parser.add_argument("--json", default="engine_serving_gpu.json", help="file name under --out")
     parser.add_argument("--kernels", default="", help="KernelSettings fields, name=value,...")
+    parser.add_argument("--mixed-graphs", action="store_true", help="engine setting mixed_graphs on")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     args = parser.parse_args()
     from backends.local_engine.config import KernelSettings

@@ -12,7 +12,14 @@ import sys
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from backends.local_engine.engine.cuda_runner import CudaStepRunner, bucket_for, graph_buckets  # noqa: E402
+from backends.local_engine.engine.cuda_runner import (  # noqa: E402
+    CudaStepRunner,
+    bucket_for,
+    graph_buckets,
+    prefill_bucket,
+    prefill_buckets,
+    prefill_shapes,
+)
 from backends.local_engine.engine.sequence import ScheduledSeq, Sequence  # noqa: E402
 from backends.local_engine.kernels.quantize import dequantize_int4, quantize_int4, quantize_int8  # noqa: E402
 from backends.local_engine.kernels.triton.fused import add_rms_norm, rope_write_kv, silu_mul  # noqa: E402
@@ -103,6 +110,34 @@ def test_graph_buckets_cover_every_batch_size() -> None:
         assert bucket >= size and (bucket == 1 or bucket_for(size - 1, buckets) <= bucket)
     assert bucket_for(201, buckets) is None
     assert graph_buckets(1) == [1]
+
+
+def test_mixed_graph_shapes_hold_every_step_up_to_the_budget() -> None:
+    sizes = prefill_buckets(2048, 256, mixed=True)
+    shapes = set(prefill_shapes(*sizes))
+    assert sizes[0][-1] == 2048 and sizes[1][-1] == 257 and len(shapes) < 120
+    for tokens in range(1, 2049, 7):
+        for seqs in (1, 2, 9, 100, 256):
+            if seqs <= tokens:
+                shape = prefill_bucket(tokens, seqs, seqs, sizes)
+                assert shape in shapes and shape[0] - tokens < 256 and shape[1] > seqs
+    assert prefill_bucket(2049, 1, 1, sizes) is None
+    assert prefill_buckets(2048, 256, mixed=False) == ([16, 32, 64, 128, 256], [2, 4, 8])
+
+
+@pytest.mark.slow
+def test_a_mixed_graph_of_many_sequences_applies_the_head_after_the_replay(model_pair) -> None:
+    hf, runner = model_pair
+    attention_cuda.use_kernel("kernels")
+    steps = CudaStepRunner(runner.model, runner.kv_cache, runner.block_size, 16, 2048, 256, mixed_graphs=True)
+    fake = EagerGraph(steps, 32, 16)  # 10 sequences of 3 tokens: (30 tokens, 10 + 1 sequences) -> (32, 16)
+    steps.prefill_graphs = {(32, 16): (fake, fake.logits)}
+    seqs = [Sequence(list(range(10 * i + 3, 10 * i + 6)), block_table=[i]) for i in range(10)]
+    logits = steps.run([ScheduledSeq(seq, 3) for seq in seqs])
+    assert fake.logits.shape[-1] != logits.shape[-1]  # the graph kept hidden rows, not [16, vocab] logits
+    for row, seq in enumerate(seqs):
+        assert rel(logits[row], hf_logits(hf, seq.token_ids)[-1]) < 1e-5
+    attention_cuda._ACTIVE.clear()
 
 
 @pytest.mark.parametrize("rows", [1, 5, 20])

@@ -107,6 +107,9 @@ class EngineSettings(KernelSettings, AcceptsFormerNames):
     served_model_name: str = "smollm2"  # the model name the engine's server answers to
     device: str = "cpu"  # "cuda": paged-attention kernels, CUDA graphs for decode steps, on-device sampling
     cuda_graphs: bool = True  # capture one decode graph per batch-size bucket at start (CUDA only)
+    # with cuda_graphs: prefill and mixed steps up to the step budget and max_num_seqs replay graphs too (about
+    # 100 shapes, padded to 256-token buckets); False: only those of at most 256 tokens and 8 sequences
+    mixed_graphs: bool = False
     # plain decode steps run one step ahead of the host: the next step reads the sampled tokens on the
     # device (CUDA only; pipeline.py)
     async_decode: bool = True

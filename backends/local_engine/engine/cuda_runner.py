@@ -4,8 +4,12 @@ A step's integer inputs (token ids, positions, slot mapping, context lengths, qu
 logit rows) are written by the host into one pinned buffer and copied to the device in one transfer.
 Decode steps (one new token and one logit per sequence) of up to the largest bucket run by replaying the
 CUDA graph captured for the smallest bucket that holds them: the graph reads its inputs from static
-device buffers, and padding rows write their K/V to a scratch block no sequence owns. Other steps (prefill
-chunks, mixed prefill + decode, speculative verification) run eagerly with the same kernels.
+device buffers, and padding rows write their K/V to a scratch block no sequence owns. Prefill and mixed
+steps replay a graph of the smallest (tokens, sequences) shape holding them, one padding sequence owning
+the extra tokens: up to 256 tokens and 8 sequences, or, with `mixed_graphs`, up to the step budget and
+max_num_seqs (graphs of more than 8 sequences end at the selected hidden rows, and the logits run after
+the replay, so that 100 graphs do not each keep a [sequences, vocab] output). Other steps (speculative
+verification, prompt logprobs) run eagerly with the same kernels.
 """
 
 from bisect import bisect_left
@@ -26,6 +30,9 @@ _BUCKET_STEPS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
 # (a few dozen tokens) is such a step.
 PREFILL_TOKENS = (16, 32, 64, 128, 256)
 PREFILL_SEQS = (2, 4, 8)
+MIXED_TOKENS_STEP = (
+    256  # mixed graphs: token buckets every 256 past PREFILL_TOKENS (at most 255 padding rows)
+)
 
 
 def graph_buckets(max_num_seqs: int) -> list[int]:
@@ -44,10 +51,35 @@ def bucket_for(num_seqs: int, buckets: list[int]) -> int | None:
     return buckets[index] if index < len(buckets) else None
 
 
-def prefill_bucket(tokens: int, seqs: int, rows: int) -> tuple[int, int] | None:
+def prefill_buckets(max_tokens: int, max_num_seqs: int, mixed: bool) -> tuple[list[int], list[int]]:
+    """Token and sequence buckets of the prefill graphs: PREFILL_TOKENS x PREFILL_SEQS, and with `mixed`
+    every MIXED_TOKENS_STEP tokens up to `max_tokens` (the step budget) and powers of two up to
+    max_num_seqs + 1 (the padding sequence's slot)."""
+    tokens, seqs = list(PREFILL_TOKENS), list(PREFILL_SEQS)
+    if mixed:
+        tokens += list(range(2 * MIXED_TOKENS_STEP, max_tokens, MIXED_TOKENS_STEP))
+        tokens += [max_tokens] if max_tokens > tokens[-1] else []
+        while seqs[-1] * 2 < max_num_seqs + 1:
+            seqs.append(seqs[-1] * 2)
+        seqs += [max_num_seqs + 1] if max_num_seqs + 1 > seqs[-1] else []
+    return tokens, seqs
+
+
+def prefill_shapes(tokens: list[int], seqs: list[int]) -> list[tuple[int, int]]:
+    """The (tokens, sequences) graphs to capture: no more sequence slots than a step of that many tokens can
+    use (one token each, plus the padding sequence), rounded up to a bucket."""
+    return [(t, s) for t in tokens for s in seqs if s <= (bucket_for(t + 1, seqs) or seqs[-1])]
+
+
+def prefill_bucket(
+    tokens: int,
+    seqs: int,
+    rows: int,
+    buckets: tuple[list[int], list[int]] = (list(PREFILL_TOKENS), list(PREFILL_SEQS)),
+) -> tuple[int, int] | None:
     """The smallest (tokens, sequences) prefill graph for a step (one sequence slot stays for padding)."""
-    t = bucket_for(tokens, list(PREFILL_TOKENS))
-    s = bucket_for(seqs + 1, list(PREFILL_SEQS))
+    t = bucket_for(tokens, buckets[0])
+    s = bucket_for(seqs + 1, buckets[1])
     return None if t is None or s is None or rows > s else (t, s)
 
 
@@ -164,7 +196,7 @@ class StepBuffers:
         small[s + num + 1 : 2 * s + 1] = np.arange(n + 1, n + 1 + s - num)
         tables = small[2 * s + 1 : 2 * s + 1 + used * w].reshape(used, w)
         tables[:] = 0
-        for row, table in enumerate(step.tables):
+        for row, table in enumerate(step.tables[:used]):
             tables[row, : len(table)] = table[:w]
         self.device[:size].copy_(self.host[:size], non_blocking=True)
         if self.copied is not None:
@@ -186,7 +218,7 @@ class CudaStepRunner:
 
     def __init__(
         self, model: LlamaModel, kv_cache: KVCache, block_size: int, max_num_seqs: int, max_model_len: int,
-        max_num_batched_tokens: int,
+        max_num_batched_tokens: int, mixed_graphs: bool = False,
     ) -> None:  # fmt: skip
         self.model, self.kv_cache, self.block_size = model, kv_cache, block_size
         self.device = kv_cache.pool.device
@@ -200,7 +232,8 @@ class CudaStepRunner:
         tokens = max(max_num_batched_tokens, largest)
         self.eager_buffers = StepBuffers(StepBuffers.words(tokens, max_num_seqs, self.width), self.device)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, Tensor]] = {}
-        words = StepBuffers.words(PREFILL_TOKENS[-1], PREFILL_SEQS[-1], self.width)
+        self.prefill_sizes = prefill_buckets(max_num_batched_tokens, max_num_seqs, mixed_graphs)
+        words = StepBuffers.words(self.prefill_sizes[0][-1], self.prefill_sizes[1][-1], self.width)
         self.prefill_buffers = StepBuffers(words, self.device)
         self.prefill_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
 
@@ -217,24 +250,26 @@ class CudaStepRunner:
                 logits = self._decode_forward(bucket)
             pool = graph.pool()
             self.graphs[bucket] = (graph, logits)
-        for tokens in reversed(PREFILL_TOKENS):
-            for seqs in reversed(PREFILL_SEQS):
-                shape = (tokens, seqs, self.width)
-                self.prefill_buffers.fill(padded_step(empty, tokens, seqs, self.pad_slot, self.block_size),
-                                          *shape, self.pad_slot)  # fmt: skip
-                self._prefill_forward(tokens, seqs)
-                torch.cuda.synchronize(self.device)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    logits = self._prefill_forward(tokens, seqs)
-                self.prefill_graphs[(tokens, seqs)] = (graph, logits)
+        for tokens, seqs in reversed(prefill_shapes(*self.prefill_sizes)):
+            shape = (tokens, seqs, self.width)
+            self.prefill_buffers.fill(padded_step(empty, tokens, seqs, self.pad_slot, self.block_size),
+                                      *shape, self.pad_slot)  # fmt: skip
+            self._prefill_forward(tokens, seqs)
+            torch.cuda.synchronize(self.device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                out = self._prefill_forward(tokens, seqs)
+            self.prefill_graphs[(tokens, seqs)] = (graph, out)
         torch.cuda.synchronize(self.device)
 
     def _prefill_forward(self, tokens: int, seqs: int) -> Tensor:
+        """Logits of the step's logit rows; past PREFILL_SEQS[-1] sequences their hidden states (`run` applies
+        the head after the replay)."""
         views = self.prefill_buffers.views(tokens, seqs, self.width)
         meta = metadata(views, self.block_size, tokens, seqs, tokens)
         hidden = self.model(views["input_ids"], views["positions"], meta, self.kv_cache)
-        return self.model.logits(hidden.index_select(0, views["logit_rows"][:seqs]))
+        rows = hidden.index_select(0, views["logit_rows"][:seqs])
+        return self.model.logits(rows) if seqs <= PREFILL_SEQS[-1] else rows
 
     def _decode_forward(self, bucket: int) -> Tensor:
         views = self.decode_views
@@ -253,15 +288,19 @@ class CudaStepRunner:
         if input_tokens is not None and bucket is None:
             raise ValueError("device input tokens are for decode steps of a graph bucket")
         if bucket is None:
-            shape = prefill_bucket(len(step.input_ids), len(step.context_lens), len(step.logit_rows))
+            rows = len(step.logit_rows)
+            shape = prefill_bucket(len(step.input_ids), len(step.context_lens), rows, self.prefill_sizes)
             if shape is None or shape not in self.prefill_graphs:
                 return self._run_eager(step)
             tokens, seqs = shape
             padded = padded_step(step, tokens, seqs, self.pad_slot, self.block_size)
-            self.prefill_buffers.fill(padded, tokens, seqs, self.width, self.pad_slot)
-            graph, logits = self.prefill_graphs[shape]
+            # rows past the step's sequences and the padding one are empty (no keys): their tables go unread
+            self.prefill_buffers.fill(padded, tokens, seqs, self.width, self.pad_slot, len(step.tables) + 1)
+            graph, out = self.prefill_graphs[shape]
             graph.replay()
-            return logits[: len(step.logit_rows)].clone() if step.logit_rows else None
+            if not rows:
+                return None
+            return out[:rows].clone() if seqs <= PREFILL_SEQS[-1] else self.model.logits(out[:rows])
         self.decode_buffers.fill(step, *self.decode_shape, self.pad_slot, bucket)
         if input_tokens is not None:  # queued after the input copy: the ids the last step sampled
             self.decode_views["input_ids"][: len(batch)].copy_(input_tokens)

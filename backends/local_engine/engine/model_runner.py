@@ -99,7 +99,7 @@ class ModelRunner:
 
             self.cuda_steps = CudaStepRunner(
                 self.model, self.kv_cache, self.block_size, settings.max_num_seqs, settings.max_model_len,
-                settings.max_num_batched_tokens,
+                settings.max_num_batched_tokens, settings.mixed_graphs,
             )  # fmt: skip
             if settings.cuda_graphs:
                 self.cuda_steps.capture()
