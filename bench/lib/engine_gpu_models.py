@@ -2,6 +2,7 @@
 weights handed to our engine as an in-memory checkpoint, and small helpers to drive both.
 """
 
+import gc
 import time
 from dataclasses import dataclass
 
@@ -130,6 +131,7 @@ class Ours:
 
     def free(self) -> None:
         del self.runner.model, self.runner.kv_cache, self.runner.cuda_steps
+        gc.collect()  # graphs and their pools may sit in reference cycles
         torch.cuda.empty_cache()
 
 

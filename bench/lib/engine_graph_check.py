@@ -32,7 +32,7 @@ class GraphCheck:
         steps.run = self.run  # type: ignore[method-assign]
 
     def close(self) -> None:
-        self.steps.run = self._run  # type: ignore[method-assign]
+        del self.steps.run  # the class's method again (no runner -> bound method -> runner cycle)
 
     def run(self, batch, input_tokens=None):
         out = self._run(batch, input_tokens)
