@@ -123,6 +123,8 @@ def test_mixed_graph_shapes_hold_every_step_up_to_the_budget() -> None:
                 assert shape in shapes and shape[0] - tokens < 256 and shape[1] > seqs
     assert prefill_bucket(2049, 1, 1, sizes) is None
     assert prefill_buckets(2048, 256, mixed=False) == ([16, 32, 64, 128, 256], [2, 4, 8])
+    assert prefill_buckets(8192, 256, mixed=True)[0][-1] == 2048  # larger steps run eagerly
+    assert prefill_bucket(3000, 10, 10, prefill_buckets(8192, 256, mixed=True)) is None
 
 
 @pytest.mark.slow

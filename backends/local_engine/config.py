@@ -107,10 +107,10 @@ class EngineSettings(KernelSettings, AcceptsFormerNames):
     served_model_name: str = "smollm2"  # the model name the engine's server answers to
     device: str = "cpu"  # "cuda": paged-attention kernels, CUDA graphs for decode steps, on-device sampling
     cuda_graphs: bool = True  # capture one decode graph per batch-size bucket at start (CUDA only)
-    # with cuda_graphs: prefill and mixed steps up to the step budget and max_num_seqs replay graphs too (98
-    # shapes at 2048 : 256, padded to 256-token buckets); False: only those of at most 256 tokens and 8
-    # sequences. H100, 512-request burst, warm runs: 1B 16,953 against 15,710 output tok/s (+7.9 %), 8B 4,771
-    # against 4,810 (flat: its mixed steps are device-bound); studies/engine-serving-on-a-gpu.md
+    # with cuda_graphs: prefill and mixed steps up to the step budget (at most 2,048 tokens) and max_num_seqs
+    # replay graphs too (98 shapes at 2048 : 256, padded to 256-token buckets); False: only those of at most
+    # 256 tokens and 8 sequences. H100, 512-request burst, warm runs: 1B 16,953 against 15,710 output tok/s
+    # (+7.9 %), 8B 4,771 against 4,810 (flat: its mixed steps are device-bound); studies/engine-serving-on-a-gpu.md
     mixed_graphs: bool = True
     # plain decode steps run one step ahead of the host: the next step reads the sampled tokens on the
     # device (CUDA only; pipeline.py)

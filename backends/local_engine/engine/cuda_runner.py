@@ -30,9 +30,10 @@ _BUCKET_STEPS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
 # (a few dozen tokens) is such a step.
 PREFILL_TOKENS = (16, 32, 64, 128, 256)
 PREFILL_SEQS = (2, 4, 8)
-MIXED_TOKENS_STEP = (
-    256  # mixed graphs: token buckets every 256 past PREFILL_TOKENS (at most 255 padding rows)
-)
+# mixed graphs: token buckets every MIXED_TOKENS_STEP past PREFILL_TOKENS (at most 255 padding rows), up to
+# MIXED_MAX_TOKENS: larger steps are device-bound (an 8B 2,048-token step: 61.5 ms with or without a graph)
+MIXED_TOKENS_STEP = 256
+MIXED_MAX_TOKENS = 2048
 
 
 def graph_buckets(max_num_seqs: int) -> list[int]:
@@ -53,10 +54,11 @@ def bucket_for(num_seqs: int, buckets: list[int]) -> int | None:
 
 def prefill_buckets(max_tokens: int, max_num_seqs: int, mixed: bool) -> tuple[list[int], list[int]]:
     """Token and sequence buckets of the prefill graphs: PREFILL_TOKENS x PREFILL_SEQS, and with `mixed`
-    every MIXED_TOKENS_STEP tokens up to `max_tokens` (the step budget) and powers of two up to
-    max_num_seqs + 1 (the padding sequence's slot)."""
+    every MIXED_TOKENS_STEP tokens up to `max_tokens` (the step budget; at most MIXED_MAX_TOKENS) and powers
+    of two up to max_num_seqs + 1 (the padding sequence's slot)."""
     tokens, seqs = list(PREFILL_TOKENS), list(PREFILL_SEQS)
     if mixed:
+        max_tokens = min(max_tokens, MIXED_MAX_TOKENS)
         tokens += list(range(2 * MIXED_TOKENS_STEP, max_tokens, MIXED_TOKENS_STEP))
         tokens += [max_tokens] if max_tokens > tokens[-1] else []
         while seqs[-1] * 2 < max_num_seqs + 1:
