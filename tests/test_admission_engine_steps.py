@@ -14,6 +14,8 @@ vllm:num_requests_running{model_name="m"} 3.0
 vllm:num_requests_waiting{model_name="m"} 1.0
 vllm:kv_cache_usage_perc{model_name="m"} 0.5
 vllm:prompt_tokens_total{model_name="m"} 900.0
+llmgw_engine_step_seconds_total{model_name="m"} 12.5
+llmgw_engine_budget_seconds_total{model_name="m"} 7.25
 """
 
 
@@ -26,6 +28,8 @@ def test_the_counter_pattern_reads_step_count_and_sum_but_not_buckets() -> None:
         "vllm:num_requests_waiting": 1.0,
         "vllm:kv_cache_usage_perc": 0.5,
         "vllm:prompt_tokens_total": 900.0,
+        "llmgw_engine_step_seconds_total": 12.5,
+        "llmgw_engine_budget_seconds_total": 7.25,
     }
 
 
@@ -45,6 +49,15 @@ def test_engine_window_counts_only_samples_inside_the_window() -> None:
     assert steps["step_fill"] == 0.4
     assert steps["running_mean"] == 6.0 and steps["waiting_mean"] == 2.0
     assert steps["kv_usage_mean"] == 1.2 / 2  # two engines' usages summed, then averaged
+
+
+def test_engine_window_gives_time_shares_from_our_engines_step_counters() -> None:
+    seen = [{**_sample(0, 0, 0, 4, 1), "llmgw_engine_step_seconds_total": 1.0, "llmgw_engine_budget_seconds_total": 0.5},
+            {**_sample(10, 100, 102_400, 4, 1), "llmgw_engine_step_seconds_total": 19.0,
+             "llmgw_engine_budget_seconds_total": 15.5}]  # fmt: skip
+    steps = engine_window(seen, (0.0, 10.0), budget=2048, engines=2)
+    assert steps["busy"] == 18 / 10 / 2 and steps["budget_use"] == 15 / 10 / 2
+    assert "busy" not in engine_window([_sample(0, 0, 0, 1, 0), _sample(5, 9, 90, 1, 0)], (0.0, 9.0), 2048, 1)
 
 
 def test_engine_window_is_empty_with_fewer_than_two_samples() -> None:
@@ -79,3 +92,8 @@ def test_the_pool_full_target_needs_full_steps_as_well_as_the_share() -> None:
     assert verdict(kv_full) is True  # part-empty steps, but no memory for another sequence
     assert verdict(_case(0.99, 60_000.0)) is False  # 0.675 of what was left
     assert verdict({**_case(0.99, 50_000.0), "engine_steps": {}}) is None
+    by_time = _case(0.60, 50_000.0)  # iteration tokens look part empty; the budget used over time says full
+    by_time["engine_steps"]["budget_use"] = 0.93
+    assert verdict(by_time) is True
+    by_time["engine_steps"] = {**by_time["engine_steps"], "budget_use": 0.5, "step_fill": 0.99}
+    assert verdict(by_time) is False  # the time-weighted figure wins where the engines report it

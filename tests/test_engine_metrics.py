@@ -1,6 +1,7 @@
 """The engine server's /metrics against vLLM's production-metrics page (v0.10/v0.11 names): the per-request
 histograms (queue, prefill, decode, inference time; prompt and generation tokens; max_tokens and n), tokens
-per engine step, vllm:cache_config_info, and time_per_output_token_seconds beside inter_token_latency_seconds.
+per engine step, vllm:cache_config_info, and time_per_output_token_seconds beside inter_token_latency_seconds;
+our own step-time counters (llmgw_engine_step_seconds, llmgw_engine_budget_seconds).
 Every series is there before the first request; the values move as requests finish. Fake model (each step
 writes one token; a prompt's tokens are its characters)."""
 
@@ -56,6 +57,8 @@ def test_every_series_is_there_before_the_first_request(http: TestClient) -> Non
     )  # 1-2-5 up to the context (128)
     assert ("vllm:request_prompt_tokens_bucket", (("le", "200.0"), ("model_name", "fake"))) not in samples
     assert _value(samples, "vllm:iteration_tokens_total_bucket", le="16384.0") == 0
+    assert _value(samples, "llmgw_engine_step_seconds_total") == 0
+    assert _value(samples, "llmgw_engine_budget_seconds_total") == 0
     assert _value(samples, "vllm:request_params_n_bucket", le="20.0") == 0
     for reason in ("stop", "length"):
         assert _value(samples, "vllm:request_success_total", finished_reason=reason) == 0
@@ -87,6 +90,12 @@ def test_the_values_move_as_requests_finish(http: TestClient) -> None:
     assert _value(samples, "vllm:request_params_n_bucket", le="1.0") == 3
     # vLLM's iteration tokens: every prompt once (in the step of its first token), every generated token
     assert _value(samples, "vllm:iteration_tokens_total_sum") == 19 + 14
+    # the loop's time in steps, and that time weighted by the share of each step's budget it scheduled
+    busy, used = (
+        _value(samples, "llmgw_engine_step_seconds_total"),
+        _value(samples, "llmgw_engine_budget_seconds_total"),
+    )
+    assert 0 < used < busy
     assert _value(samples, "vllm:request_success_total", finished_reason="length") == 5
     phases = {name: count_sum(f"vllm:request_{name}_time_seconds") for name in
               ("queue", "prefill", "decode", "inference")}  # fmt: skip

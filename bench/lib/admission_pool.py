@@ -277,7 +277,8 @@ async def sample_slots(
 
 
 ENGINE_SERIES = ("vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum", "vllm:num_requests_running",
-                 "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")  # fmt: skip
+                 "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "llmgw_engine_step_seconds_total",
+                 "llmgw_engine_budget_seconds_total")  # fmt: skip
 
 
 async def sample_engines(engines: list[EngineServer], seen: list[dict[str, float]]) -> None:
@@ -295,7 +296,10 @@ def engine_window(
 ) -> dict:
     """The pool's steps within `window`: steps a second (per engine), tokens a step, its fill (tokens over the
     step budget), the mean running and waiting requests and the engines' mean KV-cache usage (a pool can be full
-    by memory with its steps part empty); {} when fewer than two samples fall in it."""
+    by memory with its steps part empty); from our engines' own counters, the share of the time each engine
+    was in a step (`busy`) and the share of its step budget used over time (`budget_use`: a step's tokens over
+    the budget, weighted by the step's time; iteration tokens count a prompt whole in the step of its first
+    token, so their average per step is not a fill); {} when fewer than two samples fall in it."""
     inside = [s for s in seen if window[0] <= s["t"] <= window[1]]
     if len(inside) < 2:
         return {}
@@ -311,7 +315,13 @@ def engine_window(
         "running_mean": sum(s["vllm:num_requests_running"] for s in inside) / len(inside),
         "waiting_mean": sum(s["vllm:num_requests_waiting"] for s in inside) / len(inside),
         "kv_usage_mean": sum(s.get("vllm:kv_cache_usage_perc", 0.0) for s in inside) / len(inside) / engines,
-    }
+        **{
+            name: (last[series] - first[series]) / seconds / engines
+            for name, series in (("busy", "llmgw_engine_step_seconds_total"),
+                                 ("budget_use", "llmgw_engine_budget_seconds_total"))
+            if last.get(series)
+        },
+    }  # fmt: skip
 
 
 def slot_stats(seen: list[list[float | None]]) -> list[dict[str, float]]:

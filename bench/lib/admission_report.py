@@ -27,9 +27,11 @@ def against_off(prio: dict[str, Any], mode: str) -> float | None:
 
 
 def pool_full(steps: dict[str, float]) -> bool:
-    """Whether the pool had no room to spare: its steps full of tokens (fill ≥ 0.95) or its KV caches full
-    (mean usage ≥ 0.9, where memory binds before the step budget: small CPU engines)."""
-    return steps["step_fill"] >= 0.95 or steps.get("kv_usage_mean", 0.0) >= 0.9
+    """Whether the pool had no room to spare: its step budget used over time (`budget_use` ≥ 0.9, where the
+    engines report it; else the iteration-token fill ≥ 0.95) or its KV caches full (mean usage ≥ 0.9, where
+    memory binds before the step budget: small CPU engines)."""
+    used = steps["budget_use"] >= 0.9 if "budget_use" in steps else steps["step_fill"] >= 0.95
+    return used or steps.get("kv_usage_mean", 0.0) >= 0.9
 
 
 def against_engine(case: dict[str, Any]) -> float | None:
@@ -97,7 +99,8 @@ def _steps(steps: dict[str, float]) -> str:
         return "not sampled"
     return (f"{steps['steps_per_s']:.1f}/s an engine, {steps['tokens_per_step']:.0f} tokens a step (fill "
             f"{steps['step_fill']:.2f}), {steps['tokens_per_s']:.0f} tok/s, running {steps['running_mean']:.1f}, "
-            f"waiting {steps['waiting_mean']:.1f}, KV {steps.get('kv_usage_mean', float('nan')):.2f}")  # fmt: skip
+            f"waiting {steps['waiting_mean']:.1f}, KV {steps.get('kv_usage_mean', float('nan')):.2f}, busy "
+            f"{steps.get('busy', float('nan')):.2f}, budget used over time {steps.get('budget_use', float('nan')):.2f}")  # fmt: skip
 
 
 def print_tables(results: dict[str, Any]) -> None:

@@ -42,7 +42,7 @@ class Result:
 
 COUNTER = (
     r"^(vllm:(?:[a-z_]+_total|iteration_tokens_total_(?:sum|count)|num_requests_running|num_requests_waiting"
-    r"|kv_cache_usage_perc))\{[^}]*\} ([0-9.e+]+)$"
+    r"|kv_cache_usage_perc)|llmgw_engine_(?:step|budget)_seconds_total)\{[^}]*\} ([0-9.e+]+)$"
 )
 
 

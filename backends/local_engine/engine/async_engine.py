@@ -56,6 +56,10 @@ class RequestObserver:
         """After a step that produced outputs: its tokens as vLLM counts an iteration's (the generated tokens,
         plus the prompt tokens of the requests that got their first token in it)."""
 
+    def on_engine_step(self, scheduled: int, budget: int, seconds: float) -> None:
+        """After every call of the engine's step: the tokens it scheduled (0 when it only emitted a step in
+        flight), the step's token budget and the call's wall time."""
+
 
 class RequestFailed(Exception):
     """The engine failed while preparing or stepping this request (a bug, not the client's input): the
@@ -163,6 +167,9 @@ class AsyncEngine:
 
     def _step(self) -> None:
         """One engine step; when it raises, the requests of that step fail and the loop goes on."""
+        scheduler = self.engine.scheduler
+        scheduler.last_batched_tokens = 0  # stays 0 when the step schedules nothing new (a pipeline drain)
+        start = time.monotonic()
         try:
             outputs = self.engine.step()
         except Exception as error:
@@ -173,6 +180,10 @@ class AsyncEngine:
                     self._observer.on_finished(stream.times, time.monotonic(), "abort")
                     stream.put(_failure(error))
             return
+        seconds = time.monotonic() - start
+        self._observer.on_engine_step(
+            scheduler.last_batched_tokens, scheduler.max_num_batched_tokens, seconds
+        )
         self._dispatch(outputs)
 
     def _drain_commands(self) -> None:

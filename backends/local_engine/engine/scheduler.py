@@ -48,6 +48,7 @@ class Scheduler:
         self.waiting: list[Sequence] = []  # in key order: the next to admit first
         self.running: list[Sequence] = []  # in key order: the first to preempt last
         self.num_preemptions = 0
+        self.last_batched_tokens = 0  # tokens of the last schedule()'s batch (the engine's step metrics)
 
     def add(self, seq: Sequence) -> None:
         """Queue a request; one that could never fit the whole KV pool is refused (ValueError)."""
@@ -98,6 +99,7 @@ class Scheduler:
                     self._grow_or_preempt(seq, step, cap)
                     lower.spend(seq, before - step.budget)
         if step.output.preempted:
+            self.last_batched_tokens = step.output.num_batched_tokens
             return step.output
         while self.waiting and step.budget > 0:
             seq = self.waiting[0]
@@ -123,6 +125,7 @@ class Scheduler:
             insort(self.running, seq, key=_key)
             step.add(seq, num_new)
             lower.spend(seq, num_new)
+        self.last_batched_tokens = step.output.num_batched_tokens
         return step.output
 
     def _make_room(self, seq: Sequence, needed_blocks: int, step: "_Step") -> bool:

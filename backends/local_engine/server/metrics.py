@@ -130,6 +130,15 @@ class EngineMetrics(RequestObserver):
         self.iteration = histogram(
             "vllm:iteration_tokens_total", "Tokens per engine step.", ITERATION_BUCKETS
         )
+        # not vLLM's: how busy the engine loop was, and how much of its step budget it used over time (a step
+        # count average of iteration tokens counts prompts whole in the step of their first token)
+        self.step_seconds = self._counter(
+            "llmgw_engine_step_seconds", "Seconds the engine loop spent in steps."
+        )
+        self.budget_seconds = self._counter(
+            "llmgw_engine_budget_seconds",
+            "Step seconds times the share of the step's token budget scheduled: over wall time, how full it ran.",
+        )
         self.success = Counter(
             "vllm:request_success",
             "Finished requests.",
@@ -143,6 +152,9 @@ class EngineMetrics(RequestObserver):
     def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
         family = Histogram(name, doc, ["model_name"], buckets=buckets, registry=self.registry)
         return family.labels(self.model_name)  # exported from the start, zero until observed
+
+    def _counter(self, name: str, doc: str) -> Counter:
+        return Counter(name, doc, ["model_name"], registry=self.registry).labels(self.model_name)
 
     def _cache_config_info(self, engine: "LLMEngine") -> None:
         """vLLM's info gauge (1) whose labels are the KV cache's configuration: the pool's blocks go under
@@ -167,6 +179,10 @@ class EngineMetrics(RequestObserver):
 
     def on_step(self, num_tokens: int) -> None:
         self.iteration.observe(num_tokens)
+
+    def on_engine_step(self, scheduled: int, budget: int, seconds: float) -> None:
+        self.step_seconds.inc(seconds)
+        self.budget_seconds.inc(seconds * min(1.0, scheduled / max(1, budget)))
 
     def on_request(self, n: int) -> None:
         """One prompt of a request the server accepted, with its n choices (the engine sees each choice alone)."""
