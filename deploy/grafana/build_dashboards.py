@@ -139,6 +139,11 @@ BACKENDS = [
         "{{instance}}",
     ),)),
     Panel("Preemptions per second", "short", ((rate("vllm:num_preemptions_total", "instance"), "{{instance}}"),)),
+    Panel("Engine busy and step budget used (our engine)", "percentunit", (
+        (rate("llmgw_engine_step_seconds_total", "instance"), "{{instance}} in steps"),
+        (rate("llmgw_engine_budget_seconds_total", "instance"), "{{instance}} step budget used"),
+    ), "Share of time the engine loop spent in steps, and that time weighted by the share of each step's token "
+       "budget scheduled: near 1, the engine runs full steps (vLLM does not export these)"),
     Panel("Engine generation throughput (tokens/s)", "short", (
         (rate("vllm:generation_tokens_total", "instance"), "{{instance}} generated"),
         (rate("vllm:prompt_tokens_total", "instance"), "{{instance}} prompt"),
