@@ -204,3 +204,26 @@ def test_speculative_drafts_that_do_not_fit_the_budget_are_dropped():
     item = sched.schedule().scheduled[0]
     assert (item.num_new_tokens, item.num_logits, seq.num_draft_tokens) == (3, 3, 2)
     assert seq.token_ids[-2:] == [7, 8]
+
+
+def test_scheduled_tokens_count_every_batch_preemptions_included() -> None:
+    rng = random.Random(7)
+    sched = make_scheduler(num_blocks=12, budget=16, max_seqs=4)  # few blocks: preemptions happen
+    for _ in range(10):
+        sched.add(
+            Sequence([rng.randrange(1000) for _ in range(rng.randint(3, 20))], SamplingParams(max_tokens=8))
+        )
+    total = 0
+    while sched.has_work:
+        before = sched.scheduled_tokens
+        output = sched.schedule()
+        assert sched.scheduled_tokens - before == output.num_batched_tokens <= 16
+        total += output.num_batched_tokens
+        for item in output.scheduled:
+            seq = item.seq
+            seq.num_computed_tokens += item.num_new_tokens
+            if seq.num_computed_tokens == len(seq):
+                seq.append_token(next_token(seq.token_ids))
+                if len(seq.output_ids) >= seq.params.max_tokens:
+                    sched.finish(seq, "length")
+    assert sched.scheduled_tokens == total and sched.num_preemptions > 0

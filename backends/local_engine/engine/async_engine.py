@@ -168,8 +168,7 @@ class AsyncEngine:
     def _step(self) -> None:
         """One engine step; when it raises, the requests of that step fail and the loop goes on."""
         scheduler = self.engine.scheduler
-        scheduler.last_batched_tokens = 0  # stays 0 when the step schedules nothing new (a pipeline drain)
-        start = time.monotonic()
+        scheduled, start = scheduler.scheduled_tokens, time.monotonic()
         try:
             outputs = self.engine.step()
         except Exception as error:
@@ -180,10 +179,9 @@ class AsyncEngine:
                     self._observer.on_finished(stream.times, time.monotonic(), "abort")
                     stream.put(_failure(error))
             return
+        scheduled = scheduler.scheduled_tokens - scheduled  # 0 where the step only drained one in flight
         seconds = time.monotonic() - start
-        self._observer.on_engine_step(
-            scheduler.last_batched_tokens, scheduler.max_num_batched_tokens, seconds
-        )
+        self._observer.on_engine_step(scheduled, scheduler.max_num_batched_tokens, seconds)
         self._dispatch(outputs)
 
     def _drain_commands(self) -> None:

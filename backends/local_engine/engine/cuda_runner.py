@@ -67,6 +67,12 @@ def prefill_buckets(max_tokens: int, max_num_seqs: int, mixed: bool) -> tuple[li
     return tokens, seqs
 
 
+def head_in_graph(seqs: int) -> bool:
+    """Whether a prefill graph of `seqs` sequence slots ends at the logits; larger ones end at the logit rows'
+    hidden states (a [seqs, vocab] output per graph would add up over ~100 graphs)."""
+    return seqs <= PREFILL_SEQS[-1]
+
+
 def prefill_shapes(tokens: list[int], seqs: list[int]) -> list[tuple[int, int]]:
     """The (tokens, sequences) graphs to capture: no more sequence slots than a step of that many tokens can
     use (one token each, plus the padding sequence), rounded up to a bucket."""
@@ -74,10 +80,7 @@ def prefill_shapes(tokens: list[int], seqs: list[int]) -> list[tuple[int, int]]:
 
 
 def prefill_bucket(
-    tokens: int,
-    seqs: int,
-    rows: int,
-    buckets: tuple[list[int], list[int]] = (list(PREFILL_TOKENS), list(PREFILL_SEQS)),
+    tokens: int, seqs: int, rows: int, buckets: tuple[list[int], list[int]]
 ) -> tuple[int, int] | None:
     """The smallest (tokens, sequences) prefill graph for a step (one sequence slot stays for padding)."""
     t = bucket_for(tokens, buckets[0])
@@ -265,13 +268,13 @@ class CudaStepRunner:
         torch.cuda.synchronize(self.device)
 
     def _prefill_forward(self, tokens: int, seqs: int) -> Tensor:
-        """Logits of the step's logit rows; past PREFILL_SEQS[-1] sequences their hidden states (`run` applies
+        """Logits of the step's logit rows, or their hidden states where not `head_in_graph` (`run` applies
         the head after the replay)."""
         views = self.prefill_buffers.views(tokens, seqs, self.width)
         meta = metadata(views, self.block_size, tokens, seqs, tokens)
         hidden = self.model(views["input_ids"], views["positions"], meta, self.kv_cache)
         rows = hidden.index_select(0, views["logit_rows"][:seqs])
-        return self.model.logits(rows) if seqs <= PREFILL_SEQS[-1] else rows
+        return self.model.logits(rows) if head_in_graph(seqs) else rows
 
     def _decode_forward(self, bucket: int) -> Tensor:
         views = self.decode_views
@@ -302,7 +305,7 @@ class CudaStepRunner:
             graph.replay()
             if not rows:
                 return None
-            return out[:rows].clone() if seqs <= PREFILL_SEQS[-1] else self.model.logits(out[:rows])
+            return out[:rows].clone() if head_in_graph(seqs) else self.model.logits(out[:rows])
         self.decode_buffers.fill(step, *self.decode_shape, self.pad_slot, bucket)
         if input_tokens is not None:  # queued after the input copy: the ids the last step sampled
             self.decode_views["input_ids"][: len(batch)].copy_(input_tokens)

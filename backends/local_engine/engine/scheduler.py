@@ -48,7 +48,7 @@ class Scheduler:
         self.waiting: list[Sequence] = []  # in key order: the next to admit first
         self.running: list[Sequence] = []  # in key order: the first to preempt last
         self.num_preemptions = 0
-        self.last_batched_tokens = 0  # tokens of the last schedule()'s batch (the engine's step metrics)
+        self.scheduled_tokens = 0  # tokens of every batch scheduled so far (the engine's step metrics)
 
     def add(self, seq: Sequence) -> None:
         """Queue a request; one that could never fit the whole KV pool is refused (ValueError)."""
@@ -98,9 +98,13 @@ class Scheduler:
                     before = step.budget
                     self._grow_or_preempt(seq, step, cap)
                     lower.spend(seq, before - step.budget)
-        if step.output.preempted:
-            self.last_batched_tokens = step.output.num_batched_tokens
-            return step.output
+        if not step.output.preempted:
+            self._admit_waiting(step, lower)
+        self.scheduled_tokens += step.output.num_batched_tokens
+        return step.output
+
+    def _admit_waiting(self, step: "_Step", lower: "_LowerShare") -> None:
+        """New requests from the waiting queue, in key order, while budget, a slot and blocks last."""
         while self.waiting and step.budget > 0:
             seq = self.waiting[0]
             cap = lower.cap(seq, step.budget)
@@ -125,8 +129,6 @@ class Scheduler:
             insort(self.running, seq, key=_key)
             step.add(seq, num_new)
             lower.spend(seq, num_new)
-        self.last_batched_tokens = step.output.num_batched_tokens
-        return step.output
 
     def _make_room(self, seq: Sequence, needed_blocks: int, step: "_Step") -> bool:
         """Whether waiting `seq` can be admitted: a sequence slot and `needed_blocks` free blocks, making
